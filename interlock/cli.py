@@ -1,0 +1,45 @@
+"""The `interlock` command line. Each subcommand group lives beside the code it drives and is
+registered here, so this file stays a table of contents."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from interlock.errors import InterlockError
+
+
+@click.group()
+@click.option("-v", "--verbose", is_flag=True, help="log at DEBUG level (to stderr)")
+def cli(verbose: bool) -> None:
+    """Interlock: an MCP proxy that lets an agent move money at most once, within its mandate."""
+    # Every log goes to stderr: on stdio transports stdout carries only JSON-RPC.
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def _register() -> None:
+    from ledger.cli import audit_group
+
+    cli.add_command(audit_group)
+    # -- subcommands added by later packages register below this line --
+
+
+_register()
+
+
+def main() -> None:
+    try:
+        cli(standalone_mode=True)
+    except InterlockError as exc:
+        click.echo(f"interlock: {exc}", err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

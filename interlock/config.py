@@ -1,0 +1,74 @@
+"""Configuration from INTERLOCK_* environment variables (and REDIS_URL), validated at load.
+
+Every actor calls `load_settings()` once at start and `settings.require(name)` for what it
+cannot run without, so a missing or malformed variable fails fast with a message naming it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import AliasChoices, Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from interlock.errors import ConfigError
+
+ENV_PREFIX = "INTERLOCK_"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
+
+    ledger: Path | None = Field(default=None, description="path of the SQLite ledger file")
+    redis_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("REDIS_URL", "INTERLOCK_REDIS_URL"), description="Redis URL"
+    )
+    mandate: Path | None = Field(default=None, description="path of the mandate YAML")
+    mandate_dir: Path | None = Field(default=None, description="directory of mandates, one per agent")
+    mandate_pubkeys: str | None = Field(default=None, description="comma-separated Ed25519 public key files")
+    rail_url: str | None = Field(default=None, description="rail origin, e.g. https://api.razorpay.com")
+    rail_key_id: str | None = Field(default=None, description="rail API key id (basic auth user)")
+    rail_key_secret: str | None = Field(default=None, description="rail API key secret (basic auth password)")
+    rail_timeout_ms: int = Field(default=10_000, gt=0, description="timeout of one rail call")
+    reconcile_min_delay_ms: int = Field(default=2000, ge=0, description="wait after an attempt before reconciling")
+    reconcile_max_passes: int = Field(default=20, gt=0, description="inconclusive passes before QUARANTINED")
+    reconcile_max_age_ms: int = Field(default=600_000, gt=0, description="age of UNKNOWN before QUARANTINED")
+    lease_ttl_ms: int = Field(default=30_000, gt=0, description="rail worker lease and IN_FLIGHT lease")
+    shard: str = Field(default="0", pattern=r"^[A-Za-z0-9_-]{1,32}$", description="ledger shard served")
+    agent_id: str | None = Field(default=None, description="trusted agent id for the stdio ingress")
+    merchant_id: str | None = Field(default=None, description="trusted merchant id (else the mandate's)")
+    agent_tokens: Path | None = Field(default=None, description="YAML of agent token hashes for HTTP ingress")
+    outcome_wait_ms: int = Field(default=15_000, gt=0, description="how long the ingress waits for an outcome")
+    kill_at: str | None = Field(default=None, description="failpoint name at which to SIGKILL (chaos only)")
+
+    def require(self, name: str) -> Any:
+        """Return setting *name* or raise ConfigError naming the environment variable to set."""
+        value = getattr(self, name)
+        if value is None or value == "":
+            field = type(self).model_fields[name]
+            raise ConfigError(
+                f"{env_name(name)} is not set; it is required here ({field.description})", variable=env_name(name)
+            )
+        return value
+
+
+def env_name(field_name: str) -> str:
+    if field_name == "redis_url":
+        return "REDIS_URL"
+    return ENV_PREFIX + field_name.upper()
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings from the environment; a malformed variable raises ConfigError naming it."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            name = str(err["loc"][0]) if err["loc"] else "?"
+            problems.append(f"{env_name(name)}: {err['msg']} (got {err.get('input')!r})")
+        first = str(exc.errors()[0]["loc"][0]) if exc.errors() and exc.errors()[0]["loc"] else None
+        raise ConfigError(
+            "bad configuration: " + "; ".join(problems), variable=env_name(first) if first else None
+        ) from None

@@ -1,0 +1,38 @@
+"""Named failpoints: `failpoint("rail.before_wal")` SIGKILLs its own process when INTERLOCK_KILL_AT
+names that point, and is a no-op otherwise. The chaos matrix uses them to kill real processes at
+exact places; SIGKILL (not an exception) so no cleanup, finally-block or atexit hook can run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+KILL_AT_ENV = "INTERLOCK_KILL_AT"
+
+KNOWN_POINTS = frozenset(
+    {
+        "ingress.after_enqueue",
+        "gate.after_resolve",
+        "rail.before_wal",
+        "rail.after_wal_before_call",
+        "rail.during_call",
+        "rail.after_call_before_commit",
+        "rail.after_commit_before_ack",
+        "reconciler.mid_pagination",
+        "reconciler.after_finding_before_commit",
+    }
+)
+
+
+def failpoint(name: str) -> None:
+    if name not in KNOWN_POINTS:
+        raise ValueError(f"unknown failpoint {name!r}")
+    target = os.environ.get(KILL_AT_ENV)
+    if not target or target != name:
+        return
+    # Say where we died on stderr (never stdout: stdio ingress stdout is JSON-RPC only).
+    sys.stderr.write(f"failpoint {name}: SIGKILL pid {os.getpid()}\n")
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)

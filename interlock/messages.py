@@ -1,0 +1,115 @@
+"""The messages that travel on the queues (SPEC §2). Pydantic models: validated at every process
+boundary, serialised as JSON, never pickled (a queue message is a delivery, not an object graph).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Verdict(StrEnum):
+    BLOCK = "BLOCK"
+    HOLD = "HOLD"
+    ALLOW = "ALLOW"
+
+
+class CallerAction(StrEnum):
+    DONE = "DONE"
+    RETRY_SAME_CALL = "RETRY_SAME_CALL"
+    WAIT_FOR_APPROVAL = "WAIT_FOR_APPROVAL"
+    DO_NOT_RETRY = "DO_NOT_RETRY"
+    ESCALATE_TO_OPERATOR = "ESCALATE_TO_OPERATOR"
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def to_json(self) -> str:
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> Any:
+        return cls.model_validate_json(data)
+
+
+class Proposal(_Message):
+    """What the ingress enqueues on "gates": one validated tool call plus the trusted identity."""
+
+    request_id: str
+    agent_id: str
+    merchant_id: str
+    tool: str
+    arguments: dict[str, Any]
+    operation_ref: str | None = None
+    received_at_ms: int
+
+
+class GateResultModel(_Message):
+    gate: str
+    verdict: Verdict
+    reason_code: str
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class IntentTerms(_Message):
+    merchant_id: str
+    tool: str
+    subject: str
+    amount_minor: int
+    currency: str
+
+
+class Decision(_Message):
+    """What a gate worker enqueues on the rail queue: the ladder's verdict on one resolved action."""
+
+    request_id: str
+    agent_id: str
+    sik: str
+    terms: IntentTerms
+    params_hash: str
+    arguments: dict[str, Any]
+    verdict: Verdict
+    reason_code: str
+    results: list[GateResultModel]
+    mandate_id: str
+    mandate_hash: str
+    operation_ref: str | None = None
+    distinct_reason: str | None = None
+    window: int | None = None
+    decided_at_ms: int
+
+
+class Outcome(_Message):
+    """The answer the ingress gives the agent (SPEC §10 result contract), published per request id."""
+
+    request_id: str | None = None
+    state: str
+    sik: str | None
+    intent: IntentTerms | None
+    rail_entity_id: str | None = None
+    reason_code: str | None = None
+    caller_action: CallerAction
+    replayed: bool = False
+
+    def structured(self) -> dict[str, Any]:
+        body = self.model_dump(mode="json", exclude={"request_id"})
+        return body
+
+
+def caller_action_for(state: str) -> CallerAction:
+    """What the agent should do next, given the state of the money (SPEC §10)."""
+    return _CALLER_ACTIONS.get(state, CallerAction.RETRY_SAME_CALL)
+
+
+_CALLER_ACTIONS: dict[str, CallerAction] = {
+    "APPLIED": CallerAction.DONE,
+    "BLOCKED": CallerAction.DO_NOT_RETRY,
+    "FAILED_TERMINAL": CallerAction.DO_NOT_RETRY,
+    "HELD": CallerAction.WAIT_FOR_APPROVAL,
+    "QUARANTINED": CallerAction.ESCALATE_TO_OPERATOR,
+    # Everything else (PROPOSED, AUTHORIZED, IN_FLIGHT, UNKNOWN, RECONCILING, CONFIRMED_NOT_APPLIED,
+    # IN_PROGRESS) is not yet known: repeating the same call is safe and cannot pay twice.
+}

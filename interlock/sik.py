@@ -1,0 +1,86 @@
+"""The semantic idempotency key (SIK) and the outbound stamps derived from it (SPEC §4).
+
+The SIK names the *operation*, not the call: it is derived from what the money movement means
+(merchant, tool, the rail entity Interlock itself resolved, amount, currency, window, distinct
+reason) so an agent that retries with fresh ids, reordered keys or extra whitespace still lands on
+the same key, and the ledger's primary key turns the retry into a replay.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+from typing import Any
+
+from interlock.canonical import canonical_json
+from interlock.money import parse_amount, parse_currency
+
+SIK_VERSION = 1
+SIK_LENGTH = 32
+RECEIPT_PREFIX = "ilk_"
+NOTES_STAMP_KEY = "interlock_sik"
+SETTLEMENT_SUBJECT = "balance"
+
+
+def compute_sik(
+    *,
+    merchant_id: str,
+    tool: str,
+    subject: str,
+    amount_minor: int,
+    currency: str,
+    extra: Any = None,
+    window: int | None = None,
+    distinct: str | None = None,
+) -> str:
+    """First 32 chars of unpadded RFC 4648 base32 of sha256(canonical JSON of the semantic fields)."""
+    parse_amount(amount_minor, field="amount_minor")
+    parse_currency(currency)
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        raise ValueError(f"window must be a non-negative integer bucket or None, got {window!r}")
+    material = {
+        "v": SIK_VERSION,
+        "merchant_id": merchant_id,
+        "tool": tool,
+        "subject": subject,
+        "amount_minor": amount_minor,
+        "currency": currency,
+        "extra": extra,
+        "window": window,
+        "distinct": distinct,
+    }
+    digest = hashlib.sha256(canonical_json(material)).digest()
+    return base64.b32encode(digest).decode("ascii").rstrip("=")[:SIK_LENGTH]
+
+
+def window_bucket(now_ms: int, window_ms: int | None) -> int | None:
+    """floor(now_ms / window_ms), or None when the tool has no window (refunds)."""
+    if window_ms is None:
+        return None
+    if window_ms <= 0:
+        raise ValueError(f"window_ms must be positive, got {window_ms}")
+    return now_ms // window_ms
+
+
+def receipt_for(sik: str) -> str:
+    return RECEIPT_PREFIX + sik
+
+
+def idempotency_key_for(sik: str) -> str:
+    # Same value as the receipt: stable across attempts, so a retry sends the same key and body (§14).
+    return RECEIPT_PREFIX + sik
+
+
+def stamp_notes(sik: str, notes: dict[str, str] | None = None) -> dict[str, str]:
+    """The agent's notes plus our stamp. The stamp always wins: it is the only identity we match on."""
+    stamped = dict(notes or {})
+    stamped[NOTES_STAMP_KEY] = sik
+    return stamped
+
+
+def carries_stamp(entity: dict[str, Any], sik: str) -> bool:
+    """True when a rail entity carries this SIK's stamp (notes.interlock_sik or receipt). Never by amount."""
+    notes = entity.get("notes")
+    if isinstance(notes, dict) and notes.get(NOTES_STAMP_KEY) == sik:
+        return True
+    return entity.get("receipt") == receipt_for(sik)

@@ -1,0 +1,80 @@
+"""The tamper-evident audit chain (I6).
+
+hash = sha256(prev_hash + "\\n" + canonical_json({seq, ts, kind, payload})), genesis prev_hash =
+sha256("interlock-genesis-v1"). Appends read the head and insert the next row inside the caller's
+BEGIN IMMEDIATE transaction, so two writers can never chain onto the same head.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from interlock.canonical import canonical_json, sha256_hex
+from ledger.db import require_transaction
+
+GENESIS_HASH = sha256_hex("interlock-genesis-v1")
+
+
+def record_hash(prev_hash: str, seq: int, ts: int, kind: str, payload: Any) -> str:
+    body = canonical_json({"seq": seq, "ts": ts, "kind": kind, "payload": payload}).decode("utf-8")
+    return sha256_hex(prev_hash + "\n" + body)
+
+
+def append(conn: sqlite3.Connection, kind: str, payload: Mapping[str, Any], ts: int) -> int:
+    """Append one audit record in the caller's transaction; returns its seq."""
+    require_transaction(conn)
+    head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+    seq, prev_hash = (head["seq"] + 1, head["hash"]) if head else (1, GENESIS_HASH)
+    payload = dict(payload)
+    digest = record_hash(prev_hash, seq, ts, kind, payload)
+    conn.execute(
+        "INSERT INTO audit_log (seq, ts, kind, payload_json, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?)",
+        (seq, ts, kind, canonical_json(payload).decode("utf-8"), prev_hash, digest),
+    )
+    return seq
+
+
+def verify_records(records: Iterable[Mapping[str, Any]], *, head: tuple[int, str] | None = None) -> int | None:
+    """Verify audit records in seq order; return the first divergent seq, or None when intact.
+
+    Works on ledger rows or on an exported bundle. *head* (seq, hash), when known, exposes a
+    truncated tail: the first missing seq is reported.
+    """
+    expected_seq, prev_hash = 1, GENESIS_HASH
+    for row in records:
+        seq = int(row["seq"])
+        if seq != expected_seq:
+            # A deleted row or reordering shows up as a gap at the first seq that is not where it should be.
+            return expected_seq
+        try:
+            payload = json.loads(row["payload_json"])
+        except (TypeError, ValueError):
+            return seq
+        if row["prev_hash"] != prev_hash:
+            return seq
+        if record_hash(prev_hash, seq, int(row["ts"]), str(row["kind"]), payload) != row["hash"]:
+            return seq
+        prev_hash = str(row["hash"])
+        expected_seq += 1
+    if head is not None:
+        head_seq, head_hash = head
+        if head_seq >= expected_seq:
+            return expected_seq  # the tail from here on is missing
+        if head_seq == expected_seq - 1 and head_seq > 0 and head_hash != prev_hash:
+            return head_seq
+    return None
+
+
+def verify_chain(conn: sqlite3.Connection) -> int | None:
+    """Return the first divergent seq of the ledger's audit chain, or None when it verifies."""
+    head_row = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+    head = (int(head_row["seq"]), str(head_row["hash"])) if head_row else None
+    rows = conn.execute("SELECT seq, ts, kind, payload_json, prev_hash, hash FROM audit_log ORDER BY rowid")
+    return verify_records(rows, head=head)
+
+
+def count(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT count(*) FROM audit_log").fetchone()[0])

@@ -1,0 +1,73 @@
+"""Opening the ledger: one SQLite file in WAL mode with synchronous=FULL, schema applied, both asserted.
+
+Connections are opened in autocommit mode (isolation_level=None) so that every write is an explicit
+`BEGIN IMMEDIATE ... COMMIT` via `transaction()`: the write lock is taken before the first read of
+the transaction, which is what makes read-check-write sequences (audit head, PK insert, limits)
+race-free across processes.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+
+from interlock.errors import LedgerError
+
+BUSY_TIMEOUT_MS = 10_000
+
+
+def schema_sql() -> str:
+    return resources.files("ledger").joinpath("schema.sql").read_text(encoding="utf-8")
+
+
+def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
+    """Open (creating if needed, unless *readonly*) the ledger at *path*.
+
+    Raises LedgerError when the file cannot give the durability Interlock depends on.
+    """
+    path = Path(path)
+    if readonly:
+        if not path.exists():
+            raise LedgerError(f"ledger {path} does not exist (set INTERLOCK_LEDGER to the rail worker's ledger file)")
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.row_factory = sqlite3.Row
+    conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    if not readonly:
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if str(mode).lower() != "wal":
+            conn.close()
+            raise LedgerError(f"ledger {path}: journal_mode is {mode!r}, WAL is required")
+    conn.execute("PRAGMA synchronous = FULL")
+    sync = conn.execute("PRAGMA synchronous").fetchone()[0]
+    if sync != 2:  # 2 == FULL: the commit before a rail call must be on disk (I2)
+        conn.close()
+        raise LedgerError(f"ledger {path}: synchronous is {sync}, FULL (2) is required")
+    if not readonly:
+        conn.executescript(schema_sql())
+    return conn
+
+
+@contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """BEGIN IMMEDIATE ... COMMIT, rolling back on any exception. Writes compose inside one of these."""
+    if conn.in_transaction:
+        raise LedgerError("nested ledger transaction: pass the open connection instead of opening another")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def require_transaction(conn: sqlite3.Connection) -> None:
+    if not conn.in_transaction:
+        raise LedgerError("this ledger write must run inside transaction(conn) so it commits with its audit row")

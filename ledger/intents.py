@@ -1,0 +1,375 @@
+"""Intents, attempts, decisions, findings and operation_ref bindings.
+
+Every function here takes an open connection inside `transaction(conn)` and composes into the
+caller's transaction: a state change and its audit row commit together or not at all.
+`transition()` is the only code that assigns `intents.state`.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from interlock.canonical import canonical_json
+from interlock.errors import IllegalTransition, IntentNotFound, KeyConflict, StaleLease
+from ledger import audit
+from ledger.db import require_transaction
+from ledger.states import OPERATOR_EVENTS, Event, State, next_state
+
+# Columns transition() may set alongside a state change. attempt_seq moves only in start_attempt().
+_SETTABLE = frozenset(
+    {"rail_entity_id", "reason_code", "lease_owner", "lease_epoch", "lease_expires_at", "hold_expires_at"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Intent:
+    merchant_id: str
+    sik: str
+    tool: str
+    subject_id: str
+    amount_minor: int
+    currency: str
+    params_hash: str
+    params: dict[str, Any]
+    state: State
+    attempt_seq: int
+    reconcile_attempts: int
+    lease_owner: str | None
+    lease_epoch: int | None
+    lease_expires_at: int | None
+    rail_entity_id: str | None
+    reason_code: str | None
+    agent_id: str
+    mandate_id: str
+    mandate_hash: str
+    operation_ref: str | None
+    distinct_reason: str | None
+    hold_expires_at: int | None
+    first_seen_at: int
+    updated_at: int
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row) -> Intent:
+        data = dict(row)
+        data["params"] = json.loads(data.pop("params_json"))
+        data["state"] = State(data["state"])
+        return cls(**data)
+
+    def terms(self) -> dict[str, Any]:
+        return {
+            "merchant_id": self.merchant_id,
+            "tool": self.tool,
+            "subject": self.subject_id,
+            "amount_minor": self.amount_minor,
+            "currency": self.currency,
+        }
+
+
+def get_intent(conn: sqlite3.Connection, merchant_id: str, sik: str) -> Intent | None:
+    row = conn.execute("SELECT * FROM intents WHERE merchant_id = ? AND sik = ?", (merchant_id, sik)).fetchone()
+    return Intent.from_row(row) if row else None
+
+
+def require_intent(conn: sqlite3.Connection, merchant_id: str, sik: str) -> Intent:
+    intent = get_intent(conn, merchant_id, sik)
+    if intent is None:
+        raise IntentNotFound(merchant_id, sik)
+    return intent
+
+
+def insert_intent(
+    conn: sqlite3.Connection,
+    *,
+    merchant_id: str,
+    sik: str,
+    tool: str,
+    subject_id: str,
+    amount_minor: int,
+    currency: str,
+    params: dict[str, Any],
+    params_hash: str,
+    agent_id: str,
+    mandate_id: str,
+    mandate_hash: str,
+    operation_ref: str | None,
+    distinct_reason: str | None,
+    now: int,
+) -> Intent | None:
+    """Insert a PROPOSED intent. Returns None when (merchant_id, sik) already exists (I1: the PK decides)."""
+    require_transaction(conn)
+    cur = conn.execute(
+        """INSERT INTO intents (merchant_id, sik, tool, subject_id, amount_minor, currency, params_hash, params_json,
+                                state, agent_id, mandate_id, mandate_hash, operation_ref, distinct_reason,
+                                first_seen_at, updated_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'PROPOSED', ?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT (merchant_id, sik) DO NOTHING""",
+        (
+            merchant_id, sik, tool, subject_id, amount_minor, currency, params_hash,
+            canonical_json(params).decode("utf-8"), agent_id, mandate_id, mandate_hash, operation_ref,
+            distinct_reason, now, now,
+        ),
+    )  # fmt: skip
+    if cur.rowcount == 0:
+        return None
+    audit.append(
+        conn,
+        "INTENT_PROPOSED",
+        {
+            "merchant_id": merchant_id, "sik": sik, "tool": tool, "subject": subject_id,
+            "amount_minor": amount_minor, "currency": currency, "agent_id": agent_id,
+            "mandate_hash": mandate_hash, "operation_ref": operation_ref, "distinct_reason": distinct_reason,
+        },
+        now,
+    )  # fmt: skip
+    return require_intent(conn, merchant_id, sik)
+
+
+def transition(
+    conn: sqlite3.Connection,
+    merchant_id: str,
+    sik: str,
+    event: Event,
+    *,
+    now: int,
+    detail: dict[str, Any] | None = None,
+    actor: str | None = None,
+    expect_epoch: int | None = None,
+    expect_attempt_seq: int | None = None,
+    set_fields: dict[str, Any] | None = None,
+) -> Intent:
+    """Apply *event* to the intent, append its audit row, and return the updated intent.
+
+    Raises IllegalTransition for an edge not in TRANSITIONS and StaleLease when the caller's
+    (lease_epoch, attempt_seq) fence no longer matches the row: a superseded worker's write is refused.
+    """
+    if event is Event.ATTEMPT_STARTED:
+        raise IllegalTransition(sik, "?", "ATTEMPT_STARTED outside start_attempt()")
+    return _apply(conn, merchant_id, sik, event, now=now, detail=detail, actor=actor, expect_epoch=expect_epoch,
+                  expect_attempt_seq=expect_attempt_seq, set_fields=set_fields)  # fmt: skip
+
+
+def _apply(
+    conn: sqlite3.Connection,
+    merchant_id: str,
+    sik: str,
+    event: Event,
+    *,
+    now: int,
+    detail: dict[str, Any] | None,
+    actor: str | None,
+    expect_epoch: int | None,
+    expect_attempt_seq: int | None,
+    set_fields: dict[str, Any] | None,
+    bump_attempt: bool = False,
+    bump_reconcile: bool = False,
+) -> Intent:
+    require_transaction(conn)
+    intent = require_intent(conn, merchant_id, sik)
+    target = next_state(intent.state, event)
+    if target is None:
+        raise IllegalTransition(sik, intent.state, event)
+    if event in OPERATOR_EVENTS and (not actor or not (detail or {}).get("evidence")):
+        raise IllegalTransition(sik, intent.state, f"{event} without an operator and evidence text")
+    if expect_epoch is not None and intent.lease_epoch != expect_epoch:
+        raise StaleLease(sik, f"lease epoch is {intent.lease_epoch}, writer holds {expect_epoch}")
+    if expect_attempt_seq is not None and intent.attempt_seq != expect_attempt_seq:
+        raise StaleLease(sik, f"attempt_seq is {intent.attempt_seq}, writer holds {expect_attempt_seq}")
+    fields = dict(set_fields or {})
+    unknown = set(fields) - _SETTABLE
+    if unknown:
+        raise ValueError(f"transition() cannot set {sorted(unknown)}")
+    fields["state"] = target.value
+    fields["updated_at"] = now
+    assignments = ", ".join(f"{name} = ?" for name in fields)
+    if bump_attempt:
+        assignments += ", attempt_seq = attempt_seq + 1"
+    if bump_reconcile:
+        assignments += ", reconcile_attempts = reconcile_attempts + 1"
+    # The WHERE on the old state and attempt_seq makes the write conditional on what we read.
+    cur = conn.execute(
+        f"UPDATE intents SET {assignments} WHERE merchant_id = ? AND sik = ? AND state = ? AND attempt_seq = ?",
+        (*fields.values(), merchant_id, sik, intent.state.value, intent.attempt_seq),
+    )
+    if cur.rowcount != 1:
+        raise StaleLease(sik, "row changed underneath the transition")
+    payload: dict[str, Any] = {
+        "merchant_id": merchant_id,
+        "sik": sik,
+        "event": event.value,
+        "from": intent.state.value,
+        "to": target.value,
+        "attempt_seq": intent.attempt_seq + (1 if bump_attempt else 0),
+    }
+    if actor:
+        payload["actor"] = actor
+    if detail:
+        payload["detail"] = detail
+    if "rail_entity_id" in fields:
+        payload["rail_entity_id"] = fields["rail_entity_id"]
+    audit.append(conn, "TRANSITION", payload, now)
+    return require_intent(conn, merchant_id, sik)
+
+
+def start_attempt(
+    conn: sqlite3.Connection,
+    merchant_id: str,
+    sik: str,
+    *,
+    now: int,
+    lease_owner: str,
+    lease_epoch: int,
+    lease_expires_at: int,
+    request: dict[str, Any],
+) -> Intent:
+    """AUTHORIZED -> IN_FLIGHT with attempt_seq + 1 and a fresh attempt row (I5). The caller commits
+    this transaction before any byte goes to the rail (I2)."""
+    intent = _apply(
+        conn, merchant_id, sik, Event.ATTEMPT_STARTED, now=now, detail=None, actor=lease_owner,
+        expect_epoch=None, expect_attempt_seq=None, bump_attempt=True,
+        set_fields={"lease_owner": lease_owner, "lease_epoch": lease_epoch, "lease_expires_at": lease_expires_at},
+    )  # fmt: skip
+    conn.execute(
+        """INSERT INTO intent_attempts (merchant_id, sik, attempt_seq, lease_epoch, started_at, request_json)
+           VALUES (?, ?, ?, ?, ?, ?)""",
+        (merchant_id, sik, intent.attempt_seq, lease_epoch, now, canonical_json(request).decode("utf-8")),
+    )
+    return intent
+
+
+def finish_attempt(
+    conn: sqlite3.Connection,
+    merchant_id: str,
+    sik: str,
+    attempt_seq: int,
+    *,
+    now: int,
+    outcome: str,
+    rail_entity_id: str | None = None,
+    http_status: int | None = None,
+    fee_minor: int | None = None,
+    tax_minor: int | None = None,
+    error_code: str | None = None,
+    response: Any = None,
+) -> None:
+    require_transaction(conn)
+    conn.execute(
+        """UPDATE intent_attempts SET finished_at = ?, outcome = ?, rail_entity_id = ?, http_status = ?,
+                  fee_minor = ?, tax_minor = ?, error_code = ?, response_json = ?
+           WHERE merchant_id = ? AND sik = ? AND attempt_seq = ? AND finished_at IS NULL""",
+        (
+            now, outcome, rail_entity_id, http_status, fee_minor, tax_minor, error_code,
+            None if response is None else json.dumps(response, sort_keys=True, default=str),
+            merchant_id, sik, attempt_seq,
+        ),
+    )  # fmt: skip
+
+
+def begin_reconcile(
+    conn: sqlite3.Connection, merchant_id: str, sik: str, *, now: int, owner: str, lease_expires_at: int
+) -> Intent:
+    """UNKNOWN -> RECONCILING under a per-intent lease; counts the pass."""
+    return _apply(
+        conn, merchant_id, sik, Event.RECONCILE_STARTED, now=now, detail=None, actor=owner, expect_epoch=None,
+        expect_attempt_seq=None, set_fields={"lease_owner": owner, "lease_expires_at": lease_expires_at},
+        bump_reconcile=True,
+    )  # fmt: skip
+
+
+def record_decision(
+    conn: sqlite3.Connection,
+    *,
+    request_id: str,
+    merchant_id: str,
+    sik: str,
+    agent_id: str,
+    mandate_hash: str,
+    verdict: str,
+    reason_code: str,
+    results: list[dict[str, Any]],
+    now: int,
+) -> bool:
+    """Record a gate decision once per request_id; False when this request was already decided
+    (a redelivered Decision). Race-free because the caller holds BEGIN IMMEDIATE."""
+    require_transaction(conn)
+    if decision_exists(conn, request_id):
+        return False
+    seq = audit.append(
+        conn,
+        "DECISION",
+        {"request_id": request_id, "merchant_id": merchant_id, "sik": sik, "agent_id": agent_id,
+         "verdict": verdict, "reason_code": reason_code, "mandate_hash": mandate_hash, "results": results},
+        now,
+    )  # fmt: skip
+    conn.execute(
+        """INSERT INTO decisions (request_id, merchant_id, sik, agent_id, mandate_hash, verdict, reason_code,
+                                  results_json, decided_at, audit_seq)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (request_id, merchant_id, sik, agent_id, mandate_hash, verdict, reason_code,
+         canonical_json(results).decode("utf-8"), now, seq),
+    )  # fmt: skip
+    return True
+
+
+def decision_exists(conn: sqlite3.Connection, request_id: str) -> bool:
+    return conn.execute("SELECT 1 FROM decisions WHERE request_id = ?", (request_id,)).fetchone() is not None
+
+
+def record_finding(
+    conn: sqlite3.Connection,
+    *,
+    merchant_id: str,
+    sik: str,
+    attempt_seq: int,
+    outcome: str,
+    pages_scanned: int,
+    pagination_exhausted: bool,
+    matched_entity_id: str | None,
+    now: int,
+    detail: dict[str, Any] | None = None,
+) -> int:
+    require_transaction(conn)
+    cur = conn.execute(
+        """INSERT INTO recon_findings (merchant_id, sik, attempt_seq, outcome, pages_scanned, pagination_exhausted,
+                                       matched_entity_id, queried_at, detail_json)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        (merchant_id, sik, attempt_seq, outcome, pages_scanned, 1 if pagination_exhausted else 0,
+         matched_entity_id, now, canonical_json(detail or {}).decode("utf-8")),
+    )  # fmt: skip
+    audit.append(
+        conn,
+        "RECON_FINDING",
+        {"merchant_id": merchant_id, "sik": sik, "attempt_seq": attempt_seq, "outcome": outcome,
+         "pages_scanned": pages_scanned, "pagination_exhausted": pagination_exhausted,
+         "matched_entity_id": matched_entity_id},
+        now,
+    )  # fmt: skip
+    return int(cur.lastrowid or 0)
+
+
+def bind_operation_ref(conn: sqlite3.Connection, merchant_id: str, operation_ref: str, sik: str, *, now: int) -> None:
+    """Bind operation_ref to sik on first use; a later use for another sik raises KeyConflict."""
+    require_transaction(conn)
+    row = conn.execute(
+        "SELECT sik FROM operation_refs WHERE merchant_id = ? AND operation_ref = ?", (merchant_id, operation_ref)
+    ).fetchone()
+    if row is not None:
+        if row["sik"] != sik:
+            raise KeyConflict(operation_ref, row["sik"], sik)
+        return
+    conn.execute(
+        "INSERT INTO operation_refs (merchant_id, operation_ref, sik, bound_at) VALUES (?, ?, ?, ?)",
+        (merchant_id, operation_ref, sik, now),
+    )
+    audit.append(
+        conn, "OPERATION_REF_BOUND", {"merchant_id": merchant_id, "operation_ref": operation_ref, "sik": sik}, now
+    )
+
+
+def sik_for_operation_ref(conn: sqlite3.Connection, merchant_id: str, operation_ref: str) -> str | None:
+    row = conn.execute(
+        "SELECT sik FROM operation_refs WHERE merchant_id = ? AND operation_ref = ?", (merchant_id, operation_ref)
+    ).fetchone()
+    return None if row is None else str(row["sik"])

@@ -1,0 +1,152 @@
+-- The Interlock ledger (SPEC §5). Every table is STRICT: a float amount is refused by SQLite itself.
+-- Opened with journal_mode=WAL and synchronous=FULL (ledger/db.py asserts both).
+
+CREATE TABLE IF NOT EXISTS intents (
+    merchant_id        TEXT    NOT NULL,
+    sik                TEXT    NOT NULL,
+    tool               TEXT    NOT NULL,
+    subject_id         TEXT    NOT NULL,
+    amount_minor       INTEGER NOT NULL CHECK (amount_minor > 0),
+    currency           TEXT    NOT NULL CHECK (length(currency) = 3 AND currency = upper(currency)),
+    params_hash        TEXT    NOT NULL,
+    params_json        TEXT    NOT NULL,
+    state              TEXT    NOT NULL,
+    attempt_seq        INTEGER NOT NULL DEFAULT 0 CHECK (attempt_seq >= 0),
+    reconcile_attempts INTEGER NOT NULL DEFAULT 0,
+    lease_owner        TEXT,
+    lease_epoch        INTEGER,
+    lease_expires_at   INTEGER,
+    rail_entity_id     TEXT,
+    reason_code        TEXT,
+    agent_id           TEXT    NOT NULL,
+    mandate_id         TEXT    NOT NULL,
+    mandate_hash       TEXT    NOT NULL,
+    operation_ref      TEXT,
+    distinct_reason    TEXT,
+    hold_expires_at    INTEGER,
+    first_seen_at      INTEGER NOT NULL,
+    updated_at         INTEGER NOT NULL,
+    PRIMARY KEY (merchant_id, sik)          -- I1: at most one intent per (merchant_id, sik)
+) STRICT, WITHOUT ROWID;
+
+CREATE INDEX IF NOT EXISTS intents_by_state ON intents (state, updated_at);
+CREATE INDEX IF NOT EXISTS intents_by_subject ON intents (merchant_id, subject_id, state);
+
+-- I4: APPLIED and BLOCKED are absorbing, even for raw SQL that bypasses transition().
+CREATE TRIGGER IF NOT EXISTS intents_absorbing_states
+BEFORE UPDATE OF state ON intents
+WHEN OLD.state IN ('APPLIED', 'BLOCKED') AND NEW.state IS NOT OLD.state
+BEGIN
+    SELECT RAISE(ABORT, 'I4: APPLIED and BLOCKED are absorbing');
+END;
+
+-- I5: attempt_seq never goes backwards.
+CREATE TRIGGER IF NOT EXISTS intents_attempt_seq_monotone
+BEFORE UPDATE OF attempt_seq ON intents
+WHEN NEW.attempt_seq < OLD.attempt_seq
+BEGIN
+    SELECT RAISE(ABORT, 'I5: attempt_seq must not decrease');
+END;
+
+CREATE TABLE IF NOT EXISTS intent_attempts (
+    merchant_id    TEXT    NOT NULL,
+    sik            TEXT    NOT NULL,
+    attempt_seq    INTEGER NOT NULL CHECK (attempt_seq >= 1),
+    lease_epoch    INTEGER NOT NULL,
+    started_at     INTEGER NOT NULL,
+    finished_at    INTEGER,
+    outcome        TEXT,
+    rail_entity_id TEXT,
+    http_status    INTEGER,
+    fee_minor      INTEGER,
+    tax_minor      INTEGER,
+    error_code     TEXT,
+    request_json   TEXT,
+    response_json  TEXT,
+    PRIMARY KEY (merchant_id, sik, attempt_seq),
+    FOREIGN KEY (merchant_id, sik) REFERENCES intents (merchant_id, sik)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS decisions (
+    request_id   TEXT    NOT NULL PRIMARY KEY,
+    merchant_id  TEXT    NOT NULL,
+    sik          TEXT    NOT NULL,
+    agent_id     TEXT    NOT NULL,
+    mandate_hash TEXT    NOT NULL,
+    verdict      TEXT    NOT NULL CHECK (verdict IN ('ALLOW', 'HOLD', 'BLOCK')),
+    reason_code  TEXT    NOT NULL,
+    results_json TEXT    NOT NULL,
+    decided_at   INTEGER NOT NULL,
+    audit_seq    INTEGER
+) STRICT;
+
+CREATE INDEX IF NOT EXISTS decisions_by_intent ON decisions (merchant_id, sik);
+
+CREATE TABLE IF NOT EXISTS recon_findings (
+    id                   INTEGER PRIMARY KEY,
+    merchant_id          TEXT    NOT NULL,
+    sik                  TEXT    NOT NULL,
+    attempt_seq          INTEGER NOT NULL,
+    outcome              TEXT    NOT NULL
+        CHECK (outcome IN ('APPLIED', 'CONFIRMED_NOT_APPLIED', 'INCONCLUSIVE')),
+    pages_scanned        INTEGER NOT NULL CHECK (pages_scanned >= 0),
+    pagination_exhausted INTEGER NOT NULL CHECK (pagination_exhausted IN (0, 1)),
+    matched_entity_id    TEXT,
+    queried_at           INTEGER NOT NULL,
+    detail_json          TEXT    NOT NULL DEFAULT '{}',
+    -- Absence on page one is not absence: "not applied" only after the list ran out.
+    CHECK (outcome <> 'CONFIRMED_NOT_APPLIED' OR pagination_exhausted = 1)
+) STRICT;
+
+CREATE TABLE IF NOT EXISTS operation_refs (
+    merchant_id   TEXT    NOT NULL,
+    operation_ref TEXT    NOT NULL,
+    sik           TEXT    NOT NULL,
+    bound_at      INTEGER NOT NULL,
+    PRIMARY KEY (merchant_id, operation_ref)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE IF NOT EXISTS audit_log (
+    seq          INTEGER PRIMARY KEY,       -- gapless: assigned as head + 1 inside BEGIN IMMEDIATE
+    ts           INTEGER NOT NULL,
+    kind         TEXT    NOT NULL,
+    payload_json TEXT    NOT NULL,
+    prev_hash    TEXT    NOT NULL,
+    hash         TEXT    NOT NULL
+) STRICT;
+
+-- The chain's head, moved in the same transaction as each append, so a truncated tail is visible.
+CREATE TABLE IF NOT EXISTS audit_head (
+    id   INTEGER PRIMARY KEY CHECK (id = 1),
+    seq  INTEGER NOT NULL,
+    hash TEXT    NOT NULL
+) STRICT;
+
+CREATE TRIGGER IF NOT EXISTS audit_log_move_head
+AFTER INSERT ON audit_log
+BEGIN
+    INSERT INTO audit_head (id, seq, hash) VALUES (1, NEW.seq, NEW.hash)
+    ON CONFLICT (id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash;
+END;
+
+-- The audit log is append-only through the ledger package; rewriting it needs the schema changed first.
+CREATE TRIGGER IF NOT EXISTS audit_log_no_update
+BEFORE UPDATE ON audit_log
+BEGIN
+    SELECT RAISE(ABORT, 'I6: the audit log is append-only');
+END;
+
+CREATE TRIGGER IF NOT EXISTS audit_log_no_delete
+BEFORE DELETE ON audit_log
+BEGIN
+    SELECT RAISE(ABORT, 'I6: the audit log is append-only');
+END;
+
+-- Singleton leases (the rail worker's; the reconciler's per-intent leases live on intents).
+CREATE TABLE IF NOT EXISTS leases (
+    name         TEXT    NOT NULL PRIMARY KEY,
+    owner        TEXT    NOT NULL,
+    epoch        INTEGER NOT NULL CHECK (epoch >= 1),
+    heartbeat_at INTEGER NOT NULL,
+    expires_at   INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;

@@ -1,0 +1,95 @@
+"""The intent state machine (SPEC §6) as one table. `ledger.intents.transition()` is the only code
+that changes an intent's state, and it consults nothing but TRANSITIONS.
+
+The core rule this table encodes: the only edge into a rail call is AUTHORIZED -> IN_FLIGHT, and
+after the first attempt the only edges back into AUTHORIZED are from CONFIRMED_NOT_APPLIED (or a
+fresh, fully gated proposal after a definitive rail rejection).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class State(StrEnum):
+    PROPOSED = "PROPOSED"
+    HELD = "HELD"
+    AUTHORIZED = "AUTHORIZED"
+    IN_FLIGHT = "IN_FLIGHT"
+    APPLIED = "APPLIED"
+    FAILED_TERMINAL = "FAILED_TERMINAL"
+    UNKNOWN = "UNKNOWN"
+    RECONCILING = "RECONCILING"
+    CONFIRMED_NOT_APPLIED = "CONFIRMED_NOT_APPLIED"
+    BLOCKED = "BLOCKED"
+    QUARANTINED = "QUARANTINED"
+
+
+class Event(StrEnum):
+    GATES_PASSED = "GATES_PASSED"
+    GATES_HELD = "GATES_HELD"
+    GATES_BLOCKED = "GATES_BLOCKED"
+    HOLD_RELEASED = "HOLD_RELEASED"
+    HOLD_REJECTED = "HOLD_REJECTED"
+    QUARANTINE = "QUARANTINE"
+    ATTEMPT_STARTED = "ATTEMPT_STARTED"
+    RAIL_APPLIED = "RAIL_APPLIED"
+    RAIL_REJECTED = "RAIL_REJECTED"
+    RAIL_AMBIGUOUS = "RAIL_AMBIGUOUS"
+    LEASE_EXPIRED = "LEASE_EXPIRED"
+    RECONCILE_STARTED = "RECONCILE_STARTED"
+    RECONCILE_FOUND_APPLIED = "RECONCILE_FOUND_APPLIED"
+    RECONCILE_CONFIRMED_ABSENT = "RECONCILE_CONFIRMED_ABSENT"
+    RECONCILE_INCONCLUSIVE = "RECONCILE_INCONCLUSIVE"
+    RETRY_AUTHORIZED = "RETRY_AUTHORIZED"
+    REOPENED = "REOPENED"
+    OPERATOR_RESOLVED_APPLIED = "OPERATOR_RESOLVED_APPLIED"
+    OPERATOR_RESOLVED_NOT_APPLIED = "OPERATOR_RESOLVED_NOT_APPLIED"
+
+
+S, E = State, Event
+
+TRANSITIONS: dict[tuple[State, Event], State] = {
+    (S.PROPOSED, E.GATES_PASSED): S.AUTHORIZED,
+    (S.PROPOSED, E.GATES_HELD): S.HELD,
+    (S.PROPOSED, E.GATES_BLOCKED): S.BLOCKED,
+    (S.HELD, E.HOLD_RELEASED): S.AUTHORIZED,
+    (S.HELD, E.HOLD_REJECTED): S.BLOCKED,
+    (S.HELD, E.QUARANTINE): S.QUARANTINED,
+    (S.AUTHORIZED, E.ATTEMPT_STARTED): S.IN_FLIGHT,
+    (S.AUTHORIZED, E.GATES_BLOCKED): S.BLOCKED,
+    (S.AUTHORIZED, E.QUARANTINE): S.QUARANTINED,
+    (S.IN_FLIGHT, E.RAIL_APPLIED): S.APPLIED,
+    (S.IN_FLIGHT, E.RAIL_REJECTED): S.FAILED_TERMINAL,
+    (S.IN_FLIGHT, E.RAIL_AMBIGUOUS): S.UNKNOWN,
+    (S.IN_FLIGHT, E.LEASE_EXPIRED): S.UNKNOWN,
+    (S.UNKNOWN, E.RECONCILE_STARTED): S.RECONCILING,
+    (S.UNKNOWN, E.QUARANTINE): S.QUARANTINED,
+    (S.RECONCILING, E.RECONCILE_FOUND_APPLIED): S.APPLIED,
+    (S.RECONCILING, E.RECONCILE_CONFIRMED_ABSENT): S.CONFIRMED_NOT_APPLIED,
+    (S.RECONCILING, E.RECONCILE_INCONCLUSIVE): S.UNKNOWN,
+    (S.RECONCILING, E.QUARANTINE): S.QUARANTINED,
+    (S.CONFIRMED_NOT_APPLIED, E.RETRY_AUTHORIZED): S.AUTHORIZED,
+    (S.CONFIRMED_NOT_APPLIED, E.REOPENED): S.AUTHORIZED,
+    (S.FAILED_TERMINAL, E.REOPENED): S.AUTHORIZED,
+    (S.QUARANTINED, E.OPERATOR_RESOLVED_APPLIED): S.APPLIED,
+    (S.QUARANTINED, E.OPERATOR_RESOLVED_NOT_APPLIED): S.CONFIRMED_NOT_APPLIED,
+}
+
+ABSORBING: frozenset[State] = frozenset({S.APPLIED, S.BLOCKED})
+
+# States whose money may still move: counted against refundable ceilings and limits (G2, G3).
+MAY_MOVE_MONEY: frozenset[State] = frozenset({S.AUTHORIZED, S.IN_FLIGHT, S.UNKNOWN, S.RECONCILING})
+
+# States that need nothing more from the rail.
+SETTLED: frozenset[State] = frozenset({S.APPLIED, S.BLOCKED, S.FAILED_TERMINAL})
+
+OPERATOR_EVENTS: frozenset[Event] = frozenset({E.OPERATOR_RESOLVED_APPLIED, E.OPERATOR_RESOLVED_NOT_APPLIED})
+
+
+def next_state(state: State | str, event: Event | str) -> State | None:
+    """The state *event* leads to from *state*, or None when the table has no such edge."""
+    try:
+        return TRANSITIONS.get((State(state), Event(event)))
+    except ValueError:
+        return None

@@ -1,0 +1,47 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from interlock.config import load_settings
+from interlock.errors import ConfigError
+from interlock.failpoints import failpoint
+
+
+def test_missing_required_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INTERLOCK_RAIL_URL", raising=False)
+    with pytest.raises(ConfigError, match="INTERLOCK_RAIL_URL is not set") as info:
+        load_settings().require("rail_url")
+    assert info.value.variable == "INTERLOCK_RAIL_URL"
+
+
+def test_malformed_setting_names_the_variable_and_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INTERLOCK_RECONCILE_MIN_DELAY_MS", "2s")
+    with pytest.raises(ConfigError, match=r"INTERLOCK_RECONCILE_MIN_DELAY_MS.*'2s'"):
+        load_settings()
+
+
+def test_defaults_and_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("INTERLOCK_RECONCILE_MIN_DELAY_MS", raising=False)
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:6390/0")
+    settings = load_settings()
+    assert settings.reconcile_min_delay_ms == 2000
+    assert settings.redis_url == "redis://127.0.0.1:6390/0"
+
+
+def test_failpoint_is_a_no_op_unless_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("INTERLOCK_KILL_AT", "rail.before_wal")
+    failpoint("rail.after_wal_before_call")  # a different point: nothing happens
+    with pytest.raises(ValueError, match="unknown failpoint"):
+        failpoint("rail.nowhere")
+
+
+def test_failpoint_sigkills_its_own_process() -> None:
+    code = "from interlock.failpoints import failpoint\nfailpoint('rail.before_wal')\nprint('survived')"
+    env = {"INTERLOCK_KILL_AT": "rail.before_wal", "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == -9
+    assert "survived" not in result.stdout
+    assert "failpoint rail.before_wal" in result.stderr
