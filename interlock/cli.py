@@ -27,7 +27,17 @@ def _register() -> None:
     from ledger.cli import audit_group
 
     cli.add_command(audit_group)
+    from gate_workers.worker import gate_worker_command
+
+    cli.add_command(gate_worker_command)
     # -- subcommands added by later packages register below this line --
+    from interlock.mandate_cli import init_command, mandate_group
+
+    cli.add_command(init_command)
+    cli.add_command(mandate_group)
+    from sandbox.cli import sandbox_command
+
+    cli.add_command(sandbox_command)
 
 
 _register()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 
 KILL_AT_ENV = "INTERLOCK_KILL_AT"
 
@@ -24,6 +25,19 @@ KNOWN_POINTS = frozenset(
         "reconciler.after_finding_before_commit",
     }
 )
+
+
+def arm(name: str, delay_ms: int) -> threading.Timer | None:
+    """Fire *name* from a timer thread after *delay_ms*, while the caller is blocked elsewhere (e.g. a
+    rail call in flight: `rail.during_call`). Returns None unless INTERLOCK_KILL_AT names the point."""
+    if name not in KNOWN_POINTS:
+        raise ValueError(f"unknown failpoint {name!r}")
+    if os.environ.get(KILL_AT_ENV) != name:
+        return None
+    timer = threading.Timer(delay_ms / 1000, failpoint, args=(name,))
+    timer.daemon = True
+    timer.start()
+    return timer
 
 
 def failpoint(name: str) -> None:

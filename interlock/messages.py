@@ -67,15 +67,19 @@ class Decision(_Message):
 
     request_id: str
     agent_id: str
-    sik: str
-    terms: IntentTerms
+    merchant_id: str
+    tool: str
+    # None when the referent could not be resolved on the rail: nothing to key, nothing to record
+    # but the decision itself (e.g. an injected payment id that does not exist).
+    sik: str | None
+    terms: IntentTerms | None
+    params: dict[str, Any]
     params_hash: str
-    arguments: dict[str, Any]
     verdict: Verdict
     reason_code: str
     results: list[GateResultModel]
-    mandate_id: str
-    mandate_hash: str
+    mandate_id: str | None
+    mandate_hash: str | None
     operation_ref: str | None = None
     distinct_reason: str | None = None
     window: int | None = None

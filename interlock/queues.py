@@ -7,6 +7,7 @@ not names scattered through the code.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 NAMESPACE = "interlock"
 DEFAULT_SHARD = "0"
@@ -25,6 +26,12 @@ def reconcile_queue(shard: str = DEFAULT_SHARD) -> str:
     return "reconcile" if shard == DEFAULT_SHARD else f"reconcile:{shard}"
 
 
+def reconcile_hint_key(shard: str = DEFAULT_SHARD) -> str:
+    """A Redis list of intent keys the reconciler should look at soon. Only a hint: its ledger sweep
+    finds every UNKNOWN intent even when a hint is lost."""
+    return f"{NAMESPACE}:hints:{reconcile_queue(shard)}"
+
+
 def outcome_key(request_id: str) -> str:
     """A Redis list the rail worker pushes the first recorded Outcome of a request onto."""
     return f"{NAMESPACE}:outcome:{request_id}"
@@ -39,3 +46,18 @@ def shard_for_merchant(merchant_id: str, shards: int = 1) -> str:
 
 
 OUTCOME_TTL_S = 3600
+
+
+# RQ job entry points, named by import path so no actor imports another actor's code.
+GATE_JOB = "gate_workers.jobs.evaluate_proposal"
+ADMIT_JOB = "rail_worker.jobs.handle_decision"
+EXECUTE_JOB = "rail_worker.jobs.execute_intent"
+RECONCILE_JOB = "reconciler.jobs.reconcile_intent"
+
+
+def rq_queue(name: str, connection: Any) -> Any:
+    """An RQ queue that serialises job arguments as JSON (never pickle: messages are data)."""
+    from rq import Queue
+    from rq.serializers import JSONSerializer
+
+    return Queue(name, connection=connection, serializer=JSONSerializer, default_timeout=300)

@@ -81,6 +81,11 @@ ABSORBING: frozenset[State] = frozenset({S.APPLIED, S.BLOCKED})
 # States whose money may still move: counted against refundable ceilings and limits (G2, G3).
 MAY_MOVE_MONEY: frozenset[State] = frozenset({S.AUTHORIZED, S.IN_FLIGHT, S.UNKNOWN, S.RECONCILING})
 
+# States counted against G3 windows and fee budgets: applied, or possibly moving money later.
+COUNTS_AGAINST_LIMITS: frozenset[State] = MAY_MOVE_MONEY | {
+    S.APPLIED, S.HELD, S.CONFIRMED_NOT_APPLIED, S.QUARANTINED,
+}  # fmt: skip
+
 # States that need nothing more from the rail.
 SETTLED: frozenset[State] = frozenset({S.APPLIED, S.BLOCKED, S.FAILED_TERMINAL})
 

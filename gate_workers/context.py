@@ -1,0 +1,52 @@
+"""What every gate sees: the proposed action already resolved on the rail, and the gate context."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from interlock.fees import DEFAULT_FEE_RATE, FeeRate
+from interlock.mandate import Mandate
+from rails.models import Balance, Payment
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedAction:
+    """A money call after Interlock resolved its referent on the rail itself.
+
+    `subject` is the rail's own id for the entity (never the model's text), `amount_minor` the
+    concrete amount (a full refund or full-balance settlement resolved to a number). When the
+    referent could not be resolved, `resolution_error` carries the reason code and `sik` is None.
+    """
+
+    request_id: str
+    agent_id: str
+    merchant_id: str
+    tool: str
+    arguments: dict[str, Any]
+    subject: str | None = None
+    amount_minor: int | None = None
+    currency: str | None = None
+    requested_amount: int | None = None
+    payment: Payment | None = None
+    balance: Balance | None = None
+    resolution_error: str | None = None
+    resolution_detail: dict[str, Any] = field(default_factory=dict)
+    sik: str | None = None
+    window: int | None = None
+    distinct_reason: str | None = None
+    operation_ref: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class GateContext:
+    mandate: Mandate | None
+    now_ms: int
+    ledger: sqlite3.Connection
+    tool_hashes: Mapping[str, str]
+    upstream_tools: frozenset[str] = frozenset()
+    fee_rate: FeeRate = DEFAULT_FEE_RATE
+    purpose_check: bool = False

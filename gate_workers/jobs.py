@@ -1,0 +1,126 @@
+"""The gate job: a Proposal from queue "gates" in, a Decision on the rail queue out (SPEC §2).
+
+Gate workers hold no state between jobs that matters for correctness: the runtime below caches
+connections only. The ledger is opened read-only. A job delivered twice produces the same
+Decision (same request_id) and the rail worker's admit makes the second one harmless: the queue
+delivers, the ledger decides.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from gate_workers.context import GateContext, ResolvedAction
+from gate_workers.ladder import evaluate
+from gate_workers.resolve import RailReader, resolve
+from interlock.canonical import canonical_hash
+from interlock.clock import now_ms
+from interlock.config import Settings, load_settings
+from interlock.errors import LedgerError
+from interlock.failpoints import failpoint
+from interlock.mandate import Mandate, MandateStore
+from interlock.messages import Decision, IntentTerms, Proposal
+from interlock.queues import ADMIT_JOB, rail_queue, rq_queue, shard_for_merchant
+from interlock.redis_conn import connect
+from interlock.tools import current_pins
+from ledger.db import open_ledger
+from rails.razorpay import RazorpayClient
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class GateRuntime:
+    settings: Settings
+    mandates: MandateStore
+    rail: RailReader
+    ledger: sqlite3.Connection
+    redis: redis.Redis
+    tool_hashes: dict[str, str]
+
+    @classmethod
+    def from_settings(cls, settings: Settings, *, wait_for_ledger_s: float = 60.0) -> GateRuntime:
+        ledger_path: Path = settings.require("ledger")
+        return cls(
+            settings=settings,
+            mandates=MandateStore.from_settings(settings),
+            rail=RazorpayClient.from_settings(settings),
+            ledger=_open_when_present(ledger_path, wait_for_ledger_s),
+            redis=connect(settings.redis_url),
+            tool_hashes=current_pins(),
+        )
+
+
+def _open_when_present(path: Path, wait_s: float) -> sqlite3.Connection:
+    # The rail worker creates the ledger; a gate worker started first waits for it rather than creating it.
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return open_ledger(path, readonly=True)
+        except LedgerError:
+            if time.monotonic() > deadline:
+                raise
+            logger.info("waiting for the ledger %s to be created by the rail worker", path)
+            time.sleep(0.5)
+
+
+_runtime: GateRuntime | None = None
+
+
+def install_runtime(runtime: GateRuntime) -> None:
+    global _runtime
+    _runtime = runtime
+
+
+def runtime() -> GateRuntime:
+    global _runtime
+    if _runtime is None:
+        _runtime = GateRuntime.from_settings(load_settings())
+    return _runtime
+
+
+def evaluate_proposal(proposal_json: str) -> dict[str, Any]:
+    """RQ job entry point (interlock.queues.GATE_JOB)."""
+    rt = runtime()
+    proposal = Proposal.from_json(proposal_json)
+    decision = decide(proposal, rt)
+    failpoint("gate.after_resolve")
+    shard = shard_for_merchant(proposal.merchant_id)
+    rq_queue(rail_queue(shard), rt.redis).enqueue(
+        ADMIT_JOB, decision.to_json(), job_id=f"decision-{proposal.request_id}", result_ttl=600, failure_ttl=86400
+    )
+    logger.info("request %s: %s %s (%s) sik=%s", proposal.request_id, proposal.tool, decision.verdict,
+                decision.reason_code, decision.sik)  # fmt: skip
+    return {"verdict": decision.verdict.value, "reason_code": decision.reason_code, "sik": decision.sik}
+
+
+def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
+    now = now_ms()
+    mandate = rt.mandates.get(proposal.agent_id)
+    action = resolve(proposal, rt.rail, rt.ledger, mandate, now)
+    ctx = GateContext(mandate=mandate, now_ms=now, ledger=rt.ledger, tool_hashes=rt.tool_hashes)
+    return build_decision(action, ctx, mandate)
+
+
+def build_decision(action: ResolvedAction, ctx: GateContext, mandate: Mandate | None) -> Decision:
+    outcome = evaluate(action, ctx)
+    terms = None
+    if action.sik is not None:
+        assert action.subject is not None and action.amount_minor is not None and action.currency is not None
+        terms = IntentTerms(merchant_id=action.merchant_id, tool=action.tool, subject=action.subject,
+                            amount_minor=action.amount_minor, currency=action.currency)  # fmt: skip
+    return Decision(
+        request_id=action.request_id, agent_id=action.agent_id, merchant_id=action.merchant_id, tool=action.tool,
+        sik=action.sik, terms=terms, params=action.params, params_hash=canonical_hash(action.params),
+        verdict=outcome.verdict, reason_code=outcome.reason_code, results=outcome.results,
+        mandate_id=mandate.mandate_id if mandate else None, mandate_hash=mandate.mandate_hash if mandate else None,
+        operation_ref=action.operation_ref, distinct_reason=action.distinct_reason, window=action.window,
+        decided_at_ms=ctx.now_ms,
+    )  # fmt: skip

@@ -1,0 +1,160 @@
+"""Strict validation of tool-call arguments (SPEC §10), shared by the ingress (before anything is
+enqueued) and the gate workers (defence in depth: a Proposal may not have come through the ingress).
+
+Every refusal is an InvalidInput naming the field and the limit, so the agent's caller can act on it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from interlock.errors import InvalidInput
+from interlock.money import parse_amount
+
+MAX_ARGUMENTS_BYTES = 64 * 1024
+MAX_DEPTH = 32
+MAX_NOTES = 15
+MAX_NOTE_CHARS = 256
+MAX_DISTINCT_CHARS = 200
+_ID = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+_SIK = re.compile(r"^[A-Z2-7]{32}$")
+_OPERATION_REF = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_DESCRIPTION = re.compile(r"^[A-Za-z0-9 ]{1,30}$")
+_ALLOWED = {
+    "fetch_payment": {"payment_id"},
+    "fetch_refund": {"refund_id"},
+    "create_refund": {"payment_id", "amount", "speed", "notes", "interlock_distinct_reason"},
+    "create_instant_settlement": {"amount", "settle_full_balance", "description", "notes", "interlock_distinct_reason"},
+    "interlock_status": {"sik", "operation_ref"},
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MoneyCall:
+    """A validated money call as the agent asked for it (before the gates resolve it on the rail)."""
+
+    tool: str
+    payment_id: str | None
+    amount: int | None  # None: refund everything refundable / settle the full balance
+    speed: str | None
+    notes: dict[str, str]
+    description: str | None
+    distinct_reason: str | None
+
+
+def check_envelope(arguments: Any) -> dict[str, Any]:
+    """Size and depth limits, before looking at any field."""
+    if not isinstance(arguments, dict):
+        raise InvalidInput(f"arguments must be a JSON object, got {type(arguments).__name__}", field="arguments")
+    size = len(json.dumps(arguments, ensure_ascii=False, default=str).encode("utf-8"))
+    if size > MAX_ARGUMENTS_BYTES:
+        raise InvalidInput(f"arguments are {size} bytes as JSON; the limit is {MAX_ARGUMENTS_BYTES} (64 KiB)",
+                           field="arguments")  # fmt: skip
+    if _depth(arguments) > MAX_DEPTH:
+        raise InvalidInput(f"arguments nest deeper than {MAX_DEPTH} levels", field="arguments")
+    return arguments
+
+
+def _depth(value: Any, level: int = 1) -> int:
+    if level > MAX_DEPTH:
+        return level
+    if isinstance(value, dict):
+        return max((_depth(v, level + 1) for v in value.values()), default=level)
+    if isinstance(value, list):
+        return max((_depth(v, level + 1) for v in value), default=level)
+    return level
+
+
+def check_fields(tool: str, arguments: dict[str, Any]) -> None:
+    allowed = _ALLOWED.get(tool)
+    if allowed is None:
+        raise InvalidInput(f"unknown tool {tool!r}; known tools: {', '.join(sorted(_ALLOWED))}", field="tool")
+    unknown = sorted(set(arguments) - allowed)
+    if unknown:
+        raise InvalidInput(f"unknown field {unknown[0]!r} for {tool}; allowed: {', '.join(sorted(allowed))}",
+                           field=unknown[0])  # fmt: skip
+
+
+def parse_id(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not _ID.match(value):
+        raise InvalidInput(f"{field} must be 1-64 characters of [A-Za-z0-9_], got {value!r}", field=field)
+    return value
+
+
+def parse_notes(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput(f"notes must be an object of string values, got {type(value).__name__}", field="notes")
+    if len(value) > MAX_NOTES:
+        raise InvalidInput(f"notes has {len(value)} keys; the limit is {MAX_NOTES}", field="notes")
+    for key, item in value.items():
+        if not isinstance(item, str):
+            raise InvalidInput(f"notes.{key} must be a string, got {type(item).__name__}", field=f"notes.{key}")
+        if len(key) > MAX_NOTE_CHARS or len(item) > MAX_NOTE_CHARS:
+            raise InvalidInput(f"notes.{key[:40]}: keys and values are limited to {MAX_NOTE_CHARS} characters",
+                               field="notes")  # fmt: skip
+        if key == "interlock_sik":
+            raise InvalidInput("notes.interlock_sik is reserved for Interlock's own stamp", field="notes.interlock_sik")
+    return dict(value)
+
+
+def parse_distinct(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput("interlock_distinct_reason must be a non-empty string", field="interlock_distinct_reason")
+    if len(value) > MAX_DISTINCT_CHARS:
+        raise InvalidInput(f"interlock_distinct_reason is {len(value)} characters; the limit is {MAX_DISTINCT_CHARS}",
+                           field="interlock_distinct_reason")  # fmt: skip
+    return value
+
+
+def parse_money_call(tool: str, arguments: Any) -> MoneyCall:
+    """Validate a create_refund / create_instant_settlement call; InvalidInput names the bad field."""
+    arguments = check_envelope(arguments)
+    check_fields(tool, arguments)
+    notes = parse_notes(arguments.get("notes"))
+    distinct = parse_distinct(arguments.get("interlock_distinct_reason"))
+    amount = None if arguments.get("amount") is None else parse_amount(arguments["amount"], field="amount")
+    if tool == "create_refund":
+        if "payment_id" not in arguments:
+            raise InvalidInput("payment_id is required for create_refund", field="payment_id")
+        speed = arguments.get("speed")
+        if speed is not None and speed not in ("normal", "optimum"):
+            raise InvalidInput(f"speed must be 'normal' or 'optimum', got {speed!r}", field="speed")
+        return MoneyCall(tool, parse_id(arguments["payment_id"], "payment_id"), amount, speed, notes, None, distinct)
+    if tool == "create_instant_settlement":
+        full = arguments.get("settle_full_balance")
+        if full is not None and full is not True:
+            raise InvalidInput("settle_full_balance may only be true", field="settle_full_balance")
+        if (amount is None) == (full is None):
+            raise InvalidInput("give exactly one of amount or settle_full_balance: true", field="amount")
+        description = arguments.get("description")
+        if description is not None and (not isinstance(description, str) or not _DESCRIPTION.match(description)):
+            raise InvalidInput("description must be 1-30 letters, digits or spaces", field="description")
+        return MoneyCall(tool, None, amount, None, notes, description, distinct)
+    raise InvalidInput(f"{tool} does not move money", field="tool")
+
+
+def parse_status_query(arguments: Any) -> tuple[str | None, str | None]:
+    """(sik, operation_ref) for interlock_status: exactly one of them."""
+    arguments = check_envelope(arguments)
+    check_fields("interlock_status", arguments)
+    sik, ref = arguments.get("sik"), arguments.get("operation_ref")
+    if (sik is None) == (ref is None):
+        raise InvalidInput("give exactly one of sik or operation_ref", field="sik")
+    if sik is not None and (not isinstance(sik, str) or not _SIK.match(sik)):
+        raise InvalidInput("sik must be 32 characters of A-Z and 2-7", field="sik")
+    if ref is not None:
+        parse_operation_ref(ref)
+    return sik, ref
+
+
+def parse_operation_ref(value: Any) -> str:
+    if not isinstance(value, str) or not _OPERATION_REF.match(value):
+        raise InvalidInput("operation_ref must be 1-64 characters of [A-Za-z0-9_-]", field="operation_ref")
+    return value

@@ -1,0 +1,30 @@
+"""How the rail worker hands an Outcome to the ingress that is waiting for it: a Redis list per
+request id (LPUSH + EXPIRE by the rail worker, BLPOP by the ingress). A lost outcome costs only an
+IN_PROGRESS answer; the agent's retry of the same call is answered from the ledger (same SIK).
+"""
+
+from __future__ import annotations
+
+import redis
+
+from interlock.messages import Outcome
+from interlock.queues import OUTCOME_TTL_S, outcome_key
+
+
+def publish(client: redis.Redis, outcome: Outcome) -> None:
+    if outcome.request_id is None:
+        return
+    key = outcome_key(outcome.request_id)
+    pipe = client.pipeline(transaction=True)
+    pipe.lpush(key, outcome.to_json())
+    pipe.expire(key, OUTCOME_TTL_S)
+    pipe.execute()
+
+
+def wait(client: redis.Redis, request_id: str, timeout_ms: int) -> Outcome | None:
+    """The first outcome recorded for *request_id*, or None when the deadline passes."""
+    timeout_s = max(timeout_ms / 1000, 0.01)
+    item = client.blpop([outcome_key(request_id)], timeout=timeout_s)
+    if item is None:
+        return None
+    return Outcome.from_json(item[1])  # type: ignore[no-any-return]

@@ -1,0 +1,71 @@
+"""Read-only questions the gates and the rail worker ask of committed ledger state."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from interlock.fees import FeeRate
+from ledger.states import COUNTS_AGAINST_LIMITS, MAY_MOVE_MONEY, State
+
+SETTLEMENT_TOOL = "create_instant_settlement"
+
+
+def _placeholders(states: Iterable[State]) -> tuple[str, list[str]]:
+    values = sorted(s.value for s in states)
+    return ", ".join("?" for _ in values), values
+
+
+def money_in_motion_for_subject(
+    conn: sqlite3.Connection, merchant_id: str, subject_id: str, *, exclude_sik: str
+) -> int:
+    """Minor units of this subject's *other* intents that may still move money (G2 ceiling)."""
+    marks, states = _placeholders(MAY_MOVE_MONEY)
+    row = conn.execute(
+        f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents
+            WHERE merchant_id = ? AND subject_id = ? AND sik <> ? AND state IN ({marks})""",
+        (merchant_id, subject_id, exclude_sik, *states),
+    ).fetchone()
+    return int(row[0])
+
+
+@dataclass(frozen=True, slots=True)
+class WindowUsage:
+    calls: int
+    amount_minor: int
+
+
+def window_usage(
+    conn: sqlite3.Connection, merchant_id: str, agent_id: str, *, since_ms: int, currency: str | None,
+    exclude_sik: str | None = None,
+) -> WindowUsage:
+    """Money calls (and their minor units in *currency*) first seen at or after *since_ms*."""
+    marks, states = _placeholders(COUNTS_AGAINST_LIMITS)
+    sql = f"""SELECT COUNT(*), COALESCE(SUM(CASE WHEN currency = ? THEN amount_minor ELSE 0 END), 0) FROM intents
+              WHERE merchant_id = ? AND agent_id = ? AND first_seen_at >= ? AND state IN ({marks}) AND sik <> ?"""
+    row = conn.execute(sql, (currency or "", merchant_id, agent_id, since_ms, *states, exclude_sik or "")).fetchone()
+    return WindowUsage(calls=int(row[0]), amount_minor=int(row[1]))
+
+
+def fees_in_window(
+    conn: sqlite3.Connection, merchant_id: str, agent_id: str, *, since_ms: int, currency: str, rate: FeeRate,
+    exclude_sik: str | None = None,
+) -> int:
+    """Fees of settlements in the window: what the rail charged where recorded, else the projection."""
+    marks, states = _placeholders(COUNTS_AGAINST_LIMITS)
+    rows = conn.execute(
+        f"""SELECT i.amount_minor,
+                   (SELECT a.fee_minor FROM intent_attempts a
+                     WHERE a.merchant_id = i.merchant_id AND a.sik = i.sik AND a.fee_minor IS NOT NULL
+                     ORDER BY a.attempt_seq DESC LIMIT 1) AS charged
+            FROM intents i
+            WHERE i.merchant_id = ? AND i.agent_id = ? AND i.tool = ? AND i.currency = ? AND i.first_seen_at >= ?
+              AND i.state IN ({marks}) AND i.sik <> ?""",
+        (merchant_id, agent_id, SETTLEMENT_TOOL, currency, since_ms, *states, exclude_sik or ""),
+    ).fetchall()
+    return sum(int(r["charged"]) if r["charged"] is not None else rate.project(int(r["amount_minor"])) for r in rows)
+
+
+def intents_by_state(conn: sqlite3.Connection) -> dict[str, int]:
+    return {r[0]: int(r[1]) for r in conn.execute("SELECT state, COUNT(*) FROM intents GROUP BY state")}

@@ -1,0 +1,115 @@
+"""Typed views of Razorpay entities. Each keeps the raw dict it was read from (`raw`), so nothing the
+rail said is lost when a later caller needs a field these models do not name."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class RailEntity(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    raw: dict[str, Any] = Field(default_factory=dict, repr=False, exclude=True)
+
+    @classmethod
+    def from_raw(cls, raw: dict[str, Any]) -> Any:
+        return cls.model_validate({**raw, "raw": raw})
+
+
+def _notes(value: Any) -> Any:
+    # Razorpay serialises empty notes as [] (SPEC §14); both spellings mean "no notes".
+    if value is None or value == []:
+        return {}
+    return value
+
+
+class Payment(RailEntity):
+    id: str
+    amount: int
+    currency: str
+    status: str
+    amount_refunded: int = 0
+    refund_status: str | None = None
+    captured: bool = False
+    created_at: int | None = None
+    notes: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("notes", mode="before")
+    @classmethod
+    def _empty_notes(cls, value: Any) -> Any:
+        return _notes(value)
+
+    @property
+    def refundable(self) -> int:
+        """What is still refundable on the rail right now (ignores anything Interlock has in flight)."""
+        return max(0, self.amount - self.amount_refunded)
+
+
+class Stamped(RailEntity):
+    notes: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("notes", mode="before")
+    @classmethod
+    def _empty_notes(cls, value: Any) -> Any:
+        return _notes(value)
+
+    @property
+    def stamp_sik(self) -> str | None:
+        sik = self.notes.get("interlock_sik")
+        return None if sik is None else str(sik)
+
+    def carries_stamp(self, sik: str) -> bool:
+        """True when this entity was created for *sik*: notes.interlock_sik or receipt "ilk_"+sik (SPEC §4, §9)."""
+        return self.stamp_sik == sik or getattr(self, "receipt", None) == "ilk_" + sik
+
+
+class Refund(Stamped):
+    id: str
+    amount: int
+    currency: str
+    payment_id: str
+    status: str
+    receipt: str | None = None
+    speed_requested: str | None = None
+    speed_processed: str | None = None
+    created_at: int | None = None
+
+
+class Settlement(Stamped):
+    id: str
+    amount_requested: int
+    amount_settled: int
+    fees: int
+    tax: int
+    currency: str
+    status: str
+    amount_pending: int = 0
+    amount_reversed: int = 0
+    settle_full_balance: bool = False
+    description: str | None = None
+    created_at: int | None = None
+
+
+class Balance(RailEntity):
+    balance: int
+    currency: str
+
+
+T = TypeVar("T", bound=RailEntity)
+
+
+class Page(BaseModel, Generic[T]):
+    """One page of a list. `exhausted` is True on a short page: there is nothing after it (SPEC §9)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    items: list[T]
+    requested_count: int
+    skip: int
+    raw: dict[str, Any] = Field(default_factory=dict, repr=False, exclude=True)
+
+    @property
+    def exhausted(self) -> bool:
+        return len(self.items) < self.requested_count

@@ -1,0 +1,313 @@
+"""The Razorpay REST client Interlock uses, against the sandbox and against api.razorpay.com alike.
+
+Every call either returns a typed entity or raises `RailError` whose `kind` is one of three facts
+about the money, which the rail worker maps to state transitions (SPEC §8):
+
+* REJECTED  — a definitive 4xx with Razorpay's error body: the rail refused, nothing moved.
+* AMBIGUOUS — the request may have been applied: 5xx (including a gateway's HTML 504), 409 "still
+  processing", a timeout or reset after the request left, an unreadable body, a 4xx that is not a
+  Razorpay error (a proxy's page).
+* NOT_SENT  — nothing left this machine: connection refused, connect or pool timeout.
+
+The client never retries, at any layer (I3): httpx's transport retries are pinned to 0 and no
+method loops. A retry is a ledger decision, made only from CONFIRMED_NOT_APPLIED.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import re
+import time
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+from pydantic import ValidationError
+
+from interlock.config import Settings
+from interlock.errors import InvalidAmount, InvalidInput
+from rails.models import Balance, Page, Payment, RailEntity, Refund, Settlement
+
+logger = logging.getLogger(__name__)
+
+ID_NOT_FOUND = "The id provided does not exist"
+MAX_PAGE = 100
+_ID = re.compile(r"^[A-Za-z0-9_]{1,64}$")
+E = TypeVar("E", bound=RailEntity)
+
+
+class RailErrorKind(enum.StrEnum):
+    REJECTED = "REJECTED"
+    AMBIGUOUS = "AMBIGUOUS"
+    NOT_SENT = "NOT_SENT"
+
+
+class RailError(Exception):
+    """Raised when a rail call does not return a usable 2xx; `kind` says what is known about the money."""
+
+    def __init__(
+        self,
+        kind: RailErrorKind,
+        message: str,
+        *,
+        method: str,
+        path: str,
+        http_status: int | None = None,
+        code: str | None = None,
+        description: str | None = None,
+        field: str | None = None,
+        body: str | None = None,
+    ) -> None:
+        super().__init__(f"{kind} {method} {path}: {message}")
+        self.kind = kind
+        self.method = method
+        self.path = path
+        self.http_status = http_status
+        self.code = code
+        self.description = description
+        self.field = field
+        self.body = body
+
+    @property
+    def not_found(self) -> bool:
+        """The rail said the id does not exist (Razorpay answers 400, not 404; SPEC §14)."""
+        return self.kind is RailErrorKind.REJECTED and self.description == ID_NOT_FOUND
+
+
+class RazorpayClient:
+    """One rail account: origin URL (the client appends /v1/...), basic-auth key, explicit timeouts."""
+
+    def __init__(
+        self,
+        base_url: str,
+        key_id: str,
+        key_secret: str,
+        *,
+        timeout_ms: int = 10_000,
+        connect_timeout_ms: int | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        origin = base_url.rstrip("/")
+        # SPEC §14: the setting is the origin; tolerate a trailing /v1 rather than calling /v1/v1/...
+        self.origin = origin[: -len("/v1")] if origin.endswith("/v1") else origin
+        connect_s = (connect_timeout_ms if connect_timeout_ms is not None else min(timeout_ms, 5000)) / 1000
+        self._http = httpx.Client(
+            base_url=self.origin,
+            auth=httpx.BasicAuth(key_id, key_secret),
+            # read/write: how long we wait once the request may have left; connect/pool: before it has.
+            timeout=httpx.Timeout(timeout_ms / 1000, connect=connect_s, pool=connect_s),
+            transport=transport or httpx.HTTPTransport(retries=0),
+            follow_redirects=False,
+            headers={"User-Agent": "interlock-rail-client/0.1", "Accept": "application/json"},
+        )
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> RazorpayClient:
+        """Client from INTERLOCK_RAIL_URL / _KEY_ID / _KEY_SECRET / _TIMEOUT_MS; ConfigError names what is missing."""
+        return cls(
+            settings.require("rail_url"),
+            settings.require("rail_key_id"),
+            settings.require("rail_key_secret"),
+            timeout_ms=settings.rail_timeout_ms,
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> RazorpayClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- payments and refunds ------------------------------------------------------------------
+
+    def fetch_payment(self, payment_id: str) -> Payment:
+        body = self._request("GET", f"/v1/payments/{_id(payment_id, 'payment_id')}")
+        return _parse(Payment, body, "GET", "/v1/payments/{id}")
+
+    def create_refund(
+        self,
+        payment_id: str,
+        amount: int | None,
+        *,
+        speed: str | None = None,
+        notes: Mapping[str, Any] | None,
+        receipt: str | None,
+        idempotency_key: str | None,
+    ) -> Refund:
+        """POST /v1/payments/{id}/refund with exactly the stamps the caller passes (the client adds none).
+
+        *amount* None refunds the full remaining amount. A retry must pass the same arguments, so the
+        rail sees the same body under the same idempotency key (SPEC §14).
+        """
+        path = f"/v1/payments/{_id(payment_id, 'payment_id')}/refund"
+        payload: dict[str, Any] = {}
+        if amount is not None:
+            payload["amount"] = _amount(amount)
+        if speed is not None:
+            payload["speed"] = speed
+        if notes:
+            payload["notes"] = dict(notes)
+        if receipt is not None:
+            payload["receipt"] = receipt
+        headers = {"X-Refund-Idempotency": idempotency_key} if idempotency_key is not None else None
+        body = self._request("POST", path, json=payload, headers=headers)
+        return _parse(Refund, body, "POST", path)
+
+    def fetch_refund(self, refund_id: str) -> Refund:
+        body = self._request("GET", f"/v1/refunds/{_id(refund_id, 'refund_id')}")
+        return _parse(Refund, body, "GET", "/v1/refunds/{id}")
+
+    def list_refunds_for_payment(
+        self, payment_id: str, *, count: int = MAX_PAGE, skip: int = 0, from_: int | None = None, to: int | None = None
+    ) -> Page[Refund]:
+        """One page, newest first; page on with skip until `page.exhausted` (SPEC §9)."""
+        params = _page_params(count, skip)
+        if from_ is not None:
+            params["from"] = from_
+        if to is not None:
+            params["to"] = to
+        path = f"/v1/payments/{_id(payment_id, 'payment_id')}/refunds"
+        return _page(Refund, self._request("GET", path, params=params), count, skip, path)
+
+    def list_refunds(self, *, count: int = MAX_PAGE, skip: int = 0) -> Page[Refund]:
+        return _page(Refund, self._request("GET", "/v1/refunds", params=_page_params(count, skip)), count, skip, "")
+
+    # -- instant settlements and balance -------------------------------------------------------
+
+    def create_instant_settlement(
+        self,
+        amount: int | None = None,
+        *,
+        settle_full_balance: bool = False,
+        description: str | None = None,
+        notes: Mapping[str, Any] | None,
+    ) -> Settlement:
+        """POST /v1/settlements/ondemand: exactly one of *amount* or settle_full_balance=True.
+
+        Razorpay rejects unknown fields here and has no receipt, so the stamp travels in notes only.
+        """
+        if (amount is None) == (not settle_full_balance):
+            raise InvalidInput("pass exactly one of amount or settle_full_balance=True", field="amount")
+        payload: dict[str, Any] = {"settle_full_balance": True} if settle_full_balance else {"amount": _amount(amount)}
+        if description is not None:
+            payload["description"] = description
+        if notes:
+            payload["notes"] = dict(notes)
+        body = self._request("POST", "/v1/settlements/ondemand", json=payload)
+        return _parse(Settlement, body, "POST", "/v1/settlements/ondemand")
+
+    def fetch_instant_settlement(self, settlement_id: str) -> Settlement:
+        body = self._request("GET", f"/v1/settlements/ondemand/{_id(settlement_id, 'settlement_id')}")
+        return _parse(Settlement, body, "GET", "/v1/settlements/ondemand/{id}")
+
+    def list_instant_settlements(self, *, count: int = 10, skip: int = 0) -> Page[Settlement]:
+        path = "/v1/settlements/ondemand"
+        return _page(Settlement, self._request("GET", path, params=_page_params(count, skip)), count, skip, path)
+
+    def fetch_balance(self) -> Balance:
+        """GET /v1/balance — a sandbox-only endpoint (the real API has no such call)."""
+        return _parse(Balance, self._request("GET", "/v1/balance"), "GET", "/v1/balance")
+
+    # -- transport and classification ----------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        started = time.monotonic()
+        try:
+            response = self._http.request(method, path, json=json, headers=headers, params=params)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as exc:
+            # Raised before a connection existed, so no byte of the request can have reached the rail.
+            raise RailError(RailErrorKind.NOT_SENT, _describe(exc), method=method, path=path) from exc
+        except httpx.TransportError as exc:
+            # Read/write timeouts, resets, protocol errors: the request may have been applied.
+            raise RailError(RailErrorKind.AMBIGUOUS, _describe(exc), method=method, path=path) from exc
+        elapsed_ms = int((time.monotonic() - started) * 1000)
+        logger.debug("%s %s -> %s in %s ms", method, path, response.status_code, elapsed_ms)
+        return _classify(response, method, path)
+
+
+def _classify(response: httpx.Response, method: str, path: str) -> dict[str, Any]:
+    status = response.status_code
+    text = response.text
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if 200 <= status < 300:
+        if not isinstance(body, dict):
+            raise RailError(
+                RailErrorKind.AMBIGUOUS, f"unreadable {status} body", method=method, path=path, http_status=status,
+                body=text[:2000],
+            )  # fmt: skip
+        return body
+    error = body.get("error") if isinstance(body, dict) else None
+    fields: dict[str, Any] = {"method": method, "path": path, "http_status": status, "body": text[:2000]}
+    if isinstance(error, dict):
+        fields.update(code=error.get("code"), description=error.get("description"), field=error.get("field"))
+    # 409: the first request with this idempotency key is still running — it may yet apply.
+    # 408 and non-Razorpay 4xx bodies come from something in between, not from the rail's decision.
+    if 400 <= status < 500 and status not in (408, 409) and isinstance(error, dict) and error.get("code"):
+        raise RailError(RailErrorKind.REJECTED, f"{status} {error.get('description')}", **fields)
+    raise RailError(RailErrorKind.AMBIGUOUS, f"{status} {_snippet(text)}", **fields)
+
+
+def _parse(model: type[E], body: dict[str, Any], method: str, path: str) -> E:
+    try:
+        result: E = model.from_raw(body)
+    except ValidationError as exc:
+        # A 2xx we cannot read may still have moved money: ambiguous, never "failed".
+        raise RailError(
+            RailErrorKind.AMBIGUOUS, f"2xx body is not a {model.__name__}: {exc.errors()[:1]}", method=method,
+            path=path, body=str(body)[:2000],
+        ) from exc  # fmt: skip
+    return result
+
+
+def _page(model: type[E], body: dict[str, Any], count: int, skip: int, path: str) -> Page[E]:
+    items = body.get("items")
+    if not isinstance(items, list):
+        raise RailError(RailErrorKind.AMBIGUOUS, "collection without items", method="GET", path=path)
+    parsed = [_parse(model, item, "GET", path) for item in items]
+    return Page[model](items=parsed, requested_count=count, skip=skip, raw=body)  # type: ignore[valid-type]
+
+
+def _page_params(count: int, skip: int) -> dict[str, Any]:
+    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PAGE:
+        raise InvalidInput(f"count must be an integer in 1..{MAX_PAGE}, got {count!r}", field="count")
+    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+        raise InvalidInput(f"skip must be a non-negative integer, got {skip!r}", field="skip")
+    return {"count": count, "skip": skip}
+
+
+def _id(value: str, field: str) -> str:
+    # Ids go into the URL path: refuse anything that could change the path before it is sent.
+    if not isinstance(value, str) or not _ID.match(value):
+        raise InvalidInput(f"{field} must be 1-64 characters of [A-Za-z0-9_], got {value!r}", field=field)
+    return value
+
+
+def _amount(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise InvalidAmount(f"amount must be a positive integer of minor units, got {value!r}", field="amount")
+    return value
+
+
+def _describe(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def _snippet(text: str) -> str:
+    return " ".join(text.split())[:120]

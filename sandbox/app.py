@@ -1,0 +1,71 @@
+"""The sandbox's ASGI app: Razorpay's /v1 routes plus the /__sandbox control surface."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from sandbox import control, refunds, settlements
+from sandbox.errors import BAD_REQUEST, RailHttpError, error_response
+from sandbox.rail import Rail
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[Rail, Request], Awaitable[Response]]
+
+
+def endpoint(handler: Handler, *, read: bool = False, auth: bool = True) -> Callable[[Request], Awaitable[Response]]:
+    """Wrap *handler* with basic auth, read-scoped faults and Razorpay's error rendering."""
+
+    async def handle(request: Request) -> Response:
+        rail: Rail = request.app.state.rail
+        if auth and not rail.authorized(request):
+            return error_response(401, BAD_REQUEST, "The api key provided is invalid", reason="authentication_failed")
+        try:
+            if read:
+                replaced = await rail.read_faults()
+                if replaced is not None:
+                    return replaced
+            return await handler(rail, request)
+        except RailHttpError as exc:
+            return exc.response()
+
+    return handle
+
+
+async def unknown_route(request: Request) -> Response:
+    # Razorpay answers an unknown URL with a 400 BAD_REQUEST_ERROR, like an unknown id.
+    return error_response(400, BAD_REQUEST, "The requested URL was not found on the server.")
+
+
+def create_app(rail: Rail) -> Starlette:
+    routes = [
+        Route("/v1/payments/{payment_id}", endpoint(refunds.fetch_payment, read=True), methods=["GET"]),
+        Route("/v1/payments/{payment_id}/refund", endpoint(refunds.create_refund), methods=["POST"]),
+        Route("/v1/payments/{payment_id}/refunds", endpoint(refunds.list_payment_refunds, read=True), methods=["GET"]),
+        Route("/v1/refunds", endpoint(refunds.list_refunds, read=True), methods=["GET"]),
+        Route("/v1/refunds/{refund_id}", endpoint(refunds.fetch_refund, read=True), methods=["GET"]),
+        Route("/v1/settlements/ondemand", endpoint(settlements.create_settlement), methods=["POST"]),
+        Route("/v1/settlements/ondemand", endpoint(settlements.list_settlements, read=True), methods=["GET"]),
+        Route(
+            "/v1/settlements/ondemand/{settlement_id}",
+            endpoint(settlements.fetch_settlement, read=True),
+            methods=["GET"],
+        ),
+        Route("/v1/balance", endpoint(settlements.fetch_balance, read=True), methods=["GET"]),
+        Route("/__sandbox/health", endpoint(control.health, auth=False), methods=["GET"]),
+        Route("/__sandbox/journal", endpoint(control.journal), methods=["GET"]),
+        Route("/__sandbox/faults", endpoint(control.get_faults), methods=["GET"]),
+        Route("/__sandbox/faults", endpoint(control.set_faults), methods=["POST"]),
+        Route("/__sandbox/payments", endpoint(control.create_payment), methods=["POST"]),
+        Route("/__sandbox/balance", endpoint(control.put_balance), methods=["POST"]),
+        Route("/{path:path}", unknown_route, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+    ]
+    app = Starlette(routes=routes)
+    app.state.rail = rail
+    return app

@@ -1,0 +1,96 @@
+"""The sandbox's own control surface under /__sandbox (not part of Razorpay's API).
+
+Health needs no auth (it is how a launcher knows the port is served); everything else takes the
+same basic auth as /v1, so a sandbox bound beyond localhost cannot be reconfigured by a stranger.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sandbox import validation
+from sandbox.errors import RailHttpError
+from sandbox.faults import FaultConfigError, parse_fault
+from sandbox.rail import Rail
+from sandbox.refunds import payment_view
+from sandbox.seed import SeedError, add_payment, set_balance
+
+logger = logging.getLogger(__name__)
+
+
+async def health(rail: Rail, request: Request) -> Response:
+    return JSONResponse(
+        {
+            "status": "ok",
+            "pid": os.getpid(),
+            "journal": str(rail.journal.path),
+            # Idempotency keys whose first request is still being processed (a second one gets 409).
+            "in_progress": sorted(rail.in_progress),
+            "pending_applies": len(rail.tasks),
+        }
+    )
+
+
+async def journal(rail: Rail, request: Request) -> Response:
+    return JSONResponse(rail.journal.export())
+
+
+async def get_faults(rail: Rail, request: Request) -> Response:
+    return JSONResponse(rail.faults.describe())
+
+
+async def set_faults(rail: Rail, request: Request) -> Response:
+    """Body: a list of profiles, or {"faults": [...], "seed": N}; an empty list clears every fault."""
+    raw = await request.body()
+    body: Any = await validation.json_object(request) if raw.strip().startswith(b"{") else _json_list(raw)
+    seed = None
+    if isinstance(body, dict):
+        validation.reject_unknown(body, ("faults", "seed"))
+        seed = body.get("seed")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise RailHttpError("seed must be an integer", field="seed")
+        body = body.get("faults", [])
+    if not isinstance(body, list):
+        raise RailHttpError("faults must be a list of profiles", field="faults")
+    try:
+        faults = [parse_fault(spec) for spec in body]
+    except FaultConfigError as exc:
+        raise RailHttpError(str(exc), field="faults") from None
+    rail.faults.configure(faults, seed)
+    rail.journal.log_event("faults_configured", rail.faults.describe())
+    return JSONResponse(rail.faults.describe())
+
+
+async def create_payment(rail: Rail, request: Request) -> Response:
+    """Add (or replace) a captured payment, e.g. a fresh one per chaos trial."""
+    body = await validation.json_object(request)
+    try:
+        with rail.journal.transaction() as conn:
+            payment = add_payment(rail.journal, conn, body)
+    except SeedError as exc:
+        raise RailHttpError(str(exc)) from None
+    found = rail.journal.payment(payment["id"])
+    return JSONResponse(payment_view(found or payment))
+
+
+async def put_balance(rail: Rail, request: Request) -> Response:
+    body = await validation.json_object(request)
+    try:
+        with rail.journal.transaction() as conn:
+            set_balance(rail.journal, conn, body)
+    except SeedError as exc:
+        raise RailHttpError(str(exc)) from None
+    return JSONResponse({"entity": "balance", "balance": rail.journal.balance(), "currency": "INR"})
+
+
+def _json_list(raw: bytes) -> Any:
+    try:
+        return json.loads(raw) if raw.strip() else []
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise RailHttpError("The request body is not valid JSON") from None

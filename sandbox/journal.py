@@ -1,0 +1,318 @@
+"""The sandbox's durable state and journal: one SQLite file in the data directory.
+
+Every entity the rail creates is inserted here, with the request body and headers that created it,
+in the same transaction as the payment or balance change it causes, and committed with
+synchronous=FULL *before* any response is chosen. Chaos and bench verdicts count this table, so it
+records what the rail really did whatever answer the client got (a 504, a replayed response, none).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+import sqlite3
+import string
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+JOURNAL_FILENAME = "sandbox-journal.sqlite3"
+_ID_ALPHABET = string.ascii_letters + string.digits
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;
+CREATE TABLE IF NOT EXISTS payments (
+    id TEXT PRIMARY KEY,
+    amount INTEGER NOT NULL,
+    currency TEXT NOT NULL,
+    amount_refunded INTEGER NOT NULL,
+    notes_json TEXT NOT NULL,
+    created_at INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS balances (currency TEXT PRIMARY KEY, amount INTEGER NOT NULL) STRICT;
+CREATE TABLE IF NOT EXISTS entities (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    kind TEXT NOT NULL CHECK (kind IN ('refund', 'settlement')),
+    payment_id TEXT,
+    stamp_sik TEXT,
+    receipt TEXT,
+    created_ms INTEGER NOT NULL,
+    origin TEXT NOT NULL CHECK (origin IN ('api', 'seed')),
+    fault TEXT,
+    idempotency_key TEXT,
+    entity_json TEXT NOT NULL,
+    request_json TEXT NOT NULL,
+    headers_json TEXT NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS entities_by_payment ON entities (payment_id, seq);
+CREATE INDEX IF NOT EXISTS entities_by_stamp ON entities (stamp_sik);
+CREATE INDEX IF NOT EXISTS entities_by_receipt ON entities (receipt);
+CREATE TABLE IF NOT EXISTS idempotency_keys (
+    key TEXT PRIMARY KEY,
+    body_hash TEXT NOT NULL,
+    entity_id TEXT NOT NULL,
+    created_ms INTEGER NOT NULL
+) STRICT;
+CREATE TABLE IF NOT EXISTS events (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    at_ms INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    detail_json TEXT NOT NULL
+) STRICT;
+"""
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def new_id(prefix: str) -> str:
+    """Razorpay-style id: prefix + 14 alphanumerics (SPEC §14)."""
+    return prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(14))
+
+
+def dump(value: Any, *, sort: bool = True) -> str:
+    return json.dumps(value, sort_keys=sort, separators=(",", ":"))
+
+
+def stamp_of(entity: Mapping[str, Any]) -> str | None:
+    notes = entity.get("notes")
+    if isinstance(notes, Mapping):
+        sik = notes.get("interlock_sik")
+        return str(sik) if sik is not None else None
+    return None
+
+
+class Journal:
+    """State and journal of one sandbox process; the connection never crosses threads or forks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.conn = connect(path)
+        self.conn.executescript(_SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        # BEGIN IMMEDIATE + COMMIT with synchronous=FULL: the entity is on disk before we answer.
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # -- seeding and meta ------------------------------------------------------------------------
+
+    def is_seeded(self) -> bool:
+        return self.conn.execute("SELECT 1 FROM meta WHERE key = 'seeded'").fetchone() is not None
+
+    def mark_seeded(self, conn: sqlite3.Connection, source: str) -> None:
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('seeded', ?)", (source,))
+
+    # -- payments and balance --------------------------------------------------------------------
+
+    def upsert_payment(self, conn: sqlite3.Connection, payment: Mapping[str, Any]) -> None:
+        conn.execute(
+            "INSERT OR REPLACE INTO payments (id, amount, currency, amount_refunded, notes_json, created_at) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                payment["id"],
+                payment["amount"],
+                payment["currency"],
+                payment.get("amount_refunded", 0),
+                dump(payment.get("notes") or {}),
+                payment.get("created_at") or now_ms() // 1000,
+            ),
+        )
+        self.event(conn, "payment_upserted", dict(payment))
+
+    def payment(self, payment_id: str) -> dict[str, Any] | None:
+        row = self.conn.execute(
+            "SELECT id, amount, currency, amount_refunded, notes_json, created_at FROM payments WHERE id = ?",
+            (payment_id,),
+        ).fetchone()
+        if row is None:
+            return None
+        return {
+            "id": row[0],
+            "amount": row[1],
+            "currency": row[2],
+            "amount_refunded": row[3],
+            "notes": json.loads(row[4]),
+            "created_at": row[5],
+        }
+
+    def payments(self) -> list[dict[str, Any]]:
+        ids = [r[0] for r in self.conn.execute("SELECT id FROM payments ORDER BY created_at, id")]
+        return [p for p in (self.payment(i) for i in ids) if p is not None]
+
+    def add_refunded(self, conn: sqlite3.Connection, payment_id: str, amount: int) -> None:
+        conn.execute("UPDATE payments SET amount_refunded = amount_refunded + ? WHERE id = ?", (amount, payment_id))
+
+    def balance(self, currency: str = "INR") -> int:
+        row = self.conn.execute("SELECT amount FROM balances WHERE currency = ?", (currency,)).fetchone()
+        return int(row[0]) if row else 0
+
+    def set_balance(self, conn: sqlite3.Connection, currency: str, amount: int) -> None:
+        conn.execute("INSERT OR REPLACE INTO balances (currency, amount) VALUES (?, ?)", (currency, amount))
+        self.event(conn, "balance_set", {"currency": currency, "amount": amount})
+
+    def debit_balance(self, conn: sqlite3.Connection, currency: str, amount: int) -> None:
+        conn.execute("UPDATE balances SET amount = amount - ? WHERE currency = ?", (amount, currency))
+
+    # -- entities ----------------------------------------------------------------------------------
+
+    def insert_entity(
+        self,
+        conn: sqlite3.Connection,
+        *,
+        kind: str,
+        entity: Mapping[str, Any],
+        created_ms: int,
+        request: Mapping[str, Any],
+        headers: Mapping[str, str],
+        origin: str = "api",
+        fault: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        conn.execute(
+            "INSERT INTO entities (id, kind, payment_id, stamp_sik, receipt, created_ms, origin, fault, "
+            "idempotency_key, entity_json, request_json, headers_json) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                entity["id"],
+                kind,
+                entity.get("payment_id"),
+                stamp_of(entity),
+                entity.get("receipt"),
+                created_ms,
+                origin,
+                fault,
+                idempotency_key,
+                # Unsorted: a replayed entity reads exactly like the original response.
+                dump(entity, sort=False),
+                dump(request),
+                dump(dict(headers)),
+            ),
+        )
+
+    def entity(self, entity_id: str, kind: str) -> tuple[dict[str, Any], int] | None:
+        row = self.conn.execute(
+            "SELECT entity_json, created_ms FROM entities WHERE id = ? AND kind = ?", (entity_id, kind)
+        ).fetchone()
+        return (json.loads(row[0]), int(row[1])) if row else None
+
+    def list_entities(self, kind: str, *, payment_id: str | None = None) -> list[tuple[dict[str, Any], int]]:
+        """All entities of *kind* (optionally of one payment), newest first, with their created_ms."""
+        if payment_id is None:
+            rows = self.conn.execute(
+                "SELECT entity_json, created_ms FROM entities WHERE kind = ? ORDER BY seq DESC", (kind,)
+            )
+        else:
+            rows = self.conn.execute(
+                "SELECT entity_json, created_ms FROM entities WHERE kind = ? AND payment_id = ? ORDER BY seq DESC",
+                (kind, payment_id),
+            )
+        return [(json.loads(r[0]), int(r[1])) for r in rows]
+
+    def receipt_used(self, payment_id: str, receipt: str) -> bool:
+        row = self.conn.execute(
+            "SELECT 1 FROM entities WHERE kind = 'refund' AND payment_id = ? AND receipt = ?", (payment_id, receipt)
+        ).fetchone()
+        return row is not None
+
+    def latest_entity_except(self, kind: str, entity_id: str) -> dict[str, Any] | None:
+        row = self.conn.execute(
+            "SELECT entity_json FROM entities WHERE kind = ? AND id <> ? ORDER BY seq DESC LIMIT 1", (kind, entity_id)
+        ).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def count_stamped(self, sik: str) -> int:
+        return count_stamped(self.conn, sik)
+
+    # -- idempotency keys --------------------------------------------------------------------------
+
+    def idempotency_key(self, key: str) -> tuple[str, str] | None:
+        row = self.conn.execute("SELECT body_hash, entity_id FROM idempotency_keys WHERE key = ?", (key,)).fetchone()
+        return (row[0], row[1]) if row else None
+
+    def record_idempotency_key(self, conn: sqlite3.Connection, key: str, body_hash: str, entity_id: str) -> None:
+        conn.execute(
+            "INSERT INTO idempotency_keys (key, body_hash, entity_id, created_ms) VALUES (?, ?, ?, ?)",
+            (key, body_hash, entity_id, now_ms()),
+        )
+
+    # -- events and export -------------------------------------------------------------------------
+
+    def event(self, conn: sqlite3.Connection, kind: str, detail: Mapping[str, Any]) -> None:
+        conn.execute("INSERT INTO events (at_ms, kind, detail_json) VALUES (?, ?, ?)", (now_ms(), kind, dump(detail)))
+
+    def log_event(self, kind: str, detail: Mapping[str, Any]) -> None:
+        with self.transaction() as conn:
+            self.event(conn, kind, detail)
+
+    def export(self) -> dict[str, Any]:
+        """Everything the journal holds, for GET /__sandbox/journal."""
+        entities = [
+            {
+                "seq": r[0],
+                "id": r[1],
+                "kind": r[2],
+                "payment_id": r[3],
+                "stamp_sik": r[4],
+                "receipt": r[5],
+                "created_ms": r[6],
+                "origin": r[7],
+                "fault": r[8],
+                "idempotency_key": r[9],
+                "entity": json.loads(r[10]),
+                "request": {"body": json.loads(r[11]), "headers": json.loads(r[12])},
+            }
+            for r in self.conn.execute(
+                "SELECT seq, id, kind, payment_id, stamp_sik, receipt, created_ms, origin, fault, idempotency_key, "
+                "entity_json, request_json, headers_json FROM entities ORDER BY seq"
+            )
+        ]
+        keys = [
+            {"key": r[0], "body_hash": r[1], "entity_id": r[2], "created_ms": r[3]}
+            for r in self.conn.execute(
+                "SELECT key, body_hash, entity_id, created_ms FROM idempotency_keys ORDER BY key"
+            )
+        ]
+        events = [
+            {"seq": r[0], "at_ms": r[1], "kind": r[2], "detail": json.loads(r[3])}
+            for r in self.conn.execute("SELECT seq, at_ms, kind, detail_json FROM events ORDER BY seq")
+        ]
+        balances = {r[0]: r[1] for r in self.conn.execute("SELECT currency, amount FROM balances")}
+        return {
+            "entities": entities,
+            "payments": self.payments(),
+            "balances": balances,
+            "idempotency_keys": keys,
+            "events": events,
+        }
+
+
+def connect(path: Path) -> sqlite3.Connection:
+    # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE ... COMMIT), never implicit.
+    conn = sqlite3.connect(path, isolation_level=None, timeout=10.0)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    return conn
+
+
+def count_stamped(conn: sqlite3.Connection, sik: str) -> int:
+    """Entities carrying the stamp of *sik*: notes.interlock_sik == sik or receipt == "ilk_" + sik (SPEC §4)."""
+    row = conn.execute(
+        "SELECT count(*) FROM entities WHERE stamp_sik = ? OR receipt = ?", (sik, "ilk_" + sik)
+    ).fetchone()
+    return int(row[0])

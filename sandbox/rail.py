@@ -1,0 +1,139 @@
+"""The running rail: its journal, its faults, and the fault choreography around every call.
+
+Handlers run on one asyncio loop and touch SQLite synchronously, so everything between two awaits
+is atomic: a check and the write it guards can never interleave with another request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import hmac
+import logging
+from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, Response
+
+from sandbox.errors import SERVER_ERROR, error_body
+from sandbox.faults import FaultSet
+from sandbox.journal import Journal, now_ms
+
+logger = logging.getLogger(__name__)
+
+GATEWAY_HTML = (
+    "<html>\r\n<head><title>504 Gateway Time-out</title></head>\r\n<body>\r\n"
+    "<center><h1>504 Gateway Time-out</h1></center>\r\n</body>\r\n</html>\r\n"
+)
+_SECRET_HEADERS = {"authorization", "cookie", "proxy-authorization"}
+
+
+@dataclass
+class Applied:
+    """What a money call did: the entity it created (or found) and its kind."""
+
+    kind: str
+    entity: dict[str, Any]
+
+
+@dataclass
+class Rail:
+    journal: Journal
+    faults: FaultSet
+    key_id: str
+    key_secret: str
+    # Idempotency keys whose first request is still being processed (answered 409 meanwhile).
+    in_progress: set[str] = field(default_factory=set)
+    # Slow applies run as tasks so a client that hangs up cannot cancel them: the entity still lands.
+    tasks: set[asyncio.Task[Response]] = field(default_factory=set)
+
+    def authorized(self, request: Request) -> bool:
+        header = request.headers.get("authorization", "")
+        scheme, _, encoded = header.partition(" ")
+        if scheme.lower() != "basic":
+            return False
+        try:
+            user, _, password = base64.b64decode(encoded, validate=True).decode("utf-8").partition(":")
+        except (binascii.Error, UnicodeDecodeError):
+            return False
+        # compare_digest on both halves: no early exit leaks which one was wrong.
+        ok_user = hmac.compare_digest(user.encode(), self.key_id.encode())
+        ok_secret = hmac.compare_digest(password.encode(), self.key_secret.encode())
+        return ok_user and ok_secret
+
+    async def read_faults(self) -> Response | None:
+        """slow / 504 profiles scoped to reads; a response here replaces the read's answer."""
+        slow = self.faults.draw("slow", "reads")
+        if slow is not None:
+            await asyncio.sleep(slow.param("delay_ms") / 1000)
+        for name in ("fail_504", "ambiguous_504"):
+            fault = self.faults.draw(name, "reads")
+            if fault is not None:
+                return gateway_timeout(self.faults.chance(fault.param("html")))
+        return None
+
+    def lag_cutoff_ms(self) -> int | None:
+        """Entities created after this instant are invisible to this read (replica_lag), or None."""
+        fault = self.faults.draw("replica_lag", "reads")
+        return None if fault is None else now_ms() - int(fault.param("lag_ms"))
+
+    async def money_call(self, apply: Callable[[str | None], Applied], describe: Mapping[str, Any]) -> Response:
+        """Run *apply* under the money-scoped faults; the journal write happens inside *apply*."""
+        failed = self.faults.draw("fail_504", "money")
+        if failed is not None:
+            self.journal.log_event("fault_fail_504", describe)
+            return gateway_timeout(self.faults.chance(failed.param("html")))
+        slow = self.faults.draw("slow", "money")
+        ambiguous = self.faults.draw("ambiguous_504", "money")
+        dup = self.faults.draw("dup_response", "money")
+        html = ambiguous is not None and self.faults.chance(ambiguous.param("html"))
+        fired = ",".join(f.name for f in (slow, ambiguous, dup) if f is not None) or None
+
+        async def run() -> Response:
+            if slow is not None:
+                await asyncio.sleep(slow.param("delay_ms") / 1000)
+            applied = apply(fired)
+            if ambiguous is not None:
+                return gateway_timeout(html)
+            if dup is not None:
+                earlier = self.journal.latest_entity_except(applied.kind, applied.entity["id"])
+                if earlier is not None:
+                    return JSONResponse(earlier)
+                self.journal.log_event("fault_dup_response_skipped", {"reason": "no earlier entity", **describe})
+            return JSONResponse(applied.entity)
+
+        if slow is None:
+            return await run()
+        return await self.detached(run())
+
+    async def detached(self, work: Coroutine[Any, Any, Response]) -> Response:
+        task = asyncio.get_running_loop().create_task(work)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return await asyncio.shield(task)
+
+
+def gateway_timeout(html: bool) -> Response:
+    # A gateway in front of the rail answers 504 in HTML; the client must treat it as ambiguous (SPEC §14).
+    if html:
+        return HTMLResponse(GATEWAY_HTML, status_code=504)
+    body = error_body(SERVER_ERROR, "The server encountered an error. The incident has been reported to admins.")
+    return JSONResponse(body, status_code=504)
+
+
+def recorded_headers(request: Request) -> dict[str, str]:
+    """Request headers worth journaling; credentials are never written to disk."""
+    return {k: v for k, v in request.headers.items() if k.lower() not in _SECRET_HEADERS}
+
+
+def collection(items: list[dict[str, Any]]) -> dict[str, Any]:
+    # `count` is the size of this page, not a total (SPEC §14).
+    return {"entity": "collection", "count": len(items), "items": items}
+
+
+def notes_out(notes: Mapping[str, Any]) -> Any:
+    # Razorpay serialises empty notes as [] (a PHP empty array), not {} (SPEC §14).
+    return dict(notes) if notes else []

@@ -1,0 +1,205 @@
+"""Payments and refunds: GET /v1/payments/{id}, POST .../refund, refund lists and fetches."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sandbox import validation
+from sandbox.errors import RailHttpError, not_found
+from sandbox.journal import dump, new_id, now_ms
+from sandbox.rail import Applied, Rail, collection, notes_out, recorded_headers
+
+logger = logging.getLogger(__name__)
+
+REFUND_FIELDS = ("amount", "speed", "notes", "receipt")
+IDEMPOTENCY_HEADER = "X-Refund-Idempotency"
+
+
+def payment_view(payment: dict[str, Any]) -> dict[str, Any]:
+    amount, refunded = payment["amount"], payment["amount_refunded"]
+    fully = refunded >= amount
+    return {
+        "id": payment["id"],
+        "entity": "payment",
+        "amount": amount,
+        "currency": payment["currency"],
+        "status": "refunded" if fully else "captured",
+        "amount_refunded": refunded,
+        "refund_status": None if refunded == 0 else ("full" if fully else "partial"),
+        "captured": True,
+        "created_at": payment["created_at"],
+        "notes": notes_out(payment["notes"]),
+    }
+
+
+async def fetch_payment(rail: Rail, request: Request) -> Response:
+    payment = rail.journal.payment(request.path_params["payment_id"])
+    if payment is None:
+        raise not_found()
+    return JSONResponse(payment_view(payment))
+
+
+async def create_refund(rail: Rail, request: Request) -> Response:
+    payment_id = request.path_params["payment_id"]
+    if rail.journal.payment(payment_id) is None:
+        raise not_found()
+    body = await validation.json_object(request)
+    key = validation.idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
+    body_hash = hashlib.sha256(dump({"payment_id": payment_id, "body": body}).encode()).hexdigest()
+    if key is not None:
+        if key in rail.in_progress:
+            raise RailHttpError(
+                "A request with this idempotency key is still being processed", status=409, field=IDEMPOTENCY_HEADER
+            )
+        known = rail.journal.idempotency_key(key)
+        if known is not None:
+            if known[0] != body_hash:
+                raise RailHttpError(
+                    "The idempotency key was already used with a different request body", field=IDEMPOTENCY_HEADER
+                )
+            found = rail.journal.entity(known[1], "refund")
+            if found is not None:  # always: the key and its refund commit in one transaction
+                return JSONResponse(found[0])
+    _check_refund_body(body)
+    headers = recorded_headers(request)
+
+    def apply(fault: str | None) -> Applied:
+        # Re-validated here, not earlier: a slow apply runs later, against the payment as it is then.
+        return Applied("refund", _apply_refund(rail, payment_id, body, headers, key, body_hash, fault))
+
+    if key is not None:
+        rail.in_progress.add(key)
+    try:
+        return await rail.money_call(apply, {"path": request.url.path, "idempotency_key": key})
+    finally:
+        if key is not None:
+            rail.in_progress.discard(key)
+
+
+def _check_refund_body(body: dict[str, Any]) -> None:
+    validation.reject_unknown(body, REFUND_FIELDS)
+    if "amount" in body:
+        validation.positive_int(body["amount"], "amount")
+    validation.speed(body.get("speed"))
+    validation.notes(body.get("notes"))
+    validation.receipt(body.get("receipt"))
+
+
+def _apply_refund(
+    rail: Rail,
+    payment_id: str,
+    body: dict[str, Any],
+    headers: dict[str, str],
+    key: str | None,
+    body_hash: str,
+    fault: str | None,
+) -> dict[str, Any]:
+    payment = rail.journal.payment(payment_id)
+    if payment is None:
+        raise not_found()
+    remaining = payment["amount"] - payment["amount_refunded"]
+    if remaining <= 0:
+        raise RailHttpError("The payment has been fully refunded already", field="amount")
+    amount = body.get("amount", remaining)
+    if amount > remaining:
+        raise RailHttpError("The refund amount provided is greater than amount captured", field="amount")
+    receipt = validation.receipt(body.get("receipt"))
+    if receipt is not None and rail.journal.receipt_used(payment_id, receipt):
+        raise RailHttpError("The receipt has already been used for a refund of this payment", field="receipt")
+    created = now_ms()
+    refund = refund_entity(
+        payment_id=payment_id,
+        amount=amount,
+        currency=payment["currency"],
+        notes=validation.notes(body.get("notes")),
+        receipt=receipt,
+        speed=validation.speed(body.get("speed")),
+        created_ms=created,
+    )
+    with rail.journal.transaction() as conn:
+        rail.journal.insert_entity(
+            conn, kind="refund", entity=refund, created_ms=created, request=body, headers=headers,
+            fault=fault, idempotency_key=key,
+        )  # fmt: skip
+        rail.journal.add_refunded(conn, payment_id, amount)
+        if key is not None:
+            rail.journal.record_idempotency_key(conn, key, body_hash, refund["id"])
+    logger.info("refund %s of %s on %s (fault %s)", refund["id"], amount, payment_id, fault)
+    return refund
+
+
+def refund_entity(
+    *,
+    payment_id: str,
+    amount: int,
+    currency: str,
+    notes: dict[str, Any],
+    receipt: str | None,
+    speed: str | None,
+    created_ms: int,
+) -> dict[str, Any]:
+    refund: dict[str, Any] = {
+        "id": new_id("rfnd_"),
+        "entity": "refund",
+        "amount": amount,
+        "currency": currency,
+        "payment_id": payment_id,
+        "notes": notes_out(notes),
+        "receipt": receipt,
+        "acquirer_data": {"arn": None},
+        "created_at": created_ms // 1000,
+        "batch_id": None,
+        "status": "processed",
+    }
+    # Razorpay adds the speed fields only when the request asked for a speed (SPEC §14).
+    if speed is not None:
+        refund["speed_requested"] = speed
+        refund["speed_processed"] = "instant" if speed == "optimum" else "normal"
+    return refund
+
+
+async def list_payment_refunds(rail: Rail, request: Request) -> Response:
+    payment_id = request.path_params["payment_id"]
+    if rail.journal.payment(payment_id) is None:
+        raise not_found()
+    count, skip = validation.page(request)
+    since, until = validation.time_range(request)
+    items = _visible(rail, rail.journal.list_entities("refund", payment_id=payment_id))
+    if since is not None:
+        items = [r for r in items if r["created_at"] >= since]
+    if until is not None:
+        items = [r for r in items if r["created_at"] <= until]
+    items = _deep_page(rail, f"payment:{payment_id}", items)
+    return JSONResponse(collection(items[skip : skip + count]))
+
+
+async def list_refunds(rail: Rail, request: Request) -> Response:
+    count, skip = validation.page(request)
+    items = _deep_page(rail, "refunds", _visible(rail, rail.journal.list_entities("refund")))
+    return JSONResponse(collection(items[skip : skip + count]))
+
+
+async def fetch_refund(rail: Rail, request: Request) -> Response:
+    found = rail.journal.entity(request.path_params["refund_id"], "refund")
+    cutoff = rail.lag_cutoff_ms()
+    if found is None or (cutoff is not None and found[1] > cutoff):
+        raise not_found()
+    return JSONResponse(found[0])
+
+
+def _visible(rail: Rail, rows: list[tuple[dict[str, Any], int]]) -> list[dict[str, Any]]:
+    cutoff = rail.lag_cutoff_ms()
+    return [entity for entity, created in rows if cutoff is None or created <= cutoff]
+
+
+def _deep_page(rail: Rail, list_key: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # Every entity still appears exactly once across pages; only the newest move to the end.
+    newest = rail.faults.deep_page(list_key)
+    if newest <= 0 or len(items) <= 1:
+        return items
+    return items[newest:] + items[:newest]

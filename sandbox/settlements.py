@@ -1,0 +1,108 @@
+"""Instant (on-demand) settlements and the merchant balance they draw down.
+
+Fees: fee = ceil(0.3% of the amount), tax = ceil(18% of fee), `fees` = fee + tax (the total charge
+including tax, as Razorpay reports it; SPEC §14). Rounding up means the sandbox never charges less
+than a projection at the published rate would expect, so a fee budget checked against it is safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+
+from sandbox import validation
+from sandbox.errors import RailHttpError, not_found
+from sandbox.journal import new_id, now_ms
+from sandbox.rail import Applied, Rail, collection, notes_out, recorded_headers
+
+logger = logging.getLogger(__name__)
+
+SETTLEMENT_FIELDS = ("amount", "settle_full_balance", "description", "notes")
+MIN_SETTLEMENT = 200
+CURRENCY = "INR"
+
+
+def settlement_fees(amount: int) -> tuple[int, int]:
+    """(fees including tax, tax) for an instant settlement of *amount* paise, all integers rounded up."""
+    fee = -(-amount * 3 // 1000)
+    tax = -(-fee * 18 // 100)
+    return fee + tax, tax
+
+
+async def create_settlement(rail: Rail, request: Request) -> Response:
+    body = await validation.json_object(request)
+    validation.reject_unknown(body, SETTLEMENT_FIELDS)
+    full = body.get("settle_full_balance", False)
+    if not isinstance(full, bool):
+        raise RailHttpError("settle_full_balance must be a boolean", field="settle_full_balance")
+    if not full:
+        if "amount" not in body:
+            raise RailHttpError("The amount field is required.", field="amount")
+        validation.positive_int(body["amount"], "amount", minimum=MIN_SETTLEMENT)
+    validation.description(body.get("description"))
+    validation.notes(body.get("notes"))
+    headers = recorded_headers(request)
+
+    def apply(fault: str | None) -> Applied:
+        return Applied("settlement", _apply_settlement(rail, body, headers, fault))
+
+    return await rail.money_call(apply, {"path": request.url.path})
+
+
+def _apply_settlement(rail: Rail, body: dict[str, Any], headers: dict[str, str], fault: str | None) -> dict[str, Any]:
+    balance = rail.journal.balance(CURRENCY)
+    full = bool(body.get("settle_full_balance", False))
+    # settle_full_balance: true ignores any amount sent (SPEC §14).
+    amount = balance if full else int(body["amount"])
+    if amount < MIN_SETTLEMENT:
+        raise RailHttpError(f"The amount must be at least {MIN_SETTLEMENT}.", field="amount")
+    if amount > balance:
+        raise RailHttpError("The settlement amount is greater than the available balance", field="amount")
+    fees, tax = settlement_fees(amount)
+    created = now_ms()
+    settlement = {
+        "id": new_id("setlod_"),
+        "entity": "settlement.ondemand",
+        "amount_requested": amount,
+        "amount_settled": amount - fees,
+        "amount_pending": 0,
+        "amount_reversed": 0,
+        "fees": fees,
+        "tax": tax,
+        "currency": CURRENCY,
+        "settle_full_balance": full,
+        "status": "processed",
+        "description": validation.description(body.get("description")),
+        "notes": notes_out(validation.notes(body.get("notes"))),
+        "created_at": created // 1000,
+    }
+    with rail.journal.transaction() as conn:
+        rail.journal.insert_entity(
+            conn, kind="settlement", entity=settlement, created_ms=created, request=body, headers=headers, fault=fault
+        )
+        rail.journal.debit_balance(conn, CURRENCY, amount)
+    logger.info("settlement %s of %s (fees %s, fault %s)", settlement["id"], amount, fees, fault)
+    return settlement
+
+
+async def list_settlements(rail: Rail, request: Request) -> Response:
+    count, skip = validation.page(request)
+    cutoff = rail.lag_cutoff_ms()
+    items = [e for e, created in rail.journal.list_entities("settlement") if cutoff is None or created <= cutoff]
+    return JSONResponse(collection(items[skip : skip + count]))
+
+
+async def fetch_settlement(rail: Rail, request: Request) -> Response:
+    found = rail.journal.entity(request.path_params["settlement_id"], "settlement")
+    cutoff = rail.lag_cutoff_ms()
+    if found is None or (cutoff is not None and found[1] > cutoff):
+        raise not_found()
+    return JSONResponse(found[0])
+
+
+async def fetch_balance(rail: Rail, request: Request) -> Response:
+    # Sandbox-only: Razorpay has no such endpoint; tests and the demo use it to see the drawdown.
+    return JSONResponse({"entity": "balance", "balance": rail.journal.balance(CURRENCY), "currency": CURRENCY})

@@ -1,0 +1,127 @@
+"""Strict input checks shared by the sandbox's endpoints; each failure is Razorpay's 400 naming the field."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from starlette.requests import Request
+
+from sandbox.errors import RailHttpError
+
+MAX_NOTES = 15
+MAX_NOTE_CHARS = 256
+MAX_RECEIPT_CHARS = 40
+MAX_COUNT = 100
+DEFAULT_COUNT = 10
+IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{10,}$")
+DESCRIPTION = re.compile(r"^[A-Za-z0-9 ]{0,30}$")
+
+
+async def json_object(request: Request) -> dict[str, Any]:
+    """The request body as a JSON object; an empty body is {}."""
+    raw = await request.body()
+    if not raw.strip():
+        return {}
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise RailHttpError("The request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise RailHttpError("The request body must be a JSON object")
+    return body
+
+
+def reject_unknown(body: Mapping[str, Any], allowed: Iterable[str]) -> None:
+    extra = sorted(set(body) - set(allowed))
+    if extra:
+        raise RailHttpError(f"{extra[0]} is/are not required and should not be sent", field=extra[0])
+
+
+def positive_int(value: Any, field: str, *, minimum: int = 1) -> int:
+    # bool is an int subclass and 100.0 == 100: both are refused, amounts are integers of paise (SPEC §4).
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise RailHttpError(f"The {field} must be an integer.", field=field)
+    if value < minimum:
+        raise RailHttpError(f"The {field} must be at least {minimum}.", field=field)
+    return value
+
+
+def notes(value: Any) -> dict[str, Any]:
+    if value is None or value == []:
+        return {}
+    if not isinstance(value, dict):
+        raise RailHttpError("The notes field must be an object of key/value pairs.", field="notes")
+    if len(value) > MAX_NOTES:
+        raise RailHttpError(f"Number of fields in notes should be less than or equal to {MAX_NOTES}", field="notes")
+    for key, item in value.items():
+        if len(key) > MAX_NOTE_CHARS:
+            raise RailHttpError(f"notes keys may be at most {MAX_NOTE_CHARS} characters", field="notes")
+        if isinstance(item, bool) or not isinstance(item, str | int):
+            raise RailHttpError(f"notes.{key} must be a string", field="notes")
+        if len(str(item)) > MAX_NOTE_CHARS:
+            raise RailHttpError(f"notes.{key} may be at most {MAX_NOTE_CHARS} characters", field="notes")
+    return dict(value)
+
+
+def receipt(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_RECEIPT_CHARS:
+        raise RailHttpError(f"The receipt must be a string of at most {MAX_RECEIPT_CHARS} characters.", field="receipt")
+    return value
+
+
+def speed(value: Any) -> str | None:
+    if value is None:
+        return None
+    if value not in ("normal", "optimum"):
+        raise RailHttpError("The selected speed is invalid.", field="speed")
+    return str(value)
+
+
+def description(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not DESCRIPTION.match(value):
+        raise RailHttpError(
+            "The description may have at most 30 characters of letters, digits and spaces.", field="description"
+        )
+    return value
+
+
+def idempotency_key(value: str | None) -> str | None:
+    if value is None:
+        return None
+    if not IDEMPOTENCY_KEY.match(value):
+        raise RailHttpError(
+            "X-Refund-Idempotency must be at least 10 characters of letters, digits, '_' or '-'.",
+            field="X-Refund-Idempotency",
+        )
+    return value
+
+
+def page(request: Request) -> tuple[int, int]:
+    """(count, skip) from the query: count 1..100 (default 10), skip >= 0 (SPEC §14)."""
+    count = _query_int(request, "count", DEFAULT_COUNT)
+    if not 1 <= count <= MAX_COUNT:
+        raise RailHttpError(f"The count may not be greater than {MAX_COUNT}.", field="count")
+    skip = _query_int(request, "skip", 0)
+    if skip < 0:
+        raise RailHttpError("The skip must be at least 0.", field="skip")
+    return count, skip
+
+
+def time_range(request: Request) -> tuple[int | None, int | None]:
+    return _query_int(request, "from", None), _query_int(request, "to", None)
+
+
+def _query_int(request: Request, name: str, default: int | None) -> Any:
+    text = request.query_params.get(name)
+    if text is None:
+        return default
+    if not re.fullmatch(r"-?[0-9]{1,18}", text):
+        raise RailHttpError(f"The {name} must be an integer.", field=name)
+    return int(text)

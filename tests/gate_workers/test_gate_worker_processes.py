@@ -1,0 +1,84 @@
+"""Gate workers as real processes on a real Redis: stateless, several on one queue, redelivery-safe."""
+
+from __future__ import annotations
+
+import itertools
+import json
+from pathlib import Path
+
+import redis
+from rq.job import Job
+from rq.serializers import JSONSerializer
+
+from interlock.messages import Decision, Proposal, Verdict
+from interlock.queues import GATE_JOB, gates_queue, rail_queue, rq_queue
+from interlock.redis_conn import EmbeddedRedis
+from ledger.db import open_ledger
+from sandbox.testing import SandboxProcess
+from tests.mandates import AGENT, EXAMPLE, MERCHANT
+from tests.procs import INTERLOCK, Proc, running, wait_until
+
+_ids = itertools.count(1)
+
+
+def env_for(tmp_path: Path, redis_server: EmbeddedRedis, rail: SandboxProcess) -> dict[str, str]:
+    ledger = tmp_path / "ledger.sqlite3"
+    open_ledger(ledger).close()  # the rail worker's job in production; gate workers only read it
+    return {"INTERLOCK_LEDGER": str(ledger), "REDIS_URL": redis_server.url, "INTERLOCK_MANDATE": str(EXAMPLE),
+            **rail.rail_env()}  # fmt: skip
+
+
+def enqueue(client: redis.Redis, payment_id: str, amount: int) -> str:
+    request_id = f"req{next(_ids)}"
+    p = Proposal(request_id=request_id, agent_id=AGENT, merchant_id=MERCHANT, tool="create_refund",
+                 arguments={"payment_id": payment_id, "amount": amount}, received_at_ms=1)  # fmt: skip
+    rq_queue(gates_queue(), client).enqueue(GATE_JOB, p.to_json(), job_id=f"proposal-{request_id}")
+    return request_id
+
+
+def decisions(client: redis.Redis) -> list[Decision]:
+    queue = rq_queue(rail_queue(), client)
+    return [Decision.from_json(job.args[0]) for job in queue.get_jobs()]
+
+
+def test_two_gate_workers_share_one_queue(
+    tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Redis, rail_sandbox: SandboxProcess
+) -> None:
+    env = env_for(tmp_path, redis_server, rail_sandbox)
+    rail_sandbox.add_payment("pay_GW0001", 189900)
+    workers = [Proc([*INTERLOCK, "gate-worker", "--name", f"gw{i}"], env, tmp_path / f"gw{i}.log") for i in (1, 2)]
+    with running(*workers):
+        requests = [enqueue(redis_client, "pay_GW0001", 100 + i) for i in range(30)]
+        requests.append(enqueue(redis_client, "pay_GW0001", 4800000))  # the injected over-refund
+        wait_until(lambda: len(decisions(redis_client)) == len(requests), timeout=60, what="31 decisions")
+        by_request = {d.request_id: d for d in decisions(redis_client)}
+        assert set(by_request) == set(requests)
+        over = by_request[requests[-1]]
+        assert (over.verdict, over.reason_code) == (Verdict.BLOCK, "G2_EXCEEDS_REFUNDABLE")
+        assert all(by_request[r].verdict is Verdict.ALLOW for r in requests[:-1])
+        assert all(d.terms is not None and d.terms.subject == "pay_GW0001" for d in by_request.values())
+        ran_on = {Job.fetch(f"proposal-{r}", connection=redis_client, serializer=JSONSerializer).worker_name
+                  for r in requests}  # fmt: skip
+        assert ran_on == {"gw1", "gw2"}, f"both workers should have taken jobs: {ran_on}"
+
+
+def test_a_redelivered_proposal_produces_the_same_decision(
+    tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Redis, rail_sandbox: SandboxProcess
+) -> None:
+    env = env_for(tmp_path, redis_server, rail_sandbox)
+    rail_sandbox.add_payment("pay_GW0002", 50000)
+    request_id = enqueue(redis_client, "pay_GW0002", 20000)
+    # Deliver the very same job a second time, as a crashed-and-requeued worker would.
+    job = Job.fetch(f"proposal-{request_id}", connection=redis_client, serializer=JSONSerializer)
+    rq_queue(gates_queue(), redis_client).enqueue_job(job)
+    worker = Proc([*INTERLOCK, "gate-worker", "--burst"], env, tmp_path / "gw.log")
+    wait_until(lambda: not worker.alive(), timeout=60, what="burst worker to drain the queue")
+    assert worker.popen.returncode == 0, worker.output()
+    got = decisions(redis_client)
+    assert len(got) >= 1
+    first = json.loads(got[0].to_json())
+    for other in got[1:]:
+        again = json.loads(other.to_json())
+        first.pop("decided_at_ms", None), again.pop("decided_at_ms", None)
+        assert again == first
+    assert got[0].sik is not None
