@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import redis
+from rq import Worker
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
@@ -48,6 +49,9 @@ def test_two_gate_workers_share_one_queue(
     rail_sandbox.add_payment("pay_GW0001", 189900)
     workers = [Proc([*INTERLOCK, "gate-worker", "--name", f"gw{i}"], env, tmp_path / f"gw{i}.log") for i in (1, 2)]
     with running(*workers):
+        # Both must be listening before the burst arrives, or the first one up takes every job.
+        wait_until(lambda: {w.name for w in Worker.all(connection=redis_client)} == {"gw1", "gw2"}, timeout=60,
+                   what="both gate workers to register")  # fmt: skip
         requests = [enqueue(redis_client, "pay_GW0001", 100 + i) for i in range(30)]
         requests.append(enqueue(redis_client, "pay_GW0001", 4800000))  # the injected over-refund
         wait_until(lambda: len(decisions(redis_client)) == len(requests), timeout=60, what="31 decisions")
