@@ -30,11 +30,21 @@ def _register() -> None:
     from gate_workers.worker import gate_worker_command
 
     cli.add_command(gate_worker_command)
+    from rail_worker.worker import rail_worker_command
+
+    cli.add_command(rail_worker_command)
+    from reconciler.worker import reconciler_command
+
+    cli.add_command(reconciler_command)
     # -- subcommands added by later packages register below this line --
     from interlock.mandate_cli import init_command, mandate_group
 
     cli.add_command(init_command)
     cli.add_command(mandate_group)
+    from ingress.cli import ingress_command, token_group
+
+    cli.add_command(ingress_command)
+    cli.add_command(token_group)
     from sandbox.cli import sandbox_command
 
     cli.add_command(sandbox_command)

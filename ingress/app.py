@@ -1,0 +1,107 @@
+"""What every tool call needs, built once when the ingress starts: settings, mandates, Redis clients,
+the rail client (lazily), and who the caller is.
+
+Identity is trusted configuration only (SPEC §10): on stdio the launch config's INTERLOCK_AGENT_ID;
+over HTTP the agent the bearer middleware stamped on the request that carried this message. There is
+no default agent: a message without an identity is refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import anyio
+import anyio.to_thread
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+from interlock.config import Settings
+from interlock.errors import ConfigError
+from interlock.mandate import Mandate, MandateStore
+from rails.razorpay import RazorpayClient
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# ASGI scope key under which the HTTP bearer middleware records the authenticated agent.
+AGENT_SCOPE_KEY = "interlock.agent_id"
+# Blocking work (Redis, SQLite, the rail's REST client) runs in threads; a waiting money call holds one
+# for up to INTERLOCK_OUTCOME_WAIT_MS, so the pool is sized for many concurrent waits, not for CPU.
+MAX_BLOCKING_CALLS = 256
+QUEUE_SOCKET_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Caller:
+    agent_id: str
+    mandate: Mandate | None
+
+    @property
+    def merchant_id(self) -> str | None:
+        # The merchant is the mandate's: trusted configuration, never a tool argument.
+        return None if self.mandate is None else self.mandate.merchant_id
+
+
+class Ingress:
+    def __init__(self, settings: Settings, mandates: MandateStore, *, stdio_agent_id: str | None) -> None:
+        self.settings = settings
+        self.mandates = mandates
+        self.stdio_agent_id = stdio_agent_id
+        url = settings.require("redis_url")
+        wait_s = settings.outcome_wait_ms / 1000
+        # One retry, no backoff: enough to replace a pooled connection Redis dropped on restart, short
+        # enough that "Redis is down" is answered at once instead of after a backoff ladder.
+        self.queue_redis = _redis(url, socket_timeout=QUEUE_SOCKET_TIMEOUT_S)
+        # BLPOP blocks for up to the outcome deadline; the socket timeout must outlast it.
+        self.wait_redis = _redis(url, socket_timeout=wait_s + QUEUE_SOCKET_TIMEOUT_S)
+        self._rail: RazorpayClient | None = None
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    def check_redis(self) -> None:
+        """Log (do not fail) when Redis is down at start: each call then answers a retryable error."""
+        try:
+            self.queue_redis.ping()
+        except redis.RedisError as exc:
+            logger.warning("Redis is not reachable yet (%s); money calls will answer RETRY_SAME_CALL until it is", exc)
+
+    def caller(self, request: Any) -> Caller | None:
+        """The trusted identity of the message carried by *request* (None on stdio)."""
+        if self.stdio_agent_id is not None:
+            agent_id: str | None = self.stdio_agent_id
+        else:
+            scope = getattr(request, "scope", None)
+            agent_id = scope.get(AGENT_SCOPE_KEY) if isinstance(scope, dict) else None
+        if agent_id is None:
+            return None
+        return Caller(agent_id, self.mandates.get(agent_id))
+
+    def rail(self) -> RazorpayClient:
+        """The rail client, made on first use so a stack without a rail still serves money calls."""
+        if self._rail is None:
+            self._rail = RazorpayClient.from_settings(self.settings)
+        return self._rail
+
+    async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        if self._limiter is None:
+            self._limiter = anyio.CapacityLimiter(MAX_BLOCKING_CALLS)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+
+    def close(self) -> None:
+        self.queue_redis.close()
+        self.wait_redis.close()
+        if self._rail is not None:
+            self._rail.close()
+
+
+def _redis(url: str, *, socket_timeout: float) -> redis.Redis:
+    try:
+        return redis.Redis.from_url(
+            url, socket_connect_timeout=2, socket_timeout=socket_timeout, retry=Retry(NoBackoff(), 1)
+        )
+    except ValueError as exc:
+        raise ConfigError(f"REDIS_URL={url!r} is not a Redis URL: {exc}", variable="REDIS_URL") from None

@@ -1,0 +1,111 @@
+"""The streamable HTTP transport at /mcp, behind bearer-token authentication (SPEC §10).
+
+The middleware wraps the SDK's whole ASGI app: a request without a known token is answered 401 before
+any MCP code sees it. An authenticated request carries its agent in the ASGI scope, where the tool
+handler reads it from the request that delivered the message, and as the SDK's `AuthenticatedUser`, so
+the SDK's session manager binds each MCP session to the agent that opened it.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import socket
+
+import uvicorn
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from ingress.app import AGENT_SCOPE_KEY, Ingress
+from ingress.server import build_server
+from ingress.tokens import TokenTable
+from interlock.errors import InterlockError
+
+logger = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+
+
+class BearerAuth:
+    """ASGI middleware: `Authorization: Bearer <token>` → agent_id, or 401. Never a default agent."""
+
+    def __init__(self, app: ASGIApp, tokens: TokenTable) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)  # lifespan: starts the SDK's session manager
+            return
+        token = _bearer(scope)
+        agent_id = None if token is None else self.tokens.agent_for(token)
+        if agent_id is None:
+            # Say which, never echo the token.
+            reason = "missing bearer token" if token is None else "unknown bearer token"
+            client = scope.get("client")
+            logger.warning("HTTP 401 for %s %s from %s: %s", scope.get("method"), scope.get("path"), client, reason)
+            await _unauthorized(reason, send)
+            return
+        scope[AGENT_SCOPE_KEY] = agent_id
+        scope["user"] = AuthenticatedUser(AccessToken(token=agent_id, client_id=agent_id, scopes=[]))
+        await self.app(scope, receive, send)
+
+
+def _bearer(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name == b"authorization":
+            scheme, _, token = value.decode("latin-1").partition(" ")
+            token = token.strip()
+            return token if scheme.lower() == "bearer" and token else None
+    return None
+
+
+async def _unauthorized(reason: str, send: Send) -> None:
+    body = json.dumps({"error": "unauthorized", "detail": reason}).encode("utf-8")
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode("ascii")),
+                (b"www-authenticate", b'Bearer realm="interlock"'),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def build_app(ingress: Ingress, tokens: TokenTable, host: str) -> ASGIApp:
+    server = build_server(ingress)
+    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    return BearerAuth(app, tokens)
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind the listening socket ourselves, so a port in use is a clear error naming it (SPEC §16)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            raise InterlockError(f"port {port} on {host} is already in use; choose another with --port") from None
+        raise InterlockError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve_http(ingress: Ingress, tokens: TokenTable, host: str, port: int) -> None:
+    sock = bind(host, port)
+    actual_port = sock.getsockname()[1]
+    app = build_app(ingress, tokens, host)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
+    logger.info("ingress listening on http://%s:%d%s (%d agent tokens)", host, actual_port, MCP_PATH,
+                len(tokens.digests))  # fmt: skip
+    uvicorn.Server(config).run(sockets=[sock])

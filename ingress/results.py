@@ -1,0 +1,79 @@
+"""Shaping tool results (SPEC §10): `isError` describes the tool call, `state` describes the money.
+
+A successful result carries the structured content its tool's output schema promises, and the same
+JSON as text for clients that show only text. An error result (malformed call, unknown tool, nothing
+recorded) carries one shape for every tool: `{error: {code, message, field?, reason_code?}, caller_action}`.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mcp_types import CallToolResult, TextContent
+
+from interlock.errors import InvalidInput
+from interlock.messages import CallerAction
+
+# Reason code of the answer given when no outcome arrived before the deadline.
+OUTCOME_PENDING = "OUTCOME_PENDING"
+STATUS_NOT_FOUND = "STATUS_NOT_FOUND"
+
+
+def success(structured: dict[str, Any]) -> CallToolResult:
+    return CallToolResult(
+        content=[TextContent(text=json.dumps(structured, sort_keys=True))],
+        structured_content=structured,
+        is_error=False,
+    )
+
+
+def in_progress() -> CallToolResult:
+    """Nothing recorded for this call within the deadline: repeating the same call is safe (the SIK dedups)."""
+    return success(
+        {
+            "state": "IN_PROGRESS",
+            "sik": None,
+            "intent": None,
+            "rail_entity_id": None,
+            "reason_code": OUTCOME_PENDING,
+            "caller_action": CallerAction.RETRY_SAME_CALL.value,
+            "replayed": False,
+        }
+    )
+
+
+def error(
+    code: str,
+    message: str,
+    caller_action: CallerAction,
+    *,
+    field: str | None = None,
+    reason_code: str | None = None,
+) -> CallToolResult:
+    detail: dict[str, Any] = {"code": code, "message": message}
+    if field is not None:
+        detail["field"] = field
+    if reason_code is not None:
+        detail["reason_code"] = reason_code
+    structured = {"error": detail, "caller_action": caller_action.value}
+    text = f"{message} (caller_action: {caller_action.value})"
+    return CallToolResult(
+        content=[TextContent(text=text), TextContent(text=json.dumps(structured, sort_keys=True))],
+        structured_content=structured,
+        is_error=True,
+    )
+
+
+def invalid_input(exc: InvalidInput) -> CallToolResult:
+    # Malformed arguments: the same call will be refused again, so the caller must change it.
+    return error("INVALID_INPUT", str(exc), CallerAction.DO_NOT_RETRY, field=exc.field)
+
+
+def unknown_tool(name: str, known: list[str]) -> CallToolResult:
+    return error(
+        "UNKNOWN_TOOL",
+        f"unknown tool {name!r}; this server offers: {', '.join(known)}",
+        CallerAction.DO_NOT_RETRY,
+        field="name",
+    )

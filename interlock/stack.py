@@ -1,0 +1,161 @@
+"""The whole stack as real processes: redis-server, the sandbox rail, gate workers, the rail worker,
+the reconciler and (optionally) the HTTP ingress — each its own process, each stoppable and
+killable by pid. Used by `interlock up`, the end-to-end tests and the chaos matrix.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from interlock.errors import InterlockError
+from interlock.redis_conn import EmbeddedRedis
+
+logger = logging.getLogger(__name__)
+
+INTERLOCK = [sys.executable, "-m", "interlock.cli"]
+
+
+class StackError(InterlockError):
+    """Raised when an actor of the stack does not start or become ready; names the actor and its log."""
+
+
+@dataclass
+class Actor:
+    name: str
+    args: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def start(self) -> Actor:
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        return self
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def returncode(self) -> int | None:
+        return None if self.process is None else self.process.poll()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if not self.alive():
+            return
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def kill(self) -> None:
+        if self.alive():
+            assert self.process is not None
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+@dataclass
+class Stack:
+    """A data directory and the actors running over it. Ports are free loopback ports unless given."""
+
+    data_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    gate_workers: int = 1
+    redis_url: str | None = None
+    actors: dict[str, Actor] = field(default_factory=dict)
+    redis: EmbeddedRedis | None = None
+
+    @property
+    def ledger_path(self) -> Path:
+        return self.data_dir / "ledger.sqlite3"
+
+    def base_env(self) -> dict[str, str]:
+        env = {**os.environ, "INTERLOCK_LEDGER": str(self.ledger_path), **self.env}
+        if self.redis_url:
+            env["REDIS_URL"] = self.redis_url
+        return env
+
+    def start_redis(self, port: int | None = None) -> str:
+        if self.redis_url and self.redis is None:
+            return self.redis_url  # REDIS_URL given: use that Redis, start none
+        self.redis = EmbeddedRedis(self.data_dir / "redis", port=port).start()
+        self.redis_url = self.redis.url
+        return self.redis_url
+
+    def actor(self, name: str, args: list[str], extra_env: Mapping[str, str] | None = None) -> Actor:
+        env = {**self.base_env(), **(extra_env or {})}
+        actor = Actor(name, [*INTERLOCK, *args], env, self.data_dir / "logs" / f"{name}.log")
+        self.actors[name] = actor
+        return actor
+
+    def start_engine(self, *, kill_at: Mapping[str, str] | None = None) -> None:
+        """Rail worker first (it creates the ledger and takes the lease), then gates and the reconciler.
+        *kill_at* maps an actor name to the failpoint at which that one process SIGKILLs itself."""
+        kill_at = kill_at or {}
+        self.start_actor("rail", ["rail-worker"], kill_at.get("rail"))
+        wait_for(lambda: self.ledger_path.exists(), timeout=30, what="the rail worker to create the ledger",
+                 actor=self.actors["rail"])  # fmt: skip
+        for i in range(1, self.gate_workers + 1):
+            self.start_actor(f"gate{i}", ["gate-worker", "--name", f"gate{i}-{os.getpid()}-{time.time_ns()}"],
+                             kill_at.get(f"gate{i}") or kill_at.get("gate"))  # fmt: skip
+        self.start_actor("reconciler", ["reconciler"], kill_at.get("reconciler"))
+
+    def start_actor(self, name: str, args: list[str], kill_at: str | None = None) -> Actor:
+        extra = {"INTERLOCK_KILL_AT": kill_at} if kill_at else {"INTERLOCK_KILL_AT": ""}
+        return self.actor(name, args, extra).start()
+
+    def restart(self, name: str, *, kill_at: str | None = None) -> Actor:
+        old = self.actors[name]
+        old.stop()
+        args = old.args[len(INTERLOCK):]
+        return self.start_actor(name, args, kill_at)
+
+    def stop(self) -> None:
+        for name in ("ingress", *[n for n in self.actors if n.startswith("gate")], "reconciler", "rail"):
+            actor = self.actors.get(name)
+            if actor is not None:
+                actor.stop()
+        for actor in self.actors.values():
+            actor.stop()
+        if self.redis is not None:
+            self.redis.stop()
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, actor: Actor | None = None) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if actor is not None and not actor.alive():
+            raise StackError(f"{actor.name} exited ({actor.returncode()}) while waiting for {what}; "
+                             f"log {actor.log_path}:\n{actor.log()[-2000:]}")  # fmt: skip
+        if time.monotonic() > deadline:
+            raise StackError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)

@@ -1,0 +1,136 @@
+"""Admit a Decision into the ledger in one BEGIN IMMEDIATE (SPEC §8 step 2).
+
+Insert the intent on its primary key (a conflict means this operation exists: answer with it,
+replayed), bind or check the operation_ref, re-assert G3 against committed state (authoritative:
+racing gate workers cannot cross a limit together), record the decision, apply GATES_PASSED /
+GATES_HELD / GATES_BLOCKED. A Decision delivered twice is recorded once (request_id is its key).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from interlock.clock import now_ms
+from interlock.errors import KeyConflict
+from interlock.messages import CallerAction, Decision, IntentTerms, Outcome, Verdict
+from ledger import intents
+from ledger.db import transaction
+from ledger.intents import Intent
+from ledger.limits import check_limits
+from ledger.states import Event, State
+from ledger.views import outcome_from_intent
+from rail_worker.runtime import RailRuntime
+
+logger = logging.getLogger(__name__)
+
+_EVENT_FOR_VERDICT = {
+    Verdict.ALLOW: Event.GATES_PASSED, Verdict.HOLD: Event.GATES_HELD, Verdict.BLOCK: Event.GATES_BLOCKED,
+}  # fmt: skip
+# A repeat of these may be reopened by a fresh proposal that passed every gate (SPEC §6).
+_REOPENABLE = frozenset({State.FAILED_TERMINAL, State.CONFIRMED_NOT_APPLIED})
+# Refused before the rail was read: the agent may repeat the same call once the rail answers.
+_TRANSIENT_REASONS = frozenset({"G2_RAIL_UNAVAILABLE"})
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    outcome: Outcome | None  # what to tell the waiting ingress now (None: execute first, then tell)
+    execute: Intent | None  # an AUTHORIZED intent to execute now
+
+
+def admit(rt: RailRuntime, decision: Decision) -> Admission:
+    now = now_ms()
+    with transaction(rt.ledger) as conn:
+        if intents.decision_exists(conn, decision.request_id):
+            return _redelivered(rt, decision)
+        if decision.sik is None or decision.terms is None:
+            _record(conn, decision, now, verdict=decision.verdict, reason=decision.reason_code)
+            return Admission(_unkeyed(decision), None)
+        mandate = rt.mandates.get(decision.agent_id)
+        verdict, reason = decision.verdict, decision.reason_code
+        if mandate is None or mandate.mandate_hash != decision.mandate_hash:
+            # The mandate changed between the gate and here: judge nothing against a stale policy.
+            verdict, reason = Verdict.BLOCK, "G1_MANDATE_CHANGED"
+        if decision.operation_ref is not None:
+            try:
+                intents.bind_operation_ref(conn, decision.merchant_id, decision.operation_ref, decision.sik, now=now)
+            except KeyConflict as exc:
+                _record(conn, decision, now, verdict=Verdict.BLOCK, reason="KEY_CONFLICT")
+                return Admission(_key_conflict(decision, exc), None)
+        existing = intents.get_intent(conn, decision.merchant_id, decision.sik)
+        if verdict is not Verdict.BLOCK and mandate is not None:
+            limits = check_limits(
+                conn, mandate, merchant_id=decision.merchant_id, agent_id=decision.agent_id, sik=decision.sik,
+                tool=decision.tool, amount_minor=decision.terms.amount_minor, currency=decision.terms.currency,
+                now_ms=now, rate=rt.fee_rate,
+            )  # fmt: skip
+            if limits.verdict is Verdict.BLOCK:
+                verdict, reason = Verdict.BLOCK, limits.reason_code
+        _record(conn, decision, now, verdict=verdict, reason=reason)
+        if existing is not None:
+            return _repeat(rt, conn, decision, existing, verdict, now)
+        intent = intents.insert_intent(
+            conn, merchant_id=decision.merchant_id, sik=decision.sik, tool=decision.tool,
+            subject_id=decision.terms.subject, amount_minor=decision.terms.amount_minor,
+            currency=decision.terms.currency, params=decision.params, params_hash=decision.params_hash,
+            agent_id=decision.agent_id, mandate_id=decision.mandate_id or "", mandate_hash=decision.mandate_hash or "",
+            operation_ref=decision.operation_ref, distinct_reason=decision.distinct_reason, now=now,
+        )  # fmt: skip
+        assert intent is not None  # we hold the write lock and saw no row
+        fields: dict[str, object] = {"reason_code": None if verdict is Verdict.ALLOW else reason}
+        if verdict is Verdict.HOLD and mandate is not None:
+            fields["hold_expires_at"] = now + mandate.approval.hold_expiry_ms
+        intent = intents.transition(conn, decision.merchant_id, decision.sik, _EVENT_FOR_VERDICT[verdict], now=now,
+                                    detail={"request_id": decision.request_id, "reason_code": reason},
+                                    set_fields=fields)  # fmt: skip
+    if intent.state is State.AUTHORIZED:
+        return Admission(None, intent)
+    return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=False), None)
+
+
+def _record(conn: object, decision: Decision, now: int, *, verdict: Verdict, reason: str) -> None:
+    intents.record_decision(
+        conn,  # type: ignore[arg-type]
+        request_id=decision.request_id, merchant_id=decision.merchant_id, sik=decision.sik or "",
+        agent_id=decision.agent_id, mandate_hash=decision.mandate_hash or "", verdict=verdict.value,
+        reason_code=reason, results=[r.model_dump(mode="json") for r in decision.results], now=now,
+    )  # fmt: skip
+
+
+def _repeat(
+    rt: RailRuntime, conn: object, decision: Decision, existing: Intent, verdict: Verdict, now: int
+) -> Admission:
+    """The SIK already has an intent: answer with its state (replayed), or reopen it (SPEC §6, §10)."""
+    assert decision.sik is not None
+    if existing.state in _REOPENABLE and verdict is Verdict.ALLOW:
+        intent = intents.transition(conn, decision.merchant_id, decision.sik, Event.REOPENED, now=now,  # type: ignore[arg-type]
+                                    detail={"request_id": decision.request_id})  # fmt: skip
+        return Admission(None, intent)
+    return Admission(outcome_from_intent(existing, request_id=decision.request_id, replayed=True), None)
+
+
+def _redelivered(rt: RailRuntime, decision: Decision) -> Admission:
+    intent = intents.get_intent(rt.ledger, decision.merchant_id, decision.sik) if decision.sik else None
+    if intent is None:
+        return Admission(_unkeyed(decision), None)
+    return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=True), None)
+
+
+def _unkeyed(decision: Decision) -> Outcome:
+    """A refusal with no intent behind it: the referent never resolved, so there is nothing to key."""
+    transient = decision.reason_code in _TRANSIENT_REASONS
+    return Outcome(
+        request_id=decision.request_id, state="BLOCKED", sik=None, intent=None, rail_entity_id=None,
+        reason_code=decision.reason_code,
+        caller_action=CallerAction.RETRY_SAME_CALL if transient else CallerAction.DO_NOT_RETRY, replayed=False,
+    )  # fmt: skip
+
+
+def _key_conflict(decision: Decision, exc: KeyConflict) -> Outcome:
+    terms = decision.terms
+    return Outcome(
+        request_id=decision.request_id, state="BLOCKED", sik=decision.sik,
+        intent=IntentTerms(**terms.model_dump()) if terms else None, rail_entity_id=None,
+        reason_code="KEY_CONFLICT", caller_action=CallerAction.DO_NOT_RETRY, replayed=False,
+    )  # fmt: skip

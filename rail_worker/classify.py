@@ -1,0 +1,59 @@
+"""Classify the rail's answer to a money call (SPEC §8 step 4).
+
+Our stamp in a 2xx body → APPLIED. A 2xx without our stamp is a replayed or foreign response and
+must never be recorded as ours → UNKNOWN. A definitive 4xx → FAILED_TERMINAL. Everything else —
+5xx, timeout, reset, 409 in progress, nothing sent — → UNKNOWN, for the reconciler to settle by
+reading the rail. A rejection that says our receipt or idempotency key is already in use means an
+earlier attempt reached the rail: that too is UNKNOWN, not a failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.states import Event
+from rails.models import Refund, Settlement
+from rails.razorpay import RailError, RailErrorKind
+
+
+@dataclass(frozen=True, slots=True)
+class Classified:
+    event: Event
+    outcome: str  # recorded on the attempt row
+    rail_entity_id: str | None = None
+    http_status: int | None = None
+    error_code: str | None = None
+    fee_minor: int | None = None
+    tax_minor: int | None = None
+    reason_code: str | None = None
+    response: Any = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def classify_entity(entity: Refund | Settlement, sik: str) -> Classified:
+    if not entity.carries_stamp(sik):
+        # A 2xx for some other entity (dup_response, a gateway replay): the real one may or may not exist.
+        return Classified(Event.RAIL_AMBIGUOUS, "REPLAYED_RESPONSE", http_status=200,
+                          reason_code="RAIL_REPLAYED_RESPONSE", response=entity.raw,
+                          detail={"foreign_entity_id": entity.id})  # fmt: skip
+    fee = entity.fees if isinstance(entity, Settlement) else None
+    tax = entity.tax if isinstance(entity, Settlement) else None
+    return Classified(Event.RAIL_APPLIED, "APPLIED", rail_entity_id=entity.id, http_status=200, fee_minor=fee,
+                      tax_minor=tax, response=entity.raw)  # fmt: skip
+
+
+def classify_error(exc: RailError) -> Classified:
+    response = exc.body[:2000] if exc.body else None
+    if exc.kind is RailErrorKind.REJECTED and not _says_we_were_here(exc):
+        return Classified(Event.RAIL_REJECTED, "REJECTED", http_status=exc.http_status, error_code=exc.code,
+                          reason_code="RAIL_REJECTED", response=response,
+                          detail={"description": exc.description, "field": exc.field})  # fmt: skip
+    reason = "RAIL_NOT_SENT" if exc.kind is RailErrorKind.NOT_SENT else "RAIL_AMBIGUOUS"
+    return Classified(Event.RAIL_AMBIGUOUS, exc.kind.value, http_status=exc.http_status, error_code=exc.code,
+                      reason_code=reason, response=response, detail={"error": str(exc)[:500]})  # fmt: skip
+
+
+def _says_we_were_here(exc: RailError) -> bool:
+    text = f"{exc.field or ''} {exc.description or ''}".lower()
+    return "receipt" in text or "idempotency" in text

@@ -1,0 +1,65 @@
+"""What the rail worker holds for its whole life: the ledger (read-write), the lease, the rail
+client, mandates and Redis. Built once at boot, in the worker's main process (never across fork)."""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+from redis import Redis
+
+from interlock.clock import owner_id
+from interlock.config import Settings
+from interlock.fees import DEFAULT_FEE_RATE, FeeRate
+from interlock.mandate import MandateStore
+from interlock.queues import reconcile_hint_key
+from ledger.db import open_ledger
+from ledger.leases import Lease
+from rails.razorpay import RazorpayClient
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RailRuntime:
+    settings: Settings
+    ledger_path: Path
+    ledger: sqlite3.Connection
+    mandates: MandateStore
+    rail: RazorpayClient
+    redis: Redis
+    owner: str
+    lease: Lease | None = None
+    fee_rate: FeeRate = field(default=DEFAULT_FEE_RATE)
+
+    @classmethod
+    def build(cls, settings: Settings, redis_client: Redis) -> RailRuntime:
+        ledger_path: Path = settings.require("ledger")
+        rail = RazorpayClient.from_settings(settings)
+        # The rail call must give up before the IN_FLIGHT lease runs out, or a successor could treat a
+        # call that is still in flight as abandoned.
+        if settings.rail_timeout_ms >= settings.lease_ttl_ms:
+            from interlock.errors import ConfigError
+
+            raise ConfigError(
+                f"INTERLOCK_RAIL_TIMEOUT_MS ({settings.rail_timeout_ms}) must be shorter than "
+                f"INTERLOCK_LEASE_TTL_MS ({settings.lease_ttl_ms})",
+                variable="INTERLOCK_RAIL_TIMEOUT_MS",
+            )
+        return cls(
+            settings=settings, ledger_path=ledger_path, ledger=open_ledger(ledger_path),
+            mandates=MandateStore.from_settings(settings), rail=rail, redis=redis_client, owner=owner_id("rail"),
+        )  # fmt: skip
+
+    def current_lease(self) -> Lease:
+        assert self.lease is not None, "the rail worker has not taken its lease"
+        return self.lease
+
+    def hint_reconciler(self, merchant_id: str, sik: str) -> None:
+        try:
+            self.redis.rpush(reconcile_hint_key(self.settings.shard), f"{merchant_id}|{sik}")
+        except redis.RedisError as exc:  # a lost hint is fine: the reconciler's sweep finds UNKNOWN rows
+            logger.warning("could not hint the reconciler about %s: %s", sik, exc)

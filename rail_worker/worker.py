@@ -1,0 +1,61 @@
+"""`interlock rail-worker`: the only process that moves money. Exactly one per shard holds the lease."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+
+import click
+from rq import SimpleWorker
+from rq.serializers import JSONSerializer
+
+from interlock.clock import now_ms
+from interlock.config import load_settings
+from interlock.queues import rail_queue, rq_queue
+from interlock.redis_conn import connect
+from ledger import leases
+from ledger.db import transaction
+from rail_worker import jobs
+from rail_worker.execute import execute
+from rail_worker.lease import Heartbeat, boot
+from rail_worker.runtime import RailRuntime
+
+logger = logging.getLogger(__name__)
+
+
+@click.command("rail-worker")
+@click.option("--burst", is_flag=True, help="exit when the rail queue is empty")
+def rail_worker_command(burst: bool) -> None:
+    """Admit decisions and execute authorized intents, committing IN_FLIGHT before every rail call."""
+    settings = load_settings()
+    rt = RailRuntime.build(settings, connect(settings.redis_url))
+    stranded = boot(rt)  # LeaseHeld / AuditChainBroken stop us here with a clear message
+    lost = threading.Event()
+    heartbeat = Heartbeat(rt, lost)
+    heartbeat.start()
+    threading.Thread(target=_stop_when_lost, args=(lost,), daemon=True, name="lease-watch").start()
+    jobs.install_runtime(rt)
+    try:
+        for merchant_id, sik in stranded:
+            logger.info("executing intent %s left AUTHORIZED by a previous worker", sik)
+            execute(rt, merchant_id, sik, request_id=None)
+        queue = rq_queue(rail_queue(settings.shard), rt.redis)
+        worker = SimpleWorker([queue], connection=rt.redis, serializer=JSONSerializer)
+        logger.info("rail worker %s (epoch %d) consuming %s", rt.owner, rt.current_lease().epoch, queue.name)
+        worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
+    finally:
+        heartbeat.stopping.set()
+        if not lost.is_set():
+            with transaction(rt.ledger):
+                leases.release(rt.ledger, rt.current_lease(), now=now_ms())
+    if lost.is_set():
+        sys.exit(3)
+
+
+def _stop_when_lost(lost: threading.Event) -> None:
+    lost.wait()
+    # Warm shutdown: the running job finishes its ledger write, which the epoch fence refuses.
+    os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,188 @@
+"""The reconcile loop: UNKNOWN → RECONCILING → APPLIED | CONFIRMED_NOT_APPLIED (→ retry) | UNKNOWN | QUARANTINED.
+
+Work comes from hints on a Redis list and from a periodic ledger sweep; the sweep is what makes it
+safe when a hint is lost. Each intent is taken under a per-intent lease (lease_owner and
+lease_expires_at on the row), so several reconcilers may run. A retry is never made here: the
+intent goes back to AUTHORIZED and an execute job is enqueued for the rail worker (recovery goes
+through the normal path).
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from dataclasses import dataclass
+
+import redis
+
+from interlock.clock import now_ms
+from interlock.config import Settings
+from interlock.failpoints import failpoint
+from interlock.queues import EXECUTE_JOB, rail_queue, rq_queue
+from ledger import intents, leases
+from ledger.db import transaction
+from ledger.intents import Intent
+from ledger.states import Event, State
+from reconciler.pager import PageResult, RailLister, find_stamped
+
+logger = logging.getLogger(__name__)
+
+MAX_BACKOFF_MS = 30_000
+MAX_ATTEMPTS = 5  # automatic retries of a confirmed-absent call; past that the agent or an operator decides
+STRANDED_AUTHORIZED_MS = 5_000
+
+
+@dataclass
+class Reconciler:
+    settings: Settings
+    ledger: sqlite3.Connection
+    rail: RailLister
+    redis: redis.Redis | None
+    owner: str
+
+    # -- the sweep -------------------------------------------------------------------------------
+
+    def sweep(self) -> int:
+        """One pass over the ledger; returns how many intents it acted on."""
+        now = now_ms()
+        acted = self._expire_abandoned(now)
+        for merchant_id, sik in self._due(now):
+            acted += 1 if self.reconcile(merchant_id, sik) else 0
+        acted += self._reenqueue_stranded(now)
+        return acted
+
+    def _expire_abandoned(self, now: int) -> int:
+        """IN_FLIGHT rows whose lease ran out while no live rail worker holds its lease, and RECONCILING
+        rows whose reconciler died, go back to UNKNOWN."""
+        acted = 0
+        rail_lease = leases.get_lease(self.ledger, leases.RAIL_WORKER_LEASE)
+        rail_alive = rail_lease is not None and rail_lease.expires_at > now
+        for row in self.ledger.execute(
+            "SELECT merchant_id, sik, state, lease_epoch FROM intents WHERE state IN ('IN_FLIGHT', 'RECONCILING') "
+            "AND lease_expires_at < ?", (now,)
+        ).fetchall():  # fmt: skip
+            if row["state"] == "IN_FLIGHT" and rail_alive and rail_lease and rail_lease.epoch == row["lease_epoch"]:
+                continue  # its own worker is alive; it will record the outcome (its call timed out < lease)
+            event = Event.LEASE_EXPIRED if row["state"] == "IN_FLIGHT" else Event.RECONCILE_INCONCLUSIVE
+            try:
+                with transaction(self.ledger):
+                    intent = intents.require_intent(self.ledger, row["merchant_id"], row["sik"])
+                    if intent.state.value != row["state"] or (intent.lease_expires_at or 0) >= now:
+                        continue
+                    intents.transition(self.ledger, row["merchant_id"], row["sik"], event, now=now, actor=self.owner,
+                                       detail={"lease_expired_at": intent.lease_expires_at})  # fmt: skip
+                acted += 1
+            except Exception:
+                logger.exception("could not expire the lease of %s", row["sik"])
+        return acted
+
+    def _due(self, now: int) -> list[tuple[str, str]]:
+        rows = self.ledger.execute(
+            """SELECT i.merchant_id, i.sik, i.reconcile_attempts, i.updated_at,
+                      (SELECT MAX(a.started_at) FROM intent_attempts a
+                        WHERE a.merchant_id = i.merchant_id AND a.sik = i.sik) AS started_at
+               FROM intents i WHERE i.state = 'UNKNOWN' ORDER BY i.updated_at LIMIT 500"""
+        ).fetchall()
+        due = []
+        for row in rows:
+            # No read-your-writes on the rail: never look before the minimum delay after the attempt.
+            ready_at = (row["started_at"] or 0) + self.settings.reconcile_min_delay_ms
+            if row["reconcile_attempts"] > 0:
+                backoff = min(500 * 2 ** (row["reconcile_attempts"] - 1), MAX_BACKOFF_MS)
+                ready_at = max(ready_at, row["updated_at"] + backoff)
+            if ready_at <= now:
+                due.append((row["merchant_id"], row["sik"]))
+        return due
+
+    def _reenqueue_stranded(self, now: int) -> int:
+        """AUTHORIZED intents nobody executed (a lost queue message): hand them to the rail worker again.
+        Harmless when duplicated: execute acts only from AUTHORIZED."""
+        rows = self.ledger.execute(
+            "SELECT merchant_id, sik FROM intents WHERE state = 'AUTHORIZED' AND updated_at < ?",
+            (now - STRANDED_AUTHORIZED_MS,),
+        ).fetchall()
+        for row in rows:
+            self._enqueue_execute(row["merchant_id"], row["sik"])
+        return len(rows)
+
+    # -- one intent ------------------------------------------------------------------------------
+
+    def reconcile(self, merchant_id: str, sik: str) -> bool:
+        """One reconcile pass for one UNKNOWN intent; False when it was not ours to take."""
+        now = now_ms()
+        with transaction(self.ledger):
+            intent = intents.get_intent(self.ledger, merchant_id, sik)
+            if intent is None or intent.state is not State.UNKNOWN:
+                return False
+            if self._should_quarantine(intent, now):
+                intents.transition(self.ledger, merchant_id, sik, Event.QUARANTINE, now=now, actor=self.owner,
+                                   detail={"reason": self._quarantine_reason(intent, now)},
+                                   set_fields={"reason_code": "RECONCILE_EXHAUSTED"})  # fmt: skip
+                logger.error("intent %s QUARANTINED after %d passes", sik, intent.reconcile_attempts)
+                return True
+            intent = intents.begin_reconcile(self.ledger, merchant_id, sik, now=now, owner=self.owner,
+                                             lease_expires_at=now + self.settings.lease_ttl_ms)  # fmt: skip
+        result = find_stamped(self.rail, intent.tool, intent.subject_id, sik)
+        failpoint("reconciler.after_finding_before_commit")
+        retry = self._commit_finding(intent, result)
+        if retry:
+            self._enqueue_execute(merchant_id, sik)
+        return True
+
+    def _commit_finding(self, taken: Intent, result: PageResult) -> bool:
+        now = now_ms()
+        with transaction(self.ledger):
+            intent = intents.get_intent(self.ledger, taken.merchant_id, taken.sik)
+            if (intent is None or intent.state is not State.RECONCILING or intent.lease_owner != self.owner
+                    or intent.attempt_seq != taken.attempt_seq):  # fmt: skip
+                logger.warning("reconcile lease on %s lost; finding discarded", taken.sik)
+                return False
+            if result.matched_entity_id is not None:
+                outcome, event = "APPLIED", Event.RECONCILE_FOUND_APPLIED
+            elif result.exhausted:
+                outcome, event = "CONFIRMED_NOT_APPLIED", Event.RECONCILE_CONFIRMED_ABSENT
+            else:
+                outcome, event = "INCONCLUSIVE", Event.RECONCILE_INCONCLUSIVE
+            intents.record_finding(
+                self.ledger, merchant_id=intent.merchant_id, sik=intent.sik, attempt_seq=intent.attempt_seq,
+                outcome=outcome, pages_scanned=result.pages_scanned, pagination_exhausted=result.exhausted,
+                matched_entity_id=result.matched_entity_id, now=now, detail={"error": result.error},
+            )  # fmt: skip
+            fields: dict[str, object] = {"lease_owner": None, "lease_expires_at": None}
+            if result.matched_entity_id is not None:
+                fields.update(rail_entity_id=result.matched_entity_id, reason_code=None)
+            intents.transition(self.ledger, intent.merchant_id, intent.sik, event, now=now, actor=self.owner,
+                               detail={"pages_scanned": result.pages_scanned}, set_fields=fields)  # fmt: skip
+            if event is Event.RECONCILE_CONFIRMED_ABSENT and intent.attempt_seq < MAX_ATTEMPTS:
+                intents.transition(self.ledger, intent.merchant_id, intent.sik, Event.RETRY_AUTHORIZED, now=now,
+                                   actor=self.owner, detail={"after_attempt": intent.attempt_seq})  # fmt: skip
+                logger.info("intent %s confirmed not applied after %d pages: retry authorized", intent.sik,
+                            result.pages_scanned)  # fmt: skip
+                return True
+        logger.info("intent %s: %s after %d pages", taken.sik, outcome, result.pages_scanned)
+        return False
+
+    def _attempt_started_at(self, intent: Intent) -> int:
+        row = self.ledger.execute(
+            "SELECT MAX(started_at) FROM intent_attempts WHERE merchant_id = ? AND sik = ?",
+            (intent.merchant_id, intent.sik),
+        ).fetchone()
+        return int(row[0]) if row and row[0] is not None else intent.updated_at
+
+    def _should_quarantine(self, intent: Intent, now: int) -> bool:
+        return (intent.reconcile_attempts >= self.settings.reconcile_max_passes
+                or now - self._attempt_started_at(intent) > self.settings.reconcile_max_age_ms)  # fmt: skip
+
+    def _quarantine_reason(self, intent: Intent, now: int) -> str:
+        age_s = (now - self._attempt_started_at(intent)) // 1000
+        return f"unsettled after {intent.reconcile_attempts} reconcile passes, {age_s}s after the attempt started"
+
+    def _enqueue_execute(self, merchant_id: str, sik: str) -> None:
+        if self.redis is None:
+            return
+        try:
+            rq_queue(rail_queue(self.settings.shard), self.redis).enqueue(
+                EXECUTE_JOB, merchant_id, sik, None, result_ttl=600, failure_ttl=86400
+            )
+        except redis.RedisError as exc:  # the next sweep re-enqueues AUTHORIZED intents
+            logger.warning("could not enqueue the retry of %s: %s", sik, exc)

@@ -1,0 +1,59 @@
+"""Page the rail's list for our stamp until the list runs out (SPEC §9; ADR 0004).
+
+Absence on page one is not absence: a page shorter than `count` is the only proof the list is
+exhausted. Matches only on notes.interlock_sik == sik or receipt == "ilk_" + sik — never on amount.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+from interlock.failpoints import failpoint
+from rails.models import Page, Refund, Settlement
+from rails.razorpay import RailError
+
+logger = logging.getLogger(__name__)
+
+PAGE_SIZE = 100
+MAX_PAGES = 1000  # 100k entities; past that a person should look (INCONCLUSIVE, then quarantine)
+
+
+class RailLister(Protocol):
+    def list_refunds_for_payment(self, payment_id: str, *, count: int = ..., skip: int = ...) -> Page[Refund]: ...
+
+    def list_instant_settlements(self, *, count: int = ..., skip: int = ...) -> Page[Settlement]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PageResult:
+    matched_entity_id: str | None
+    pages_scanned: int
+    exhausted: bool
+    error: str | None = None
+
+
+def find_stamped(rail: RailLister, tool: str, subject: str, sik: str, *, page_size: int = PAGE_SIZE,
+                 max_pages: int = MAX_PAGES) -> PageResult:  # fmt: skip
+    pages = 0
+    skip = 0
+    try:
+        while pages < max_pages:
+            page: Page[Refund] | Page[Settlement]
+            if tool == "create_refund":
+                page = rail.list_refunds_for_payment(subject, count=page_size, skip=skip)
+            else:
+                page = rail.list_instant_settlements(count=page_size, skip=skip)
+            pages += 1
+            for entity in page.items:
+                if entity.carries_stamp(sik):
+                    return PageResult(entity.id, pages, exhausted=False)
+            if page.exhausted:
+                return PageResult(None, pages, exhausted=True)
+            skip += len(page.items)
+            failpoint("reconciler.mid_pagination")
+    except RailError as exc:
+        logger.warning("paging %s for %s stopped at page %d: %s", subject, sik, pages + 1, exc)
+        return PageResult(None, pages, exhausted=False, error=str(exc)[:500])
+    return PageResult(None, pages, exhausted=False, error=f"gave up after {max_pages} pages")

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from interlock.redis_conn import EmbeddedRedis
+from tests.ingress.helpers import DEMO_AGENT, EXAMPLE_MANDATE
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[EmbeddedRedis]:
+    """A real redis-server process for one test (no persistence: a restart starts empty)."""
+    server = EmbeddedRedis(tmp_path / "redis", appendonly=False).start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def rclient(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_server.url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def env(redis_server: EmbeddedRedis, tmp_path: Path) -> dict[str, str]:
+    """What the agent's MCP client would put in the stdio ingress's launch config."""
+    return {
+        "REDIS_URL": redis_server.url,
+        "INTERLOCK_MANDATE": str(EXAMPLE_MANDATE),
+        "INTERLOCK_AGENT_ID": DEMO_AGENT,
+        "INTERLOCK_OUTCOME_WAIT_MS": "5000",
+        "INTERLOCK_LEDGER": str(tmp_path / "ledger.sqlite3"),
+    }
+
+
+@pytest.fixture
+def errlog(tmp_path: Path) -> Iterator[object]:
+    """The stdio ingress's stderr, kept in a file so a failing test can show it."""
+    with (tmp_path / "ingress.stderr").open("w") as handle:
+        yield handle
