@@ -5,6 +5,7 @@ killable by pid. Used by `interlock up`, the end-to-end tests and the chaos matr
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -17,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from interlock.errors import InterlockError
-from interlock.redis_conn import EmbeddedRedis
+from interlock.redis_conn import EmbeddedRedis, free_port, port_in_use
 
 logger = logging.getLogger(__name__)
 
@@ -120,6 +121,33 @@ class Stack:
                              kill_at.get(f"gate{i}") or kill_at.get("gate"))  # fmt: skip
         self.start_actor("reconciler", ["reconciler"], kill_at.get("reconciler"))
 
+    def start_sandbox(self, *, port: int = 0, seed: int | None = None, seed_file: Path | None = None) -> str:
+        """The sandbox rail as an actor of this stack; points INTERLOCK_RAIL_* at it and returns its URL."""
+        ready = self.data_dir / "sandbox" / "ready.json"
+        ready.unlink(missing_ok=True)
+        # The sandbox and every client read the same INTERLOCK_RAIL_KEY_* (sandbox-only defaults otherwise).
+        self.env.setdefault("INTERLOCK_RAIL_KEY_ID", "rzp_test_interlock")
+        self.env.setdefault("INTERLOCK_RAIL_KEY_SECRET", "interlock_sandbox_secret")
+        args = ["sandbox", "--port", str(port), "--data", str(self.data_dir / "sandbox"), "--ready-file", str(ready)]
+        if seed is not None:
+            args += ["--seed", str(seed)]
+        if seed_file is not None:
+            args += ["--seed-file", str(seed_file)]
+        actor = self.start_actor("sandbox", args)
+        info = wait_for(lambda: _read_json(ready), timeout=30, what="the sandbox rail", actor=actor)
+        url = f"http://127.0.0.1:{info['port']}"
+        self.env["INTERLOCK_RAIL_URL"] = url
+        return url
+
+    def start_ingress(self, *, tokens_file: Path, port: int = 0, kill_at: str | None = None) -> str:
+        """The HTTP ingress; returns the MCP endpoint URL once it accepts connections."""
+        self.env["INTERLOCK_AGENT_TOKENS"] = str(tokens_file)
+        chosen = port or free_port()
+        actor = self.start_actor("ingress", ["ingress", "--http", "--host", "127.0.0.1", "--port", str(chosen)],
+                                 kill_at)  # fmt: skip
+        wait_for(lambda: port_in_use(chosen), timeout=30, what="the ingress to listen", actor=actor)
+        return f"http://127.0.0.1:{chosen}/mcp"
+
     def start_actor(self, name: str, args: list[str], kill_at: str | None = None) -> Actor:
         extra = {"INTERLOCK_KILL_AT": kill_at} if kill_at else {"INTERLOCK_KILL_AT": ""}
         return self.actor(name, args, extra).start()
@@ -159,3 +187,11 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, actor: 
         if time.monotonic() > deadline:
             raise StackError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        return data
+    except (OSError, ValueError):
+        return None
