@@ -36,6 +36,9 @@ def _register() -> None:
     from reconciler.worker import reconciler_command
 
     cli.add_command(reconciler_command)
+    from interlock.status_cli import status_command
+
+    cli.add_command(status_command)
     # -- subcommands added by later packages register below this line --
     from interlock.mandate_cli import init_command, mandate_group
 

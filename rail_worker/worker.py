@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 import threading
+import time
 
 import click
 from rq import SimpleWorker
@@ -14,6 +15,7 @@ from rq.serializers import JSONSerializer
 
 from interlock.clock import now_ms
 from interlock.config import load_settings
+from interlock.errors import LeaseHeld
 from interlock.queues import rail_queue, rq_queue
 from interlock.redis_conn import connect
 from ledger import leases
@@ -28,11 +30,13 @@ logger = logging.getLogger(__name__)
 
 @click.command("rail-worker")
 @click.option("--burst", is_flag=True, help="exit when the rail queue is empty")
-def rail_worker_command(burst: bool) -> None:
+@click.option("--wait-lease", type=float, default=0.0, show_default=True,
+              help="seconds to keep trying while another worker's lease is still fresh (e.g. after a crash)")
+def rail_worker_command(burst: bool, wait_lease: float) -> None:
     """Admit decisions and execute authorized intents, committing IN_FLIGHT before every rail call."""
     settings = load_settings()
     rt = RailRuntime.build(settings, connect(settings.redis_url))
-    stranded = boot(rt)  # LeaseHeld / AuditChainBroken stop us here with a clear message
+    stranded = _boot_when_free(rt, wait_lease)  # LeaseHeld / AuditChainBroken stop us with a clear message
     lost = threading.Event()
     heartbeat = Heartbeat(rt, lost)
     heartbeat.start()
@@ -53,6 +57,18 @@ def rail_worker_command(burst: bool) -> None:
                 leases.release(rt.ledger, rt.current_lease(), now=now_ms())
     if lost.is_set():
         sys.exit(3)
+
+
+def _boot_when_free(rt: RailRuntime, wait_s: float) -> list[tuple[str, str]]:
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return boot(rt)
+        except LeaseHeld as exc:
+            if time.monotonic() >= deadline:
+                raise
+            logger.info("%s; retrying until %.0fs have passed", exc, wait_s)
+            time.sleep(0.25)
 
 
 def _stop_when_lost(lost: threading.Event) -> None:

@@ -91,3 +91,19 @@ def test_a_second_rail_worker_refuses_to_start(engine_factory: Callable[..., Eng
     assert second.returncode != 0
     assert "is held by rail:" in second.stderr and "refusing to start" in second.stderr
     assert rail.alive()
+
+
+def test_interlock_status_reports_states_lease_and_queues(engine_factory: Callable[..., Engine]) -> None:
+    engine = engine_factory()
+    outcome = engine.outcome(engine.propose({"payment_id": engine.payment(100000), "amount": 5000}))
+    assert outcome.state == "APPLIED"
+    result = subprocess.run([sys.executable, "-m", "interlock.cli", "status", "--json"], env=engine.stack.base_env(),
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    import json
+
+    report = json.loads(result.stdout)
+    assert report["intents_by_state"] == {"APPLIED": 1}
+    assert report["oldest_unknown_age_ms"] is None
+    assert report["rail_worker_lease"]["live"] is True and report["rail_worker_lease"]["epoch"] == 1
+    assert report["queues"]["gates"] == 0

@@ -1,0 +1,79 @@
+"""`interlock status`: the first thing an operator runs — intents by state, the oldest UNKNOWN,
+queue depths and who holds the rail worker's lease."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+import redis
+
+from interlock.clock import now_ms
+from interlock.config import load_settings
+from interlock.queues import gates_queue, rail_queue, reconcile_hint_key, rq_queue
+from ledger import leases
+from ledger.db import open_ledger
+from ledger.queries import intents_by_state
+
+
+def collect(ledger_path: Path, redis_url: str | None, shard: str) -> dict[str, Any]:
+    now = now_ms()
+    conn = open_ledger(ledger_path, readonly=True)
+    try:
+        oldest = conn.execute(
+            """SELECT MIN(a.started_at) FROM intents i JOIN intent_attempts a
+               ON a.merchant_id = i.merchant_id AND a.sik = i.sik AND a.attempt_seq = i.attempt_seq
+               WHERE i.state IN ('UNKNOWN', 'RECONCILING')"""
+        ).fetchone()[0]
+        lease = leases.get_lease(conn, leases.RAIL_WORKER_LEASE)
+        report: dict[str, Any] = {
+            "ledger": str(ledger_path),
+            "intents_by_state": intents_by_state(conn),
+            "oldest_unknown_age_ms": None if oldest is None else now - int(oldest),
+            "rail_worker_lease": None if lease is None else {
+                "owner": lease.owner, "epoch": lease.epoch, "live": lease.expires_at > now,
+                "heartbeat_age_ms": now - lease.heartbeat_at,
+            },
+        }  # fmt: skip
+    finally:
+        conn.close()
+    report["queues"] = _queue_depths(redis_url, shard)
+    return report
+
+
+def _queue_depths(redis_url: str | None, shard: str) -> dict[str, Any]:
+    if not redis_url:
+        return {"error": "REDIS_URL is not set"}
+    try:
+        client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+        depths: dict[str, Any] = {name: rq_queue(name, client).count for name in (gates_queue(), rail_queue(shard))}
+        depths["reconcile_hints"] = client.llen(reconcile_hint_key(shard))
+        return depths
+    except redis.RedisError as exc:
+        return {"error": f"Redis at {redis_url} unreachable: {exc}"}
+
+
+@click.command("status")
+@click.option("--ledger", type=click.Path(path_type=Path), help="ledger file (default: $INTERLOCK_LEDGER)")
+@click.option("--json", "as_json", is_flag=True, help="print JSON")
+def status_command(ledger: Path | None, as_json: bool) -> None:
+    """Intents by state, oldest UNKNOWN age, queue depths and the rail worker's lease."""
+    settings = load_settings()
+    report = collect(ledger or settings.require("ledger"), settings.redis_url, settings.shard)
+    if as_json:
+        click.echo(json.dumps(report, indent=2, sort_keys=True))
+        return
+    click.echo(f"ledger {report['ledger']}")
+    for state, count in sorted(report["intents_by_state"].items()):
+        click.echo(f"  {state:<22} {count}")
+    age = report["oldest_unknown_age_ms"]
+    click.echo(f"oldest UNKNOWN/RECONCILING: {'none' if age is None else f'{age / 1000:.1f}s'}")
+    lease = report["rail_worker_lease"]
+    if lease is None:
+        click.echo("rail worker lease: never taken")
+    else:
+        click.echo(f"rail worker lease: {lease['owner']} epoch {lease['epoch']} "
+                   f"({'live' if lease['live'] else 'EXPIRED'}, heartbeat {lease['heartbeat_age_ms']} ms ago)")
+    click.echo("queues: " + ", ".join(f"{k}={v}" for k, v in report["queues"].items()))

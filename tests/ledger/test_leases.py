@@ -1,0 +1,53 @@
+"""The singleton lease: a live holder keeps it, a stale one is taken over with epoch + 1 and fenced out."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from interlock.errors import LeaseHeld, StaleLease
+from ledger import intents, leases
+from ledger.db import transaction
+from ledger.states import Event
+from tests.ledger.helpers import put_intent
+
+TTL = 1000
+
+
+def take(conn: sqlite3.Connection, owner: str, now: int) -> leases.Lease:
+    with transaction(conn):
+        return leases.acquire(conn, leases.RAIL_WORKER_LEASE, owner, now=now, ttl_ms=TTL)
+
+
+def test_second_owner_is_refused_while_the_heartbeat_is_fresh(ledger: sqlite3.Connection) -> None:
+    first = take(ledger, "w1", 0)
+    assert first.epoch == 1
+    with pytest.raises(LeaseHeld, match="held by w1"):
+        take(ledger, "w2", TTL - 1)
+    with transaction(ledger):
+        leases.heartbeat(ledger, first, now=TTL - 1, ttl_ms=TTL)
+    with pytest.raises(LeaseHeld):
+        take(ledger, "w2", TTL + 10)  # the heartbeat pushed expiry to 2*TTL - 1
+
+
+def test_stale_lease_is_taken_over_with_the_next_epoch_and_the_old_owner_is_fenced(ledger: sqlite3.Connection) -> None:
+    old = take(ledger, "w1", 0)
+    new = take(ledger, "w2", TTL)
+    assert (new.owner, new.epoch) == ("w2", 2)
+    with pytest.raises(StaleLease), transaction(ledger):
+        leases.heartbeat(ledger, old, now=TTL + 1, ttl_ms=TTL)
+    with pytest.raises(StaleLease):
+        leases.assert_holder(ledger, old)
+    leases.assert_holder(ledger, new)
+
+
+def test_an_outcome_written_under_a_superseded_epoch_is_refused(ledger: sqlite3.Connection) -> None:
+    put_intent(ledger, "S" * 32, "IN_FLIGHT", amount=100)  # started under epoch 1
+    with transaction(ledger):  # the successor's boot: LEASE_EXPIRED -> UNKNOWN
+        intents.transition(ledger, "acc_DEMO000001", "S" * 32, Event.LEASE_EXPIRED, now=5)
+    with pytest.raises(Exception) as info, transaction(ledger):
+        intents.transition(ledger, "acc_DEMO000001", "S" * 32, Event.RAIL_APPLIED, now=6, expect_epoch=1,
+                           expect_attempt_seq=1)  # fmt: skip
+    assert type(info.value).__name__ in {"IllegalTransition", "StaleLease"}
+    assert intents.require_intent(ledger, "acc_DEMO000001", "S" * 32).state.value == "UNKNOWN"
