@@ -16,11 +16,9 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 install: $(STAMP)
 
+# make run UP_ARGS="--gate-workers 4 --ingress-port 9710" passes options to `interlock up`.
 run: install
-	@echo "interlock: installed into $(VENV). The full stack (interlock up) is not built yet:"
-	@echo "  built:     ledger + audit chain (interlock audit verify), sandbox rail (interlock sandbox)"
-	@echo "  not built: gate workers, rail worker, reconciler, MCP ingress, interlock up / demo"
-	@echo "Start the sandbox rail on its own with: $(BIN)/interlock sandbox --port 8700 --data data/sandbox"
+	$(BIN)/interlock up --demo $(UP_ARGS)
 
 lint: install
 	$(BIN)/ruff check .

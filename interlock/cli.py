@@ -21,6 +21,8 @@ def cli(verbose: bool) -> None:
         stream=sys.stderr,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    for chatty in ("httpx", "httpx2", "httpcore", "mcp.client"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
 
 
 def _register() -> None:
@@ -39,6 +41,11 @@ def _register() -> None:
     from interlock.status_cli import status_command
 
     cli.add_command(status_command)
+    from interlock.demo import demo_command
+    from interlock.up import up_command
+
+    cli.add_command(up_command)
+    cli.add_command(demo_command)
     # -- subcommands added by later packages register below this line --
     from interlock.mandate_cli import init_command, mandate_group
 

@@ -51,6 +51,10 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connecti
         raise LedgerError(f"ledger {path}: synchronous is {sync}, FULL (2) is required")
     if not readonly:
         conn.executescript(schema_sql())
+    elif conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name IN ('intents', 'audit_head', 'leases')"
+                      ).fetchone()[0] < 3:  # fmt: skip
+        conn.close()
+        raise LedgerError(f"ledger {path} exists but its schema is not there yet (the rail worker creates it)")
     return conn
 
 

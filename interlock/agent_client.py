@@ -1,0 +1,104 @@
+"""A real MCP client for Interlock's HTTP ingress, and a small client for the sandbox's control
+surface — what the demo, the scripted benchmark agent and the chaos matrix drive the stack with."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+STACK_FILE = "stack.json"
+
+
+@dataclass(frozen=True)
+class StackInfo:
+    """What `interlock up` writes to <data>/stack.json for clients on this machine."""
+
+    mcp_url: str
+    token_file: str
+    agent_id: str
+    sandbox_url: str | None
+    rail_key_id: str | None
+    rail_key_secret: str | None
+    ledger: str
+    redis_url: str
+
+    @classmethod
+    def load(cls, data_dir: Path) -> StackInfo:
+        path = Path(data_dir) / STACK_FILE
+        try:
+            return cls(**json.loads(path.read_text(encoding="utf-8")))
+        except FileNotFoundError:
+            raise SystemExit(f"{path} not found: start the stack first with `interlock up --data {data_dir}`") from None
+
+    def token(self) -> str:
+        return Path(self.token_file).read_text(encoding="utf-8").strip()
+
+
+def mcp_client(url: str, token: str, *, timeout_s: float = 60) -> Client:
+    http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=timeout_s)
+    return Client(streamable_http_client(url, http_client=http), read_timeout_seconds=timeout_s)
+
+
+def structured(result: Any) -> dict[str, Any]:
+    """The structured content of a tool result (SPEC §10), whether or not it is an error."""
+    content = getattr(result, "structured_content", None)
+    if isinstance(content, dict):
+        return content
+    for block in getattr(result, "content", []) or []:
+        text = getattr(block, "text", None)
+        if text:
+            try:
+                parsed = json.loads(text)
+            except ValueError:
+                continue
+            if isinstance(parsed, dict):
+                return parsed
+    return {}
+
+
+class SandboxControl:
+    """The sandbox rail's /__sandbox control surface (sandbox-only; not part of Razorpay's API)."""
+
+    def __init__(self, url: str, key_id: str, key_secret: str) -> None:
+        self.http = httpx.Client(base_url=url, auth=(key_id, key_secret), timeout=10.0)
+
+    def _call(self, method: str, path: str, body: Any = None) -> Any:
+        response = self.http.request(method, path, json=body)
+        response.raise_for_status()
+        return response.json()
+
+    def set_faults(self, faults: list[dict[str, Any]], seed: int | None = None) -> Any:
+        body: dict[str, Any] = {"faults": faults}
+        if seed is not None:
+            body["seed"] = seed
+        return self._call("POST", "/__sandbox/faults", body)
+
+    def add_payment(self, payment_id: str, amount: int, **extra: Any) -> Any:
+        return self._call("POST", "/__sandbox/payments", {"id": payment_id, "amount": amount, "currency": "INR",
+                                                           **extra})  # fmt: skip
+
+    def set_balance(self, amount: int) -> Any:
+        return self._call("POST", "/__sandbox/balance", {"amount": amount, "currency": "INR"})
+
+    def entities(self) -> list[dict[str, Any]]:
+        entities: list[dict[str, Any]] = self._call("GET", "/__sandbox/journal")["entities"]
+        return entities
+
+    def count_stamped(self, sik: str) -> int:
+        count = 0
+        for record in self.entities():
+            entity = record["entity"]
+            notes = entity.get("notes") if isinstance(entity.get("notes"), dict) else {}
+            if notes.get("interlock_sik") == sik or entity.get("receipt") == "ilk_" + sik:
+                count += 1
+        return count
+
+    def close(self) -> None:
+        self.http.close()

@@ -1,0 +1,115 @@
+"""`interlock demo`: a real MCP client against a running stack, one table row per check.
+
+It makes its own fresh payments on the sandbox (so it can run again and again against the same
+stack) and ends with the line `demo: N passed, M failed`, exiting non-zero if any check failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from interlock.agent_client import SandboxControl, StackInfo, mcp_client, structured
+
+
+@dataclass
+class Row:
+    check: str
+    expected: str
+    observed: str
+    ok: bool
+
+
+async def run_demo(info: StackInfo, *, out: Callable[[str], None] = print, settle_timeout_s: float = 60) -> int:
+    if info.sandbox_url is None or info.rail_key_id is None or info.rail_key_secret is None:
+        out("interlock demo needs the sandbox rail (start with `interlock up --sandbox`)")
+        return 1
+    rail = SandboxControl(info.sandbox_url, info.rail_key_id, info.rail_key_secret)
+    run = f"{int(time.time() * 1000) % 10**10}"
+    pay_a, pay_b, pay_c = (f"pay_demo{run}{x}" for x in "ABC")
+    for pid in (pay_a, pay_b, pay_c):
+        rail.add_payment(pid, 189900)
+    rows: list[Row] = []
+    siks: list[str] = []
+
+    def row(check: str, expected: str, observed: str, ok: bool) -> None:
+        rows.append(Row(check, expected, observed, ok))
+        out(f"{'PASS' if ok else 'FAIL'}  {check:<44} expected {expected:<34} observed {observed}")
+
+    out(f"interlock demo against {info.mcp_url} (agent {info.agent_id}); sandbox payments {pay_a}, {pay_b}, {pay_c}")
+    async with mcp_client(info.mcp_url, info.token()) as client:
+        # 1. A refund is applied once.
+        first = structured(await client.call_tool("create_refund", {"payment_id": pay_a, "amount": 50000}))
+        sik_a = first.get("sik") or ""
+        siks.append(sik_a)
+        count = rail.count_stamped(sik_a) if sik_a else 0
+        row("refund Rs 500 on a Rs 1,899 payment", "APPLIED, 1 rail entity",
+            f"{first.get('state')}, {count} rail entity", first.get("state") == "APPLIED" and count == 1)
+
+        # 2. The same refund retried five times with fresh request ids: still one.
+        states = []
+        for _ in range(5):
+            again = structured(await client.call_tool("create_refund", {"payment_id": pay_a, "amount": 50000}))
+            states.append((again.get("state"), again.get("replayed"), again.get("rail_entity_id")))
+        count = rail.count_stamped(sik_a) if sik_a else 0
+        same = all(s == ("APPLIED", True, first.get("rail_entity_id")) for s in states)
+        row("same refund retried 5x, fresh request ids", "5x APPLIED replayed, 1 entity",
+            f"{sum(1 for s in states if s[1])}x replayed, {count} entity", same and count == 1)
+
+        # 3. An injected over-refund (Rs 48,000 on a Rs 1,899 payment) is blocked.
+        injected = structured(await client.call_tool("create_refund", {"payment_id": pay_b, "amount": 4800000}))
+        sik_b = injected.get("sik")
+        count = rail.count_stamped(sik_b) if sik_b else 0
+        row("injected over-refund Rs 48,000", "BLOCKED G2_EXCEEDS_REFUNDABLE",
+            f"{injected.get('state')} {injected.get('reason_code')}, {count} entity",
+            injected.get("state") == "BLOCKED" and injected.get("reason_code") == "G2_EXCEEDS_REFUNDABLE"
+            and count == 0)  # fmt: skip
+
+        # 4. An ambiguous 504 (the rail applied, then timed out): UNKNOWN now, APPLIED after reconciliation.
+        rail.set_faults([{"name": "ambiguous_504", "rate": 1.0}])
+        try:
+            unknown = structured(await client.call_tool("create_refund", {"payment_id": pay_c, "amount": 30000}))
+        finally:
+            rail.set_faults([])
+        sik_c = unknown.get("sik") or ""
+        siks.append(sik_c)
+        row("rail answers 504 after applying", "UNKNOWN, RETRY_SAME_CALL",
+            f"{unknown.get('state')}, {unknown.get('caller_action')}",
+            unknown.get("state") == "UNKNOWN" and unknown.get("caller_action") == "RETRY_SAME_CALL")
+        settled = await _wait_for_state(client, sik_c, "APPLIED", settle_timeout_s) if sik_c else {}
+        count = rail.count_stamped(sik_c) if sik_c else 0
+        row("...after the reconciler read the rail", "APPLIED, 1 rail entity",
+            f"{settled.get('state')}, {count} rail entity", settled.get("state") == "APPLIED" and count == 1)
+
+    # 5. The rail's own journal: exactly the two refunds this run meant to make.
+    ours = [e for e in rail.entities() if e["entity"].get("payment_id") in (pay_a, pay_b, pay_c)]
+    row("sandbox journal entities for this run", "2", str(len(ours)), len(ours) == 2)
+    rail.close()
+    passed = sum(r.ok for r in rows)
+    out(f"demo: {passed} passed, {len(rows) - passed} failed")
+    return 0 if passed == len(rows) else 1
+
+
+async def _wait_for_state(client: Any, sik: str, state: str, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = structured(await client.call_tool("interlock_status", {"sik": sik}))
+        if status.get("state") == state or time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.25)
+
+
+@click.command("demo")
+@click.option("--data", type=click.Path(path_type=Path), default=Path("data"), show_default=True,
+              help="the data directory `interlock up` is serving")  # fmt: skip
+def demo_command(data: Path) -> None:
+    """Drive the running stack with a real MCP client and print one row per check."""
+    info = StackInfo.load(data)
+    sys.exit(asyncio.run(run_demo(info, out=click.echo)))
