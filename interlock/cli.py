@@ -3,15 +3,55 @@ registered here, so this file stays a table of contents."""
 
 from __future__ import annotations
 
+import importlib
 import logging
 import sys
+from typing import Any
 
 import click
 
 from interlock.errors import InterlockError
 
 
-@click.group()
+class LazyGroup(click.Group):
+    """Subcommands imported only when invoked: every actor process starts through this CLI, and
+    importing every package (the MCP SDK alone takes a second) would slow each start."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy and name not in self.commands:
+            module, _, attr = self.lazy[name].partition(":")
+            command = getattr(importlib.import_module(module), attr)
+            self.add_command(command() if not isinstance(command, click.Command) else command, name)
+        return super().get_command(ctx, name)
+
+
+# name -> "module:attribute" (a click command, or a function returning one). One line per command.
+COMMANDS: dict[str, str] = {
+    "audit": "ledger.cli:audit_group",
+    "gate-worker": "gate_workers.worker:gate_worker_command",
+    "rail-worker": "rail_worker.worker:rail_worker_command",
+    "reconciler": "reconciler.worker:reconciler_command",
+    "status": "interlock.status_cli:status_command",
+    "up": "interlock.up:up_command",
+    "demo": "interlock.demo:demo_command",
+    "init": "interlock.mandate_cli:init_command",
+    "mandate": "interlock.mandate_cli:mandate_group",
+    "ingress": "ingress.cli:ingress_command",
+    "token": "ingress.cli:token_group",
+    "sandbox": "sandbox.cli:sandbox_command",
+    "chaos": "chaos.cli:chaos_command",
+    # -- subcommands added by later packages register below this line --
+}
+
+
+@click.group(cls=LazyGroup, lazy=COMMANDS)
 @click.option("-v", "--verbose", is_flag=True, help="log at DEBUG level (to stderr)")
 def cli(verbose: bool) -> None:
     """Interlock: an MCP proxy that lets an agent move money at most once, within its mandate."""
@@ -23,44 +63,6 @@ def cli(verbose: bool) -> None:
     )
     for chatty in ("httpx", "httpx2", "httpcore", "mcp.client"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
-
-
-def _register() -> None:
-    from ledger.cli import audit_group
-
-    cli.add_command(audit_group)
-    from gate_workers.worker import gate_worker_command
-
-    cli.add_command(gate_worker_command)
-    from rail_worker.worker import rail_worker_command
-
-    cli.add_command(rail_worker_command)
-    from reconciler.worker import reconciler_command
-
-    cli.add_command(reconciler_command)
-    from interlock.status_cli import status_command
-
-    cli.add_command(status_command)
-    from interlock.demo import demo_command
-    from interlock.up import up_command
-
-    cli.add_command(up_command)
-    cli.add_command(demo_command)
-    # -- subcommands added by later packages register below this line --
-    from interlock.mandate_cli import init_command, mandate_group
-
-    cli.add_command(init_command)
-    cli.add_command(mandate_group)
-    from ingress.cli import ingress_command, token_group
-
-    cli.add_command(ingress_command)
-    cli.add_command(token_group)
-    from sandbox.cli import sandbox_command
-
-    cli.add_command(sandbox_command)
-
-
-_register()
 
 
 def main() -> None:

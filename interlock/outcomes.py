@@ -5,6 +5,8 @@ IN_PROGRESS answer; the agent's retry of the same call is answered from the ledg
 
 from __future__ import annotations
 
+import time
+
 import redis
 
 from interlock.messages import Outcome
@@ -22,9 +24,15 @@ def publish(client: redis.Redis, outcome: Outcome) -> None:
 
 
 def wait(client: redis.Redis, request_id: str, timeout_ms: int) -> Outcome | None:
-    """The first outcome recorded for *request_id*, or None when the deadline passes."""
-    timeout_s = max(timeout_ms / 1000, 0.01)
-    item = client.blpop([outcome_key(request_id)], timeout=timeout_s)
-    if item is None:
-        return None
-    return Outcome.from_json(item[1])  # type: ignore[no-any-return]
+    """The first outcome recorded for *request_id*, or None when the deadline passes.
+
+    Blocks in slices of at most a second, so a client's socket timeout never has to outlast the
+    whole deadline."""
+    deadline = time.monotonic() + timeout_ms / 1000
+    while True:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return None
+        item = client.blpop([outcome_key(request_id)], timeout=max(min(remaining, 1.0), 0.01))
+        if item is not None:
+            return Outcome.from_json(item[1])  # type: ignore[no-any-return]

@@ -117,8 +117,8 @@ class Stack:
         wait_for(lambda: self.ledger_path.exists(), timeout=30, what="the rail worker to create the ledger",
                  actor=self.actors["rail"])  # fmt: skip
         for i in range(1, self.gate_workers + 1):
-            self.start_actor(f"gate{i}", ["gate-worker", "--name", f"gate{i}-{os.getpid()}-{time.time_ns()}"],
-                             kill_at.get(f"gate{i}") or kill_at.get("gate"))  # fmt: skip
+            # No --name: RQ refuses a name a killed worker still holds, so a restart must get a fresh one.
+            self.start_actor(f"gate{i}", ["gate-worker"], kill_at.get(f"gate{i}") or kill_at.get("gate"))
         self.start_actor("reconciler", ["reconciler"], kill_at.get("reconciler"))
 
     def start_sandbox(self, *, port: int = 0, seed: int | None = None, seed_file: Path | None = None) -> str:
@@ -139,14 +139,28 @@ class Stack:
         self.env["INTERLOCK_RAIL_URL"] = url
         return url
 
-    def start_ingress(self, *, tokens_file: Path, port: int = 0, kill_at: str | None = None) -> str:
-        """The HTTP ingress; returns the MCP endpoint URL once it accepts connections."""
+    def start_ingress(self, *, tokens_file: Path, port: int = 0, kill_at: str | None = None, wait: bool = True) -> str:
+        """The HTTP ingress; returns the MCP endpoint URL (once it accepts connections, unless not *wait*)."""
         self.env["INTERLOCK_AGENT_TOKENS"] = str(tokens_file)
         chosen = port or free_port()
-        actor = self.start_actor("ingress", ["ingress", "--http", "--host", "127.0.0.1", "--port", str(chosen)],
-                                 kill_at)  # fmt: skip
-        wait_for(lambda: port_in_use(chosen), timeout=30, what="the ingress to listen", actor=actor)
+        self.start_actor("ingress", ["ingress", "--http", "--host", "127.0.0.1", "--port", str(chosen)],
+                         kill_at)  # fmt: skip
+        if wait:
+            self.wait_for_ingress()
         return f"http://127.0.0.1:{chosen}/mcp"
+
+    def wait_for_ingress(self, timeout: float = 30) -> None:
+        actor = self.actors["ingress"]
+        port = int(actor.args[actor.args.index("--port") + 1])
+        wait_for(lambda: port_in_use(port), timeout=timeout, what="the ingress to listen", actor=actor)
+
+    def start_console(self, *, token: str, port: int = 0) -> str:
+        """The operator console (optional actor); returns its base URL once it accepts connections."""
+        self.env["INTERLOCK_CONSOLE_TOKEN"] = token
+        chosen = port or free_port()
+        actor = self.start_actor("console", ["console", "--host", "127.0.0.1", "--port", str(chosen)])
+        wait_for(lambda: port_in_use(chosen), timeout=30, what="the console to listen", actor=actor)
+        return f"http://127.0.0.1:{chosen}"
 
     def start_actor(self, name: str, args: list[str], kill_at: str | None = None) -> Actor:
         extra = {"INTERLOCK_KILL_AT": kill_at} if kill_at else {"INTERLOCK_KILL_AT": ""}
@@ -159,7 +173,7 @@ class Stack:
         return self.start_actor(name, args, kill_at)
 
     def stop(self) -> None:
-        for name in ("ingress", *[n for n in self.actors if n.startswith("gate")], "reconciler", "rail"):
+        for name in ("console", "ingress", *[n for n in self.actors if n.startswith("gate")], "reconciler", "rail"):
             actor = self.actors.get(name)
             if actor is not None:
                 actor.stop()
@@ -167,6 +181,17 @@ class Stack:
             actor.stop()
         if self.redis is not None:
             self.redis.stop()
+
+    def kill_all(self) -> None:
+        """SIGKILL every actor and Redis at once (a finished chaos trial has nothing to shut down cleanly)."""
+        for actor in self.actors.values():
+            if actor.alive():
+                os.kill(actor.pid, signal.SIGKILL)
+        for actor in self.actors.values():
+            if actor.process is not None:
+                actor.process.wait(10)
+        if self.redis is not None:
+            self.redis.kill()
 
     def __enter__(self) -> Stack:
         return self

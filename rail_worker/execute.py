@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from interlock import mutations
 from interlock.clock import now_ms
 from interlock.errors import IllegalTransition, StaleLease
 from interlock.failpoints import arm, failpoint
@@ -18,7 +19,7 @@ from interlock.sik import idempotency_key_for, receipt_for, stamp_notes
 from ledger import intents, leases
 from ledger.db import transaction
 from ledger.intents import Intent
-from ledger.states import State
+from ledger.states import Event, State
 from ledger.views import outcome_from_intent
 from rail_worker.classify import Classified, classify_entity, classify_error
 from rail_worker.runtime import RailRuntime
@@ -48,6 +49,10 @@ def execute(rt: RailRuntime, merchant_id: str, sik: str, *, request_id: str | No
     # Committed: the IN_FLIGHT row is on disk before any byte goes to the rail (I2).
     failpoint("rail.after_wal_before_call")
     result = call_rail(rt, intent, request)
+    if result.event is Event.RAIL_AMBIGUOUS and mutations.active("blind_retry"):
+        # The defect I3 forbids, for the chaos matrix's self-test: a fresh key, the same money, again.
+        request = {**request, "idempotency_key": f"mut_{intent.attempt_seq}_{now_ms()}", "receipt": None}
+        result = call_rail(rt, intent, request)
     failpoint("rail.after_call_before_commit")
     try:
         intent = record(rt, intent, result, lease_epoch=lease.epoch)

@@ -55,7 +55,7 @@ class Engine:
         rq_queue(gates_queue(), self.redis).enqueue(GATE_JOB, proposal.to_json(), job_id=f"proposal-{request_id}")
         return request_id
 
-    def outcome(self, request_id: str, timeout_s: float = 20) -> Outcome:
+    def outcome(self, request_id: str, timeout_s: float = 45) -> Outcome:
         got = wait(self.redis, request_id, int(timeout_s * 1000))
         assert got is not None, f"no outcome for {request_id}; logs:\n{self.logs()}"
         return got

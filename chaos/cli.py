@@ -1,0 +1,50 @@
+"""`interlock chaos`: the SIGKILL matrix (and random kills) with machine-written results."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from chaos.cells import FAULTS, KILL_POINTS, build_cells, select
+from chaos.matrix import run_matrix, save, summarise
+from interlock.results import commit_id, write_section
+
+
+@click.command("chaos")
+@click.option("--trials", type=click.IntRange(1), default=10, show_default=True, help="trials per cell")
+@click.option("--points", multiple=True, type=click.Choice(KILL_POINTS), help="kill points (default: all)")
+@click.option("--faults", multiple=True, type=click.Choice(FAULTS), help="faults (default: all)")
+@click.option("--seed", type=int, default=20261130, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("data/chaos"), show_default=True)
+@click.option("--parallel", type=click.IntRange(1, 8), default=2, show_default=True, help="trials at once")
+@click.option("--mutation", default=None, help="run a deliberately broken build (INTERLOCK_MUTATION)")
+@click.option("--write-results/--no-write-results", default=True, show_default=True,
+              help="regenerate RESULTS.md's chaos section")  # fmt: skip
+def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...], seed: int, out: Path,
+                  parallel: int, mutation: str | None, write_results: bool) -> None:  # fmt: skip
+    """SIGKILL every actor at every failpoint under every rail fault, and judge what is left."""
+    cells, skipped = build_cells()
+    chosen = select(cells, list(points), list(faults))
+    if not chosen:
+        raise click.UsageError("no cell matches those --points and --faults")
+    click.echo(f"chaos: {len(chosen)} cells x {trials} trials = {len(chosen) * trials} trials, {parallel} at once")
+    started = time.monotonic()
+    results = run_matrix(chosen, trials, seed, out.resolve(), parallel=parallel, mutation=mutation)
+    wall = time.monotonic() - started
+    path = save(results, out)
+    command = "interlock chaos " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    report = summarise(results, skipped if not points and not faults else [], command=command.strip(), seed=seed,
+                       wall_s=wall, commit=commit_id(), mutation=mutation)  # fmt: skip
+    if write_results and not mutation:
+        write_section("chaos", report)
+    bad = [r for r in results if r.violations]
+    click.echo(f"chaos: {len(results)} trials, {len(bad)} with violations; details in {path}")
+    for r in bad[:10]:
+        click.echo(f"  {r.cell} #{r.trial} seed {r.seed}: {'; '.join(r.violations)[:240]}")
+    passed = len(results) - len(bad)
+    click.echo(f"chaos: {passed} passed, {len(bad)} failed")
+    sys.exit(1 if bad else 0)

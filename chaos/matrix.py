@@ -1,0 +1,104 @@
+"""Run the chaos matrix and write its results: a JSON file per run and RESULTS.md's chaos section."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from chaos.cells import Cell
+from chaos.trial import TrialResult, run_trial
+
+
+def run_matrix(cells: list[Cell], trials: int, seed: int, out: Path, *, parallel: int = 2,
+               mutation: str | None = None, progress: bool = True) -> list[TrialResult]:  # fmt: skip
+    plan = [(cell, t) for cell in cells for t in range(1, trials + 1)]
+    rng = random.Random(seed)
+    seeds = {(cell.key, t): rng.randrange(1, 2**31) for cell, t in plan}
+    results: list[TrialResult] = []
+    columns = (TextColumn("chaos"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("{task.fields[last]}"))  # fmt: skip
+    with Progress(*columns, disable=not progress) as bar, ThreadPoolExecutor(max_workers=parallel) as pool:
+        task = bar.add_task("trials", total=len(plan), last="")
+        futures = {pool.submit(run_trial, cell, t, seeds[(cell.key, t)], out / "trials", mutation=mutation): cell
+                   for cell, t in plan}  # fmt: skip
+        for future in as_completed(futures):
+            result = future.result()
+            results.append(result)
+            mark = "ok" if not result.violations else f"VIOLATION {result.violations[0][:60]}"
+            bar.update(task, advance=1, last=f"{result.cell} #{result.trial}: {mark}")
+    results.sort(key=lambda r: (r.cell, r.trial))
+    return results
+
+
+def save(results: list[TrialResult], out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"chaos-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps([asdict(r) for r in results], indent=1), encoding="utf-8")
+    return path
+
+
+def summarise(results: list[TrialResult], skipped: list[tuple[str, str, str]], *, command: str, seed: int,
+              wall_s: float, commit: str, mutation: str | None = None) -> str:  # fmt: skip
+    by_cell: dict[str, list[TrialResult]] = defaultdict(list)
+    for r in results:
+        by_cell[r.cell].append(r)
+    violations = sum(len(r.violations) > 0 for r in results)
+    landed = sum(r.kill_landed for r in results)
+    preempted = sum(r.preempted is not None for r in results)
+    lines = [
+        "## Chaos matrix",
+        "",
+        "Evidence class: **real process** × **sandbox rail** × **scripted agent**. Every actor is its own OS",
+        "process (redis-server, sandbox, rail worker, gate worker, reconciler, HTTP ingress); one is SIGKILLed",
+        "at its failpoint (INTERLOCK_KILL_AT), or redis-server is SIGKILLed while the money call is in flight.",
+        "Each trial has a fresh data directory. The agent is a real MCP client over streamable HTTP.",
+        "",
+        f"- command: `{command}`",
+        f"- seed: {seed}; commit: {commit}; date: {time.strftime('%Y-%m-%d')}; wall time: {wall_s / 60:.1f} min",
+        f"- **trials: {len(results)}; trials with a violation: {violations}; kills landed: {landed}; "
+        f"pre-empted: {preempted}**",
+    ]
+    if mutation:
+        lines.append(f"- **MUTATED BUILD** (INTERLOCK_MUTATION={mutation}): violations are expected here")
+    lines += [
+        "",
+        "Expected in every cell: at most one rail entity carries the stamp; every intent needs nothing more",
+        "from the rail (QUARANTINED allowed only under partition); ledger APPLIED ⇔ the stamped entity",
+        "exists; the audit chain verifies; the aimed kill landed. Observed states are `state; entities`.",
+        "",
+        "| kill point | fault | trials | after recovery | after retry | violations | landed / pre-empted | s/trial |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(by_cell):
+        rs = by_cell[key]
+        point, fault = key.split("|")
+        lines.append(
+            f"| {point} | {fault} | {len(rs)} | {_mode([r.after_recovery for r in rs])} | "
+            f"{_mode([r.after_retry for r in rs])} | {sum(len(r.violations) > 0 for r in rs)} | "
+            f"{sum(r.kill_landed for r in rs)} / {sum(r.preempted is not None for r in rs)} | "
+            f"{sum(r.seconds for r in rs) / len(rs):.1f} |"
+        )
+    bad = [r for r in results if r.violations]
+    if bad:
+        lines += ["", "Violations (first 20):", ""]
+        lines += [f"- {r.cell} #{r.trial} (seed {r.seed}): {'; '.join(r.violations)[:300]}" for r in bad[:20]]
+    if skipped:
+        lines += ["", "Pairs not run, and why:", ""]
+        lines += [f"- {p} × {f}: {why}" for p, f, why in skipped]
+    return "\n".join(lines)
+
+
+def _mode(values: list[str]) -> str:
+    counts: dict[str, int] = defaultdict(int)
+    for v in values:
+        counts[v] += 1
+    top = sorted(counts.items(), key=lambda kv: -kv[1])
+    return "; ".join(f"{v} ×{n}" if len(top) > 1 else v for v, n in top[:2]).replace("|", "/")
+

@@ -1,0 +1,245 @@
+"""One chaos trial: a fresh data directory and real processes (redis-server, sandbox rail, rail worker,
+gate worker, reconciler, HTTP ingress); one money call through a real MCP client; exactly one process
+SIGKILLed at the chosen failpoint; restart what died; wait for recovery; observe; the agent retries
+the same call; observe again."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.cells import Cell
+from chaos.verdict import NEEDS_NOTHING, Observation, judge
+from ingress.tokens import token_sha256
+from interlock.agent_client import SandboxControl, mcp_client, structured
+from interlock.queues import gates_queue, rail_queue, rq_queue
+from interlock.redis_conn import EmbeddedRedis
+from interlock.stack import Stack, StackError, wait_for
+from ledger import audit
+from ledger.db import open_ledger
+
+logger = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parent.parent
+MANDATE = REPO / "deploy" / "mandate.example.yaml"
+AGENT, TOKEN = "agent_demo", "chaos-agent-token-0f1e2d3c"
+AMOUNT = 50000
+TIMINGS = {
+    "INTERLOCK_RAIL_TIMEOUT_MS": "1000",
+    "INTERLOCK_LEASE_TTL_MS": "2500",
+    "INTERLOCK_RECONCILE_MIN_DELAY_MS": "1200",
+    "INTERLOCK_RECONCILE_MAX_PASSES": "8",
+    "INTERLOCK_OUTCOME_WAIT_MS": "2500",
+}
+ACTOR_OF = {"ingress": "ingress", "gate": "gate1", "rail": "rail", "reconciler": "reconciler"}
+RESTART_ARGS = {"rail": ["rail-worker", "--wait-lease", "30"]}
+
+
+@dataclass
+class TrialResult:
+    cell: str
+    trial: int
+    seed: int
+    kill_landed: bool
+    preempted: str | None
+    first_answer: str
+    after_recovery: str
+    after_retry: str
+    violations: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    data_dir: str = ""
+
+
+def run_trial(cell: Cell, trial: int, seed: int, base: Path, *, mutation: str | None = None,
+              keep: bool = False) -> TrialResult:  # fmt: skip
+    started = time.monotonic()
+    data = base / f"{cell.point}-{cell.fault}-{trial}".replace(".", "_")
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir(parents=True)
+    tokens = data / "tokens.yaml"
+    tokens.write_text(f"agents:\n  {AGENT}: {{token_sha256: {token_sha256(TOKEN)}}}\n", encoding="utf-8")
+    env = {"INTERLOCK_MANDATE": str(MANDATE), **TIMINGS}
+    if mutation:
+        env["INTERLOCK_MUTATION"] = mutation
+    stack = Stack(data, env=env)
+    result = TrialResult(cell.key, trial, seed, False, None, "", "", "", data_dir=str(data))
+    try:
+        _run(stack, cell, seed, tokens, result)
+    except (StackError, TimeoutError, OSError) as exc:
+        result.violations.append(f"HARNESS: {exc}"[:500])
+    finally:
+        stack.kill_all()
+        result.seconds = round(time.monotonic() - started, 2)
+        if not keep and not result.violations:
+            shutil.rmtree(data, ignore_errors=True)
+    return result
+
+
+def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult) -> None:
+    stack.start_redis()
+    sandbox_url = stack.start_sandbox(seed=seed)
+    control = SandboxControl(sandbox_url, stack.env["INTERLOCK_RAIL_KEY_ID"], stack.env["INTERLOCK_RAIL_KEY_SECRET"])
+    payment_id = f"pay_chaos{seed}"
+    control.add_payment(payment_id, 189900, prior_refunds=cell.prior_refunds)
+    role = cell.point.split(".")[0]
+    kill_at = {role: cell.point} if role in ("gate", "rail", "reconciler") else {}
+    # The ingress imports the MCP SDK (slow): start it first and let it load while the engine boots.
+    url = stack.start_ingress(tokens_file=tokens, kill_at=cell.point if role == "ingress" else None, wait=False)
+    stack.start_engine(kill_at=kill_at)
+    stack.wait_for_ingress()
+    control.set_faults(cell.faults, seed=seed)
+    redis_killer = _RedisKiller(stack) if role == "redis" else None
+    arguments = {"payment_id": payment_id, "amount": AMOUNT}
+    first = asyncio.run(_call(url, arguments))
+    result.first_answer = first.get("state") or first.get("error", "?")
+    # The kill: wait for it to land (the process exits by SIGKILL at its failpoint).
+    if role == "redis":
+        assert redis_killer is not None
+        result.kill_landed = redis_killer.done.wait(15) and redis_killer.killed
+        if result.kill_landed:
+            assert stack.redis is not None
+            stack.redis = EmbeddedRedis(stack.redis.data_dir, port=stack.redis.port).start()
+    else:
+        actor = stack.actors[ACTOR_OF[role]]
+        try:
+            wait_for(lambda: not actor.alive(), timeout=15, what=f"the kill at {cell.point}")
+            result.kill_landed = actor.returncode() == -9 and f"failpoint {cell.point}: SIGKILL" in actor.log()
+        except StackError:
+            result.kill_landed = False
+        if not result.kill_landed:
+            result.preempted = _preemption(first)
+    _restart_the_dead(stack, tokens)
+    partition = cell.fault == "partition"
+    result.after_recovery = _settle_and_observe(stack, control, payment_id, partition, result, "after recovery")
+    # The agent repeats the same call, with a fresh request id, until it gets a definite answer.
+    for _ in range(6):
+        again = asyncio.run(_call(url, arguments))
+        if again.get("state") not in (None, "IN_PROGRESS", "UNKNOWN"):
+            break
+        time.sleep(0.5)
+    _restart_the_dead(stack, tokens)
+    result.after_retry = _settle_and_observe(stack, control, payment_id, partition, result, "after retry")
+    if not result.kill_landed and result.preempted is None:
+        result.violations.append(f"KILL_NOT_LANDED: {cell.point} was reachable and the process did not die there")
+    control.close()
+
+
+async def _call(url: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    try:
+        async with mcp_client(url, TOKEN, timeout_s=30) as client:
+            return structured(await client.call_tool("create_refund", arguments))
+    except Exception as exc:  # noqa: BLE001 - the ingress may die under us: that is the experiment
+        return {"error": type(exc).__name__}
+
+
+def _preemption(first: dict[str, Any]) -> str | None:
+    if first.get("state") == "BLOCKED":
+        return f"the gates blocked the call ({first.get('reason_code')}), so the rail was never called"
+    return None
+
+
+def _restart_the_dead(stack: Stack, tokens: Path) -> None:
+    for name, actor in list(stack.actors.items()):
+        if actor.alive():
+            continue
+        if name == "ingress":
+            port = int(actor.args[actor.args.index("--port") + 1])
+            stack.start_ingress(tokens_file=tokens, port=port)
+        elif name != "sandbox":
+            args = RESTART_ARGS.get(name, actor.args[3:])
+            stack.start_actor(name, args)
+
+
+def _settle_and_observe(stack: Stack, control: SandboxControl, payment_id: str, partition: bool,
+                        result: TrialResult, moment: str) -> str:  # fmt: skip
+    allowed = NEEDS_NOTHING | ({"QUARANTINED"} if partition else set())
+    assert stack.redis_url is not None
+
+    def settled() -> bool:
+        intents = _intents(stack, payment_id)
+        if any(i["state"] not in allowed for i in intents):
+            return False
+        try:
+            import redis as redis_lib
+
+            client = redis_lib.Redis.from_url(stack.redis_url or "", socket_connect_timeout=1)
+            busy = rq_queue(gates_queue(), client).count + rq_queue(rail_queue(), client).count
+        except Exception:  # noqa: BLE001 - Redis may be restarting
+            return False
+        return busy == 0
+
+    deadline = time.monotonic() + 60
+    stable = 0
+    while time.monotonic() < deadline and stable < 3:
+        stable = stable + 1 if settled() else 0
+        time.sleep(0.4)
+    obs = _observe(stack, control, payment_id, partition)
+    for violation in judge(obs):
+        result.violations.append(f"{moment}: {violation}")
+    return obs.summary()
+
+
+def _intents(stack: Stack, payment_id: str) -> list[dict[str, Any]]:
+    if not stack.ledger_path.exists():
+        return []
+    conn = open_ledger(stack.ledger_path, readonly=True)
+    try:
+        rows = conn.execute("SELECT sik, state, rail_entity_id FROM intents WHERE subject_id = ?", (payment_id,))
+        return [dict(r) for r in rows]
+    finally:
+        conn.close()
+
+
+def _observe(stack: Stack, control: SandboxControl, payment_id: str, partition: bool) -> Observation:
+    stamped: dict[str, list[str]] = {}
+    for record in control.entities():
+        entity = record["entity"]
+        notes = entity.get("notes") if isinstance(entity.get("notes"), dict) else {}
+        sik = notes.get("interlock_sik") or (entity.get("receipt") or "").removeprefix("ilk_") or None
+        if sik and entity.get("payment_id") == payment_id:
+            stamped.setdefault(sik, []).append(entity["id"])
+    conn = open_ledger(stack.ledger_path, readonly=True)
+    try:
+        bad = audit.verify_chain(conn)
+    finally:
+        conn.close()
+    return Observation(_intents(stack, payment_id), stamped, bad, partition)
+
+
+class _RedisKiller(threading.Thread):
+    """SIGKILLs redis-server the moment the ledger shows the money call IN_FLIGHT (redis.during_call)."""
+
+    def __init__(self, stack: Stack) -> None:
+        super().__init__(daemon=True, name="redis-killer")
+        self.stack = stack
+        self.done = threading.Event()
+        self.killed = False
+        self.start()
+
+    def run(self) -> None:
+        deadline = time.monotonic() + 15
+        try:
+            while time.monotonic() < deadline:
+                if self.stack.ledger_path.exists():
+                    try:
+                        conn = open_ledger(self.stack.ledger_path, readonly=True)
+                    except Exception:  # noqa: BLE001 - schema not there yet
+                        time.sleep(0.01)
+                        continue
+                    try:
+                        flying = conn.execute("SELECT 1 FROM intents WHERE state = 'IN_FLIGHT'").fetchone()
+                    finally:
+                        conn.close()
+                    if flying and self.stack.redis is not None:
+                        self.stack.redis.kill()
+                        self.killed = True
+                        return
+                time.sleep(0.01)
+        finally:
+            self.done.set()

@@ -1,0 +1,52 @@
+"""The verdict on one chaos trial (SPEC §13): never two, never unknown, the ledger and the rail agree,
+the audit chain verifies, and the kill that was aimed actually landed."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+NEEDS_NOTHING = frozenset({"APPLIED", "BLOCKED", "FAILED_TERMINAL", "CONFIRMED_NOT_APPLIED", "HELD"})
+
+
+@dataclass
+class Observation:
+    """What the ledger and the rail's own journal say about one trial's payment, at one moment."""
+
+    intents: list[dict[str, Any]]  # sik, state, rail_entity_id
+    stamped: dict[str, list[str]]  # sik -> ids of journal entities carrying that stamp
+    chain_bad_seq: int | None
+    partition: bool = False
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> str:
+        states = ",".join(sorted(i["state"] for i in self.intents)) or "no intent"
+        entities = sum(len(v) for v in self.stamped.values())
+        return f"{states}; {entities} entit{'y' if entities == 1 else 'ies'}"
+
+
+def judge(obs: Observation) -> list[str]:
+    violations = []
+    for sik, ids in obs.stamped.items():
+        if len(ids) > 1:
+            violations.append(f"NEVER_TWO: {len(ids)} rail entities carry stamp {sik}")
+    by_sik = {i["sik"]: i for i in obs.intents}
+    for intent in obs.intents:
+        state, sik = intent["state"], intent["sik"]
+        allowed = NEEDS_NOTHING | ({"QUARANTINED"} if obs.partition else set())
+        if state not in allowed:
+            violations.append(f"NEVER_UNKNOWN: intent {sik} is {state}")
+        ids = obs.stamped.get(sik, [])
+        if state == "APPLIED":
+            if not ids:
+                violations.append(f"PHANTOM_SUCCESS: {sik} is APPLIED but no rail entity carries its stamp")
+            elif intent.get("rail_entity_id") not in ids:
+                violations.append(f"WRONG_ENTITY: {sik} records {intent.get('rail_entity_id')}, the rail has {ids}")
+        elif ids and state != "QUARANTINED":
+            violations.append(f"SILENT_LOSS: {len(ids)} rail entity carries {sik} but the ledger says {state}")
+    for sik in obs.stamped:
+        if sik not in by_sik and obs.stamped[sik]:
+            violations.append(f"ORPHAN: rail entity with stamp {sik} has no intent in the ledger")
+    if obs.chain_bad_seq is not None:
+        violations.append(f"AUDIT_CHAIN: broken at seq {obs.chain_bad_seq}")
+    return violations

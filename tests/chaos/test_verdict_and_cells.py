@@ -1,0 +1,51 @@
+"""The verdict engine says what a trial's ledger and rail journal mean; the matrix covers every point."""
+
+from __future__ import annotations
+
+from chaos.cells import FAULTS, KILL_POINTS, build_cells
+from chaos.verdict import Observation, judge
+
+SIK = "S" * 32
+
+
+def obs(intents: list[dict], stamped: dict[str, list[str]], *, bad: int | None = None, partition: bool = False):
+    return Observation(intents, stamped, bad, partition)
+
+
+def test_a_clean_applied_trial_has_no_violation() -> None:
+    assert judge(obs([{"sik": SIK, "state": "APPLIED", "rail_entity_id": "rfnd_1"}], {SIK: ["rfnd_1"]})) == []
+
+
+def test_two_entities_with_one_stamp_is_a_violation() -> None:
+    found = judge(obs([{"sik": SIK, "state": "APPLIED", "rail_entity_id": "rfnd_1"}], {SIK: ["rfnd_1", "rfnd_2"]}))
+    assert any(v.startswith("NEVER_TWO") for v in found)
+
+
+def test_unknown_left_behind_is_a_violation_and_quarantine_only_under_partition() -> None:
+    assert any(v.startswith("NEVER_UNKNOWN") for v in judge(obs([{"sik": SIK, "state": "UNKNOWN"}], {})))
+    assert any(v.startswith("NEVER_UNKNOWN") for v in judge(obs([{"sik": SIK, "state": "QUARANTINED"}], {})))
+    assert judge(obs([{"sik": SIK, "state": "QUARANTINED"}], {}, partition=True)) == []
+
+
+def test_ledger_and_rail_must_agree() -> None:
+    phantom = judge(obs([{"sik": SIK, "state": "APPLIED", "rail_entity_id": "rfnd_1"}], {}))
+    assert any(v.startswith("PHANTOM_SUCCESS") for v in phantom)
+    wrong = judge(obs([{"sik": SIK, "state": "APPLIED", "rail_entity_id": "rfnd_other"}], {SIK: ["rfnd_1"]}))
+    assert any(v.startswith("WRONG_ENTITY") for v in wrong)
+    lost = judge(obs([{"sik": SIK, "state": "FAILED_TERMINAL"}], {SIK: ["rfnd_1"]}))
+    assert any(v.startswith("SILENT_LOSS") for v in lost)
+    orphan = judge(obs([], {SIK: ["rfnd_1"]}))
+    assert any(v.startswith("ORPHAN") for v in orphan)
+
+
+def test_a_broken_chain_is_a_violation() -> None:
+    assert judge(obs([], {}, bad=7)) == ["AUDIT_CHAIN: broken at seq 7"]
+
+
+def test_every_kill_point_and_fault_is_covered_or_skipped_with_a_reason() -> None:
+    cells, skipped = build_cells()
+    assert {c.point for c in cells} == set(KILL_POINTS)
+    assert {c.fault for c in cells} == set(FAULTS)
+    assert len(cells) + len(skipped) == len(KILL_POINTS) * len(FAULTS)
+    assert all(reason for _, _, reason in skipped)
+    assert len(cells) * 10 >= 500, "the full matrix at 10 trials per cell must reach 500 trials"
