@@ -22,11 +22,19 @@ from interlock.results import commit_id, write_section
 @click.option("--out", type=click.Path(path_type=Path), default=Path("data/chaos"), show_default=True)
 @click.option("--parallel", type=click.IntRange(1, 8), default=2, show_default=True, help="trials at once")
 @click.option("--mutation", default=None, help="run a deliberately broken build (INTERLOCK_MUTATION)")
+@click.option("--random", "random_trials", type=click.IntRange(0), default=0,
+              help="instead of the matrix: M trials of random kills during a burst of concurrent calls")
+@click.option("--calls", type=click.IntRange(2, 64), default=12, show_default=True, help="calls per random burst")
 @click.option("--write-results/--no-write-results", default=True, show_default=True,
               help="regenerate RESULTS.md's chaos section")  # fmt: skip
 def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...], seed: int, out: Path,
-                  parallel: int, mutation: str | None, write_results: bool) -> None:  # fmt: skip
+                  parallel: int, mutation: str | None, random_trials: int, calls: int,
+                  write_results: bool) -> None:  # fmt: skip
     """SIGKILL every actor at every failpoint under every rail fault, and judge what is left."""
+    if random_trials:
+        from chaos.random_mode import run_random
+
+        sys.exit(run_random(random_trials, calls, seed, out.resolve(), parallel=parallel, write_results=write_results))
     cells, skipped = build_cells()
     chosen = select(cells, list(points), list(faults))
     if not chosen:

@@ -14,10 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import redis as redis_lib
+
 from chaos.cells import Cell
 from chaos.verdict import NEEDS_NOTHING, Observation, judge
 from ingress.tokens import token_sha256
 from interlock.agent_client import SandboxControl, mcp_client, structured
+from interlock.errors import LedgerError
 from interlock.queues import gates_queue, rail_queue, rq_queue
 from interlock.redis_conn import EmbeddedRedis
 from interlock.stack import Stack, StackError, wait_for
@@ -158,58 +161,69 @@ def _restart_the_dead(stack: Stack, tokens: Path) -> None:
 
 def _settle_and_observe(stack: Stack, control: SandboxControl, payment_id: str, partition: bool,
                         result: TrialResult, moment: str) -> str:  # fmt: skip
-    allowed = NEEDS_NOTHING | ({"QUARANTINED"} if partition else set())
-    assert stack.redis_url is not None
-
-    def settled() -> bool:
-        intents = _intents(stack, payment_id)
-        if any(i["state"] not in allowed for i in intents):
-            return False
-        try:
-            import redis as redis_lib
-
-            client = redis_lib.Redis.from_url(stack.redis_url or "", socket_connect_timeout=1)
-            busy = rq_queue(gates_queue(), client).count + rq_queue(rail_queue(), client).count
-        except Exception:  # noqa: BLE001 - Redis may be restarting
-            return False
-        return busy == 0
-
-    deadline = time.monotonic() + 60
-    stable = 0
-    while time.monotonic() < deadline and stable < 3:
-        stable = stable + 1 if settled() else 0
-        time.sleep(0.4)
-    obs = _observe(stack, control, payment_id, partition)
+    _settle_all(stack, [payment_id], partition=partition)
+    obs = _observe_all(stack, control, [payment_id], partition=partition)
     for violation in judge(obs):
         result.violations.append(f"{moment}: {violation}")
     return obs.summary()
 
 
-def _intents(stack: Stack, payment_id: str) -> list[dict[str, Any]]:
+def _settle_all(stack: Stack, payment_ids: list[str], *, partition: bool = False, timeout_s: float = 60) -> bool:
+    """Wait until every intent on these payments needs nothing more and both queues are empty, three
+    polls in a row (a deadline, not a sleep). False when the deadline passed first."""
+    allowed = NEEDS_NOTHING | ({"QUARANTINED"} if partition else set())
+
+    def settled() -> bool:
+        if any(i["state"] not in allowed for i in _intents(stack, payment_ids)):
+            return False
+        try:
+            client = redis_lib.Redis.from_url(stack.redis_url or "", socket_connect_timeout=1)
+            busy = rq_queue(gates_queue(), client).count + rq_queue(rail_queue(), client).count
+        except redis_lib.RedisError:
+            return False  # Redis may be restarting
+        return busy == 0
+
+    deadline = time.monotonic() + timeout_s
+    stable = 0
+    while time.monotonic() < deadline and stable < 3:
+        stable = stable + 1 if settled() else 0
+        time.sleep(0.4)
+    return stable >= 3
+
+
+def _intents(stack: Stack, payment_ids: list[str]) -> list[dict[str, Any]]:
     if not stack.ledger_path.exists():
         return []
-    conn = open_ledger(stack.ledger_path, readonly=True)
     try:
-        rows = conn.execute("SELECT sik, state, rail_entity_id FROM intents WHERE subject_id = ?", (payment_id,))
+        conn = open_ledger(stack.ledger_path, readonly=True)
+    except LedgerError:
+        return []
+    try:
+        marks = ",".join("?" for _ in payment_ids)
+        rows = conn.execute(f"SELECT sik, state, rail_entity_id FROM intents WHERE subject_id IN ({marks})",
+                            payment_ids)  # fmt: skip
         return [dict(r) for r in rows]
     finally:
         conn.close()
 
 
-def _observe(stack: Stack, control: SandboxControl, payment_id: str, partition: bool) -> Observation:
+def _observe_all(stack: Stack, control: SandboxControl, payment_ids: list[str], *,
+                 partition: bool = False) -> Observation:  # fmt: skip
     stamped: dict[str, list[str]] = {}
     for record in control.entities():
         entity = record["entity"]
         notes = entity.get("notes") if isinstance(entity.get("notes"), dict) else {}
         sik = notes.get("interlock_sik") or (entity.get("receipt") or "").removeprefix("ilk_") or None
-        if sik and entity.get("payment_id") == payment_id:
+        if sik and entity.get("payment_id") in payment_ids:
             stamped.setdefault(sik, []).append(entity["id"])
-    conn = open_ledger(stack.ledger_path, readonly=True)
-    try:
-        bad = audit.verify_chain(conn)
-    finally:
-        conn.close()
-    return Observation(_intents(stack, payment_id), stamped, bad, partition)
+    bad = None
+    if stack.ledger_path.exists():
+        conn = open_ledger(stack.ledger_path, readonly=True)
+        try:
+            bad = audit.verify_chain(conn)
+        finally:
+            conn.close()
+    return Observation(_intents(stack, payment_ids), stamped, bad, partition)
 
 
 class _RedisKiller(threading.Thread):

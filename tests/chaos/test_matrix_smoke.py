@@ -44,3 +44,12 @@ def test_a_build_that_retries_blindly_is_caught(tmp_path: Path) -> None:
     [result] = run_matrix(cells(["rail.after_commit_before_ack|ambiguous_504"]), 1, 78, tmp_path,
                           progress=False, mutation="blind_retry")  # fmt: skip
     assert any("NEVER_TWO" in v for v in result.violations), result
+
+
+def test_a_random_kill_during_a_burst_leaves_every_intent_settled(tmp_path: Path) -> None:
+    from chaos.random_kills import run_random_trial
+
+    result = run_random_trial(1, 9001, tmp_path, calls=8)
+    assert result.violations == [], result
+    assert result.intents >= 1
+    assert result.entities <= result.intents, "never more rail entities than intents"
