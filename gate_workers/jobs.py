@@ -31,7 +31,9 @@ from interlock.queues import ADMIT_JOB, rail_queue, rq_queue, shard_for_merchant
 from interlock.redis_conn import connect
 from interlock.tools import current_pins
 from ledger.db import open_ledger
-from rails.razorpay import RazorpayClient
+from rails.base import RAIL_MCP_UPSTREAM, make_rail
+from rails.razorpay import RailError
+from rails.upstream_manifest import ManifestCache, ToolLister
 
 logger = logging.getLogger(__name__)
 
@@ -44,18 +46,39 @@ class GateRuntime:
     ledger: sqlite3.Connection
     redis: redis.Redis
     tool_hashes: dict[str, str]
+    # Proxy mode: the upstream's manifest, which G6 judges instead of Interlock's own catalogue.
+    upstream: ManifestCache | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, *, wait_for_ledger_s: float = 60.0) -> GateRuntime:
         ledger_path: Path = settings.require("ledger")
+        rail = make_rail(settings)
+        upstream = None
+        if settings.rail == RAIL_MCP_UPSTREAM:
+            assert isinstance(rail, ToolLister)
+            upstream = ManifestCache(rail, ttl_ms=settings.upstream_manifest_ttl_ms)
         return cls(
             settings=settings,
             mandates=MandateStore.from_settings(settings),
-            rail=RazorpayClient.from_settings(settings),
+            rail=rail,
             ledger=_open_when_present(ledger_path, wait_for_ledger_s),
             redis=connect(settings.redis_url),
             tool_hashes=current_pins(),
+            upstream=upstream,
         )
+
+    def gate_context(self, mandate: Mandate | None, now: int) -> GateContext:
+        """G6 judges Interlock's own tools, or in proxy mode what the upstream serves now (SPEC §7)."""
+        if self.upstream is None:
+            return GateContext(mandate=mandate, now_ms=now, ledger=self.ledger, tool_hashes=self.tool_hashes)
+        try:
+            hashes = self.upstream.hashes()
+        except RailError as exc:
+            # Fail closed: with no manifest every upstream tool is unknown to G6 (and G2 cannot read either).
+            logger.warning("upstream manifest unavailable: %s", exc)
+            hashes = {}
+        return GateContext(mandate=mandate, now_ms=now, ledger=self.ledger, tool_hashes=hashes,
+                           upstream_tools=frozenset(hashes))  # fmt: skip
 
 
 def _open_when_present(path: Path, wait_s: float) -> sqlite3.Connection:
@@ -105,7 +128,7 @@ def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
     now = now_ms()
     mandate = rt.mandates.get(proposal.agent_id)
     action = resolve(proposal, rt.rail, rt.ledger, mandate, now)
-    ctx = GateContext(mandate=mandate, now_ms=now, ledger=rt.ledger, tool_hashes=rt.tool_hashes)
+    ctx = rt.gate_context(mandate, now)
     return build_decision(action, ctx, mandate)
 
 

@@ -22,7 +22,8 @@ from redis.retry import Retry
 from interlock.config import Settings
 from interlock.errors import ConfigError
 from interlock.mandate import Mandate, MandateStore
-from rails.razorpay import RazorpayClient
+from rails.base import RAIL_MCP_UPSTREAM, Rail, make_rail
+from rails.upstream_manifest import ManifestCache, ToolLister
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,10 @@ class Ingress:
         self.queue_redis = _redis(url, socket_timeout=QUEUE_SOCKET_TIMEOUT_S)
         # BLPOP blocks for up to the outcome deadline; the socket timeout must outlast it.
         self.wait_redis = _redis(url, socket_timeout=wait_s + QUEUE_SOCKET_TIMEOUT_S)
-        self._rail: RazorpayClient | None = None
+        self._rail: Rail | None = None
+        # Proxy mode (INTERLOCK_RAIL=mcp-upstream): list and pass through the upstream's tools (ingress.proxy).
+        self.proxy = settings.rail == RAIL_MCP_UPSTREAM
+        self._manifest: ManifestCache | None = None
         self._limiter: anyio.CapacityLimiter | None = None
 
     def check_redis(self) -> None:
@@ -80,11 +84,19 @@ class Ingress:
             return None
         return Caller(agent_id, self.mandates.get(agent_id))
 
-    def rail(self) -> RazorpayClient:
+    def rail(self) -> Rail:
         """The rail client, made on first use so a stack without a rail still serves money calls."""
         if self._rail is None:
-            self._rail = RazorpayClient.from_settings(self.settings)
+            self._rail = make_rail(self.settings)
         return self._rail
+
+    def manifest(self) -> ManifestCache:
+        """Proxy mode only: the upstream's tool manifest, fetched through the rail's own session."""
+        if self._manifest is None:
+            rail = self.rail()
+            assert isinstance(rail, ToolLister), "the upstream manifest exists only in proxy mode"
+            self._manifest = ManifestCache(rail, ttl_ms=self.settings.upstream_manifest_ttl_ms)
+        return self._manifest
 
     async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
         if self._limiter is None:

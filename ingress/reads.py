@@ -18,7 +18,7 @@ from interlock.clock import now_ms
 from interlock.errors import ConfigError, InvalidInput
 from interlock.messages import CallerAction, Verdict
 from interlock.scope import check_scope
-from rails.razorpay import RailError, RailErrorKind, RazorpayClient
+from rails.base import Rail, RailError, RailErrorKind
 
 _ID_FIELD = {"fetch_payment": "payment_id", "fetch_refund": "refund_id"}
 
@@ -50,7 +50,7 @@ async def call_read_tool(ingress: Ingress, caller: Caller, tool: str, arguments:
     return results.success(raw)
 
 
-def _fetch(rail: RazorpayClient, tool: str, entity_id: str) -> dict[str, Any]:
+def _fetch(rail: Rail, tool: str, entity_id: str) -> dict[str, Any]:
     entity = rail.fetch_payment(entity_id) if tool == "fetch_payment" else rail.fetch_refund(entity_id)
     return dict(entity.raw)
 

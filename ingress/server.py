@@ -19,6 +19,7 @@ from mcp_types import CallToolRequestParams, CallToolResult, ListToolsResult, Pa
 from ingress import results
 from ingress.app import Caller, Ingress
 from ingress.money import call_money_tool
+from ingress.proxy import dispatch_proxy, list_proxy_tools
 from ingress.reads import call_read_tool
 from ingress.status import call_status
 from interlock.messages import CallerAction
@@ -43,6 +44,8 @@ def granted_tools(caller: Caller) -> list[str]:
 def build_server(ingress: Ingress) -> Server[Any]:
     async def list_tools(ctx: ServerRequestContext[Any], params: PaginatedRequestParams | None) -> ListToolsResult:
         caller = ingress.caller(ctx.request)
+        if ingress.proxy and caller is not None:
+            return ListToolsResult(tools=await list_proxy_tools(ingress, caller))
         names = [] if caller is None else granted_tools(caller)
         return ListToolsResult(tools=[Tool.model_validate(TOOLS[name].to_mcp()) for name in names])
 
@@ -80,6 +83,8 @@ async def dispatch(
     arguments: dict[str, Any] | None,
     meta: Mapping[str, Any] | None,
 ) -> CallToolResult:
+    if ingress.proxy:
+        return await dispatch_proxy(ingress, caller, name, arguments, meta)
     if name not in TOOLS:
         return results.unknown_tool(name, granted_tools(caller))
     args = {} if arguments is None else arguments

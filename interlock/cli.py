@@ -45,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "mandate": "interlock.mandate_cli:mandate_group",
     "ingress": "ingress.cli:ingress_command",
     "token": "ingress.cli:token_group",
+    "manifest": "ingress.manifest_cli:manifest_group",
     "sandbox": "sandbox.cli:sandbox_command",
     "chaos": "chaos.cli:chaos_command",
     # -- subcommands added by later packages register below this line --

@@ -7,7 +7,7 @@ cannot run without, so a missing or malformed variable fails fast with a message
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -31,6 +31,14 @@ class Settings(BaseSettings):
     rail_key_id: str | None = Field(default=None, description="rail API key id (basic auth user)")
     rail_key_secret: str | None = Field(default=None, description="rail API key secret (basic auth password)")
     rail_timeout_ms: int = Field(default=10_000, gt=0, description="timeout of one rail call")
+    rail: Literal["razorpay-rest", "mcp-upstream"] = Field(
+        default="razorpay-rest", description="how Interlock reaches the rail: Razorpay REST or an upstream MCP server"
+    )
+    upstream_command: str | None = Field(default=None, description="upstream MCP server command line (stdio)")
+    upstream_url: str | None = Field(default=None, description="upstream MCP server URL (streamable HTTP)")
+    upstream_manifest_ttl_ms: int = Field(
+        default=1000, ge=0, description="how long a fetched upstream tool manifest is reused (0: fetch every time)"
+    )
     reconcile_min_delay_ms: int = Field(default=2000, ge=0, description="wait after an attempt before reconciling")
     reconcile_max_passes: int = Field(default=20, gt=0, description="inconclusive passes before QUARANTINED")
     reconcile_max_age_ms: int = Field(default=600_000, gt=0, description="age of UNKNOWN before QUARANTINED")
@@ -41,6 +49,7 @@ class Settings(BaseSettings):
     agent_tokens: Path | None = Field(default=None, description="YAML of agent token hashes for HTTP ingress")
     outcome_wait_ms: int = Field(default=15_000, gt=0, description="how long the ingress waits for an outcome")
     kill_at: str | None = Field(default=None, description="failpoint name at which to SIGKILL (chaos only)")
+    console_token: str | None = Field(default=None, description="token that unlocks the operator web console")
 
     def require(self, name: str) -> Any:
         """Return setting *name* or raise ConfigError naming the environment variable to set."""

@@ -18,7 +18,7 @@ from interlock.mandate import MandateStore
 from interlock.queues import reconcile_hint_key
 from ledger.db import open_ledger
 from ledger.leases import Lease
-from rails.razorpay import RazorpayClient
+from rails.base import Rail, make_rail
 
 logger = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ class RailRuntime:
     ledger_path: Path
     ledger: sqlite3.Connection
     mandates: MandateStore
-    rail: RazorpayClient
+    rail: Rail
     redis: Redis
     owner: str
     lease: Lease | None = None
@@ -38,7 +38,7 @@ class RailRuntime:
     @classmethod
     def build(cls, settings: Settings, redis_client: Redis) -> RailRuntime:
         ledger_path: Path = settings.require("ledger")
-        rail = RazorpayClient.from_settings(settings)
+        rail = make_rail(settings)
         # The rail call must give up before the IN_FLIGHT lease runs out, or a successor could treat a
         # call that is still in flight as abandoned.
         if settings.rail_timeout_ms >= settings.lease_ttl_ms:

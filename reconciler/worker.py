@@ -18,7 +18,7 @@ from interlock.queues import gates_queue, rail_queue, reconcile_hint_key, rq_que
 from interlock.redis_conn import connect
 from ledger import audit
 from ledger.db import open_ledger
-from rails.razorpay import RazorpayClient
+from rails.base import make_rail
 from reconciler.loop import Reconciler
 
 logger = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ def reconciler_command(once: bool) -> None:
     if bad is not None:
         raise AuditChainBroken(bad)
     client = connect(settings.redis_url)
-    rec = Reconciler(settings=settings, ledger=ledger, rail=RazorpayClient.from_settings(settings), redis=client,
+    rec = Reconciler(settings=settings, ledger=ledger, rail=make_rail(settings), redis=client,
                      owner=owner_id("reconciler"))  # fmt: skip
     stopping = False
 

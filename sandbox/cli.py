@@ -25,13 +25,12 @@ DEFAULT_KEY_SECRET = "interlock_sandbox_secret"
 
 
 @click.command("sandbox")
-@click.option("--port", type=int, required=True, help="TCP port to serve on (0 picks a free one)")
+@click.option("--port", type=int, help="TCP port to serve on (0 picks a free one)  [required]")
 @click.option(
     "--data",
     "data_dir",
     type=click.Path(file_okay=False, path_type=Path),
-    required=True,
-    help="directory for the journal (created if missing)",
+    help="directory for the journal (created if missing)  [required without --mcp]",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="address to bind")
 @click.option(
@@ -54,6 +53,14 @@ DEFAULT_KEY_SECRET = "interlock_sandbox_secret"
     type=click.Path(dir_okay=False, path_type=Path),
     help="write {host, port, pid} here once the port is bound (used by sandbox.testing)",
 )
+@click.option("--mcp", is_flag=True, help="serve the MCP front (Razorpay MCP tool names) over a running sandbox")
+@click.option("--stdio", is_flag=True, help="with --mcp: serve MCP on stdin/stdout instead of HTTP")
+@click.option("--rail-url", help="with --mcp: the sandbox's origin [env INTERLOCK_RAIL_URL]")
+@click.option(
+    "--manifest-overrides",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="with --mcp: JSON {tool: {description: ...}} re-read on every request (the manifest-poisoning fault)",
+)
 def sandbox_command(
     port: int,
     data_dir: Path,
@@ -64,11 +71,26 @@ def sandbox_command(
     faults: tuple[str, ...],
     seed: int,
     ready_file: Path | None,
+    mcp: bool,
+    stdio: bool,
+    rail_url: str | None,
+    manifest_overrides: Path | None,
 ) -> None:
-    """Run a Razorpay-compatible rail with a durable journal and fault profiles (see docs/sandbox.md)."""
+    """Run a Razorpay-compatible rail with a durable journal and fault profiles (see docs/sandbox.md).
+
+    With --mcp, run instead an MCP server in front of a running sandbox (see docs/proxy.md)."""
     if not logging.getLogger().handlers:
         fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
         logging.basicConfig(level=logging.INFO, stream=sys.stderr, format=fmt)
+    key_id = key_id or os.environ.get("INTERLOCK_RAIL_KEY_ID") or DEFAULT_KEY_ID
+    key_secret = key_secret or os.environ.get("INTERLOCK_RAIL_KEY_SECRET") or DEFAULT_KEY_SECRET
+    if mcp:
+        _serve_mcp_front(host, port, stdio, rail_url, key_id, key_secret, manifest_overrides, ready_file)
+        return
+    if port is None:
+        raise click.UsageError("Missing option '--port'.")
+    if data_dir is None:
+        raise click.UsageError("Missing option '--data'.")
     try:
         profiles = _profiles(faults)
         seed_data: dict[str, Any] = load_seed_file(seed_file) if seed_file else DEMO
@@ -87,8 +109,8 @@ def sandbox_command(
     rail = Rail(
         journal=journal,
         faults=FaultSet(profiles, seed),
-        key_id=key_id or os.environ.get("INTERLOCK_RAIL_KEY_ID") or DEFAULT_KEY_ID,
-        key_secret=key_secret or os.environ.get("INTERLOCK_RAIL_KEY_SECRET") or DEFAULT_KEY_SECRET,
+        key_id=key_id,
+        key_secret=key_secret,
     )
     try:
         serve(rail, sock, ready_file=ready_file)
@@ -98,3 +120,25 @@ def sandbox_command(
 
 def _profiles(specs: tuple[str, ...]) -> list[Fault]:
     return [parse_fault(parse_cli_fault(spec)) for spec in specs]
+
+
+def _serve_mcp_front(
+    host: str, port: int | None, stdio: bool, rail_url: str | None, key_id: str, key_secret: str,
+    overrides: Path | None, ready_file: Path | None,
+) -> None:  # fmt: skip
+    from sandbox.mcp_front import Front
+    from sandbox.mcp_serve import serve_front_http, serve_front_stdio
+
+    url = rail_url or os.environ.get("INTERLOCK_RAIL_URL")
+    if not url:
+        raise click.UsageError("--mcp needs the sandbox's origin: --rail-url or INTERLOCK_RAIL_URL")
+    front = Front(url, key_id, key_secret, overrides=overrides)
+    if stdio:
+        serve_front_stdio(front)
+        return
+    if port is None:
+        raise click.UsageError("Missing option '--port' (or use --stdio).")
+    try:
+        serve_front_http(front, host, port, ready_file=ready_file)
+    except PortInUse as exc:
+        raise click.ClickException(str(exc.strerror)) from None

@@ -1,0 +1,115 @@
+"""Proxy mode (INTERLOCK_RAIL=mcp-upstream): the agent sees the upstream's tools, through Interlock.
+
+* Listing: the upstream's tools as it serves them now, minus those the mandate does not grant, minus
+  those whose definition hash is not the mandate's pin (drifted or never pinned), plus Interlock's
+  own interlock_status. Money tools keep the upstream's name, description and input schema (what
+  the human pinned) but declare Interlock's result as their output schema, since that is what the
+  agent gets back.
+* Money tools (create_refund, create_instant_settlement) take the normal path: Proposal → gates
+  (G6 judges the upstream's current manifest there) → rail worker → the upstream via the adapter.
+* Read tools Interlock knows to be reads (fetch_payment, fetch_refund) pass through after G1 and the
+  same pin check, with the upstream's own result. Any other upstream tool is never passed through:
+  the upstream's own readOnlyHint is a claim by the party G6 guards against.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from mcp_types import CallToolResult, Tool
+
+from ingress import results
+from ingress.app import Caller, Ingress
+from ingress.money import call_money_tool
+from ingress.status import call_status
+from interlock.arguments import check_envelope
+from interlock.clock import now_ms
+from interlock.errors import InvalidInput
+from interlock.messages import CallerAction, Verdict
+from interlock.scope import check_scope
+from interlock.tools import MONEY_TOOLS, READ_TOOLS, TOOLS
+from rails.base import RailError, RailErrorKind
+from rails.mcp_upstream import McpUpstreamRail
+from rails.upstream_manifest import definition_hash
+
+logger = logging.getLogger(__name__)
+
+STATUS_TOOL = "interlock_status"
+
+
+async def list_proxy_tools(ingress: Ingress, caller: Caller) -> list[Tool]:
+    try:
+        served = await ingress.blocking(ingress.manifest().tools)
+    except RailError as exc:
+        # Nothing we cannot check is ever listed; the agent still has interlock_status.
+        logger.warning("upstream manifest unavailable for listing: %s", exc)
+        served = {}
+    listed = [_agent_view(tool) for tool in served.values() if provenance_reason(caller, tool) is None]
+    return [*listed, Tool.model_validate(TOOLS[STATUS_TOOL].to_mcp())]
+
+
+def provenance_reason(caller: Caller, tool: Tool) -> str | None:
+    """Why *tool* may not be offered to this caller (None: it may). The G6 rule of SPEC §7, for the upstream."""
+    mandate = caller.mandate
+    if tool.name == STATUS_TOOL or tool.name not in MONEY_TOOLS | READ_TOOLS:
+        return "PROXY_NOT_OFFERED"
+    if mandate is None or mandate.grant(tool.name) is None:
+        return "G1_TOOL_NOT_GRANTED"
+    pinned = mandate.pin(tool.name)
+    if pinned is None:
+        return "G6_UNPINNED_TOOL"
+    if pinned != definition_hash(tool):
+        return "G6_MANIFEST_DRIFT"
+    return None
+
+
+def _agent_view(tool: Tool) -> Tool:
+    if tool.name in MONEY_TOOLS:
+        return tool.model_copy(update={"output_schema": TOOLS[tool.name].output_schema})
+    return tool
+
+
+async def dispatch_proxy(
+    ingress: Ingress, caller: Caller, name: str, arguments: dict[str, Any] | None, meta: Mapping[str, Any] | None
+) -> CallToolResult:
+    args = {} if arguments is None else arguments
+    if name == STATUS_TOOL:
+        return await call_status(ingress, caller, args)
+    if name in MONEY_TOOLS:
+        # Judged by the gates, G6 included, against what the upstream serves when the gate runs.
+        return await call_money_tool(ingress, caller, name, args, dict(meta or {}))
+    return await _pass_through(ingress, caller, name, args)
+
+
+async def _pass_through(ingress: Ingress, caller: Caller, name: str, args: dict[str, Any]) -> CallToolResult:
+    try:
+        served = await ingress.blocking(ingress.manifest().tools)
+    except RailError as exc:
+        return _unreachable(name, exc)
+    tool = served.get(name)
+    if tool is None or name not in READ_TOOLS:
+        offered = [t.name for t in served.values() if provenance_reason(caller, t) is None]
+        return results.unknown_tool(name, [*offered, STATUS_TOOL])
+    scope = check_scope(caller.mandate, name, caller.agent_id, caller.merchant_id or "", now_ms())
+    reason = scope.reason_code if scope.verdict is not Verdict.ALLOW else provenance_reason(caller, tool)
+    if reason is not None:
+        return results.error("BLOCKED", f"{name} is not allowed for agent {caller.agent_id!r}: {reason}",
+                             CallerAction.DO_NOT_RETRY, reason_code=reason)  # fmt: skip
+    try:
+        check_envelope(args)
+    except InvalidInput as exc:
+        return results.invalid_input(exc)
+    rail = ingress.rail()
+    assert isinstance(rail, McpUpstreamRail)
+    try:
+        return await ingress.blocking(rail.call_raw, name, args)
+    except RailError as exc:
+        return _unreachable(name, exc)
+
+
+def _unreachable(tool: str, exc: RailError) -> CallToolResult:
+    # A read moves nothing, so an unsent or unanswered one is safe to repeat.
+    code = "RAIL_NOT_SENT" if exc.kind is RailErrorKind.NOT_SENT else "RAIL_AMBIGUOUS"
+    return results.error(code, f"{tool}: the upstream did not answer: {exc}", CallerAction.RETRY_SAME_CALL)
