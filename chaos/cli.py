@@ -21,6 +21,7 @@ from interlock.results import commit_id, write_section
 @click.option("--seed", type=int, default=20261130, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("data/chaos"), show_default=True)
 @click.option("--parallel", type=click.IntRange(1, 8), default=2, show_default=True, help="trials at once")
+@click.option("--proxy", is_flag=True, help="run every trial in proxy mode (through the sandbox's MCP front)")
 @click.option("--mutation", default=None, help="run a deliberately broken build (INTERLOCK_MUTATION)")
 @click.option("--random", "random_trials", type=click.IntRange(0), default=0,
               help="instead of the matrix: M trials of random kills during a burst of concurrent calls")
@@ -28,7 +29,7 @@ from interlock.results import commit_id, write_section
 @click.option("--write-results/--no-write-results", default=True, show_default=True,
               help="regenerate RESULTS.md's chaos section")  # fmt: skip
 def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...], seed: int, out: Path,
-                  parallel: int, mutation: str | None, random_trials: int, calls: int,
+                  parallel: int, proxy: bool, mutation: str | None, random_trials: int, calls: int,
                   write_results: bool) -> None:  # fmt: skip
     """SIGKILL every actor at every failpoint under every rail fault, and judge what is left."""
     if random_trials:
@@ -41,13 +42,13 @@ def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...],
         raise click.UsageError("no cell matches those --points and --faults")
     click.echo(f"chaos: {len(chosen)} cells x {trials} trials = {len(chosen) * trials} trials, {parallel} at once")
     started = time.monotonic()
-    results = run_matrix(chosen, trials, seed, out.resolve(), parallel=parallel, mutation=mutation)
+    results = run_matrix(chosen, trials, seed, out.resolve(), parallel=parallel, mutation=mutation, proxy=proxy)
     wall = time.monotonic() - started
     path = save(results, out)
     command = "interlock chaos " + " ".join(shlex.quote(a) for a in sys.argv[2:])
     report = summarise(results, skipped if not points and not faults else [], command=command.strip(), seed=seed,
                        wall_s=wall, commit=commit_id(), mutation=mutation)  # fmt: skip
-    if write_results and not mutation:
+    if write_results and not mutation and not proxy:
         write_section("chaos", report)
     bad = [r for r in results if r.violations]
     click.echo(f"chaos: {len(results)} trials, {len(bad)} with violations; details in {path}")

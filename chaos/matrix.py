@@ -16,8 +16,8 @@ from chaos.cells import Cell
 from chaos.trial import TrialResult, run_trial
 
 
-def run_matrix(cells: list[Cell], trials: int, seed: int, out: Path, *, parallel: int = 2,
-               mutation: str | None = None, progress: bool = True) -> list[TrialResult]:  # fmt: skip
+def run_matrix(cells: list[Cell], trials: int, seed: int, out: Path, *, parallel: int = 2, mutation: str | None = None,
+               progress: bool = True, proxy: bool = False) -> list[TrialResult]:  # fmt: skip
     plan = [(cell, t) for cell in cells for t in range(1, trials + 1)]
     rng = random.Random(seed)
     seeds = {(cell.key, t): rng.randrange(1, 2**31) for cell, t in plan}
@@ -26,8 +26,8 @@ def run_matrix(cells: list[Cell], trials: int, seed: int, out: Path, *, parallel
                TextColumn("{task.fields[last]}"))  # fmt: skip
     with Progress(*columns, disable=not progress) as bar, ThreadPoolExecutor(max_workers=parallel) as pool:
         task = bar.add_task("trials", total=len(plan), last="")
-        futures = {pool.submit(run_trial, cell, t, seeds[(cell.key, t)], out / "trials", mutation=mutation): cell
-                   for cell, t in plan}  # fmt: skip
+        futures = {pool.submit(run_trial, cell, t, seeds[(cell.key, t)], out / "trials", mutation=mutation,
+                               proxy=proxy): cell for cell, t in plan}  # fmt: skip
         for future in as_completed(futures):
             result = future.result()
             results.append(result)

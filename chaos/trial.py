@@ -60,9 +60,9 @@ class TrialResult:
 
 
 def run_trial(cell: Cell, trial: int, seed: int, base: Path, *, mutation: str | None = None,
-              keep: bool = False) -> TrialResult:  # fmt: skip
+              keep: bool = False, proxy: bool = False) -> TrialResult:  # fmt: skip
     started = time.monotonic()
-    data = base / f"{cell.point}-{cell.fault}-{trial}".replace(".", "_")
+    data = base / (f"{cell.point}-{cell.fault}-{trial}".replace(".", "_") + ("-proxy" if proxy else ""))
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
     tokens = data / "tokens.yaml"
@@ -71,9 +71,10 @@ def run_trial(cell: Cell, trial: int, seed: int, base: Path, *, mutation: str | 
     if mutation:
         env["INTERLOCK_MUTATION"] = mutation
     stack = Stack(data, env=env)
-    result = TrialResult(cell.key, trial, seed, False, None, "", "", "", data_dir=str(data))
+    result = TrialResult(cell.key + ("|proxy" if proxy else ""), trial, seed, False, None, "", "", "",
+                         data_dir=str(data))  # fmt: skip
     try:
-        _run(stack, cell, seed, tokens, result)
+        _run(stack, cell, seed, tokens, result, proxy=proxy)
     except (StackError, TimeoutError, OSError) as exc:
         result.violations.append(f"HARNESS: {exc}"[:500])
     finally:
@@ -84,9 +85,11 @@ def run_trial(cell: Cell, trial: int, seed: int, base: Path, *, mutation: str | 
     return result
 
 
-def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult) -> None:
+def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult, *, proxy: bool) -> None:
     stack.start_redis()
     sandbox_url = stack.start_sandbox(seed=seed)
+    if proxy:
+        _go_through_upstream(stack)
     control = SandboxControl(sandbox_url, stack.env["INTERLOCK_RAIL_KEY_ID"], stack.env["INTERLOCK_RAIL_KEY_SECRET"])
     payment_id = f"pay_chaos{seed}"
     control.add_payment(payment_id, 189900, prior_refunds=cell.prior_refunds)
@@ -131,6 +134,28 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult)
     if not result.kill_landed and result.preempted is None:
         result.violations.append(f"KILL_NOT_LANDED: {cell.point} was reachable and the process did not die there")
     control.close()
+
+
+def _go_through_upstream(stack: Stack) -> None:
+    """Proxy mode: the sandbox's MCP front becomes the rail, and the mandate pins what it serves now."""
+    import yaml
+
+    from rails.mcp_session import UpstreamSession, UpstreamTarget
+    from rails.mcp_upstream import McpUpstreamRail
+    from rails.upstream_manifest import pins
+
+    front = stack.start_upstream()
+    rail = McpUpstreamRail(UpstreamSession(UpstreamTarget(url=front), timeout_s=10))
+    try:
+        current = pins(rail.list_tools())
+    finally:
+        rail.close()
+    mandate = yaml.safe_load(MANDATE.read_text(encoding="utf-8"))
+    mandate["provenance"] = {"server_id": "sandbox-mcp-front",
+                             "pinned_manifests": {name: {"sha256": digest} for name, digest in current.items()}}
+    path = stack.data_dir / "mandate.yaml"
+    path.write_text(yaml.safe_dump(mandate), encoding="utf-8")
+    stack.env["INTERLOCK_MANDATE"] = str(path)
 
 
 async def _call(url: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -162,6 +162,21 @@ class Stack:
         wait_for(lambda: port_in_use(chosen), timeout=30, what="the console to listen", actor=actor)
         return f"http://127.0.0.1:{chosen}"
 
+    def start_upstream(self, *, overrides: Path | None = None) -> str:
+        """The sandbox's MCP front (an upstream payment MCP server for proxy mode) over the sandbox rail;
+        points INTERLOCK_RAIL=mcp-upstream at it and returns its URL."""
+        ready = self.data_dir / "upstream.ready.json"
+        ready.unlink(missing_ok=True)
+        args = ["sandbox", "--mcp", "--port", "0", "--rail-url", self.env["INTERLOCK_RAIL_URL"],
+                "--ready-file", str(ready)]  # fmt: skip
+        if overrides is not None:
+            args += ["--manifest-overrides", str(overrides)]
+        actor = self.start_actor("upstream", args)
+        info = wait_for(lambda: _read_json(ready), timeout=30, what="the upstream MCP front", actor=actor)
+        url = str(info["url"])
+        self.env.update({"INTERLOCK_RAIL": "mcp-upstream", "INTERLOCK_UPSTREAM_URL": url})
+        return url
+
     def start_actor(self, name: str, args: list[str], kill_at: str | None = None) -> Actor:
         extra = {"INTERLOCK_KILL_AT": kill_at} if kill_at else {"INTERLOCK_KILL_AT": ""}
         return self.actor(name, args, extra).start()

@@ -53,3 +53,13 @@ def test_a_random_kill_during_a_burst_leaves_every_intent_settled(tmp_path: Path
     assert result.violations == [], result
     assert result.intents >= 1
     assert result.entities <= result.intents, "never more rail entities than intents"
+
+
+def test_the_smoke_also_passes_in_proxy_mode(tmp_path: Path) -> None:
+    """Issue 8: the same chaos machinery through the sandbox's MCP front as the rail."""
+    keys = ["rail.after_wal_before_call|none", "reconciler.after_finding_before_commit|ambiguous_504"]
+    results = run_matrix(cells(keys), 1, 4343, tmp_path, parallel=2, progress=False, proxy=True)
+    for r in results:
+        assert r.cell.endswith("|proxy")
+        assert r.violations == [] and r.kill_landed, (r.cell, r.violations, r.data_dir)
+        assert r.after_retry.startswith("APPLIED; 1 entit"), (r.cell, r.after_retry)
