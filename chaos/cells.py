@@ -10,18 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-KILL_POINTS = [
-    "ingress.after_enqueue",
-    "gate.after_resolve",
-    "rail.before_wal",
-    "rail.after_wal_before_call",
-    "rail.during_call",
-    "rail.after_call_before_commit",
-    "rail.after_commit_before_ack",
-    "reconciler.mid_pagination",
-    "reconciler.after_finding_before_commit",
-    "redis.during_call",
-]
+from interlock.failpoints import POINTS
+
+# Every failpoint an actor has, in the order a money call meets them, plus Redis killed mid-call.
+KILL_POINTS = [*POINTS, "redis.during_call"]
 FAULTS = ["none", "ambiguous_504", "slow", "dup_response", "partition", "replica_lag", "deep_page"]
 
 # Fault profiles as the sandbox takes them. Delays are set against the chaos timings in trial.py:

@@ -12,19 +12,19 @@ import threading
 
 KILL_AT_ENV = "INTERLOCK_KILL_AT"
 
-KNOWN_POINTS = frozenset(
-    {
-        "ingress.after_enqueue",
-        "gate.after_resolve",
-        "rail.before_wal",
-        "rail.after_wal_before_call",
-        "rail.during_call",
-        "rail.after_call_before_commit",
-        "rail.after_commit_before_ack",
-        "reconciler.mid_pagination",
-        "reconciler.after_finding_before_commit",
-    }
+# In the order a money call meets them.
+POINTS: tuple[str, ...] = (
+    "ingress.after_enqueue",
+    "gate.after_resolve",
+    "rail.before_wal",
+    "rail.after_wal_before_call",
+    "rail.during_call",
+    "rail.after_call_before_commit",
+    "rail.after_commit_before_ack",
+    "reconciler.mid_pagination",
+    "reconciler.after_finding_before_commit",
 )
+KNOWN_POINTS = frozenset(POINTS)
 
 
 def arm(name: str, delay_ms: int) -> threading.Timer | None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -33,7 +32,9 @@ from mcp_types import CallToolResult, TextContent, Tool
 from pydantic import ValidationError
 
 from interlock.config import Settings
-from interlock.errors import ConfigError, InvalidAmount, InvalidInput
+from interlock.errors import ConfigError, InvalidInput
+from rails.checks import MAX_PAGE, entity_id, page_args
+from rails.checks import amount as amount_arg
 from rails.mcp_session import UpstreamAmbiguous, UpstreamNotSent, UpstreamSession, UpstreamTarget
 from rails.models import Balance, Page, Payment, RailEntity, Refund, Settlement
 from rails.razorpay import RailError, RailErrorKind
@@ -41,9 +42,7 @@ from rails.razorpay import RailError, RailErrorKind
 logger = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=RailEntity)
-MAX_PAGE = 100
 BAD_REQUEST = "BAD_REQUEST_ERROR"
-_ID = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 
 FETCH_PAYMENT = "fetch_payment"
 FETCH_REFUND = "fetch_refund"
@@ -94,10 +93,11 @@ class McpUpstreamRail:
     # -- payments and refunds ------------------------------------------------------------------
 
     def fetch_payment(self, payment_id: str) -> Payment:
-        return _parse(Payment, self._call(FETCH_PAYMENT, {"payment_id": _id(payment_id, "payment_id")}), FETCH_PAYMENT)
+        body = self._call(FETCH_PAYMENT, {"payment_id": entity_id(payment_id, "payment_id")})
+        return _parse(Payment, body, FETCH_PAYMENT)
 
     def fetch_refund(self, refund_id: str) -> Refund:
-        return _parse(Refund, self._call(FETCH_REFUND, {"refund_id": _id(refund_id, "refund_id")}), FETCH_REFUND)
+        return _parse(Refund, self._call(FETCH_REFUND, {"refund_id": entity_id(refund_id, "refund_id")}), FETCH_REFUND)
 
     def create_refund(
         self,
@@ -111,9 +111,9 @@ class McpUpstreamRail:
     ) -> Refund:
         """create_refund with exactly the stamps passed. *idempotency_key* has no place in the MCP tool and
         is not sent: the receipt (unique per payment on Razorpay) and notes carry the identity instead."""
-        args: dict[str, Any] = {"payment_id": _id(payment_id, "payment_id")}
+        args: dict[str, Any] = {"payment_id": entity_id(payment_id, "payment_id")}
         if amount is not None:
-            args["amount"] = _amount(amount)
+            args["amount"] = amount_arg(amount)
         if speed is not None:
             args["speed"] = speed
         if notes:
@@ -124,7 +124,7 @@ class McpUpstreamRail:
 
     def list_refunds_for_payment(self, payment_id: str, *, count: int = MAX_PAGE, skip: int = 0) -> Page[Refund]:
         """One page, newest first; page on with skip until `page.exhausted` (SPEC §9)."""
-        args = {"payment_id": _id(payment_id, "payment_id"), **_page_args(count, skip)}
+        args = {"payment_id": entity_id(payment_id, "payment_id"), **page_args(count, skip)}
         return _page(Refund, self._call(LIST_REFUNDS, args), count, skip, LIST_REFUNDS)
 
     # -- instant settlements and balance -------------------------------------------------------
@@ -139,7 +139,7 @@ class McpUpstreamRail:
     ) -> Settlement:
         if (amount is None) == (not settle_full_balance):
             raise InvalidInput("pass exactly one of amount or settle_full_balance=True", field="amount")
-        args: dict[str, Any] = {"settle_full_balance": True} if settle_full_balance else {"amount": _amount(amount)}
+        args: dict[str, Any] = {"settle_full_balance": True} if settle_full_balance else {"amount": amount_arg(amount)}
         if description is not None:
             args["description"] = description
         if notes:
@@ -147,7 +147,7 @@ class McpUpstreamRail:
         return _parse(Settlement, self._call(CREATE_SETTLEMENT, args), CREATE_SETTLEMENT)
 
     def list_instant_settlements(self, *, count: int = 10, skip: int = 0) -> Page[Settlement]:
-        return _page(Settlement, self._call(LIST_SETTLEMENTS, _page_args(count, skip)), count, skip, LIST_SETTLEMENTS)
+        return _page(Settlement, self._call(LIST_SETTLEMENTS, page_args(count, skip)), count, skip, LIST_SETTLEMENTS)
 
     def fetch_balance(self) -> Balance:
         return _parse(Balance, self._call(FETCH_BALANCE, {}), FETCH_BALANCE)
@@ -218,21 +218,3 @@ def _page(model: type[E], body: dict[str, Any], count: int, skip: int, tool: str
     return Page[model](items=parsed, requested_count=count, skip=skip, raw=body)  # type: ignore[valid-type]
 
 
-def _page_args(count: int, skip: int) -> dict[str, int]:
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PAGE:
-        raise InvalidInput(f"count must be an integer in 1..{MAX_PAGE}, got {count!r}", field="count")
-    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
-        raise InvalidInput(f"skip must be a non-negative integer, got {skip!r}", field="skip")
-    return {"count": count, "skip": skip}
-
-
-def _id(value: str, field: str) -> str:
-    if not isinstance(value, str) or not _ID.match(value):
-        raise InvalidInput(f"{field} must be 1-64 characters of [A-Za-z0-9_], got {value!r}", field=field)
-    return value
-
-
-def _amount(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidAmount(f"amount must be a positive integer of minor units, got {value!r}", field="amount")
-    return value

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import re
 import time
 from collections.abc import Mapping
 from types import TracebackType
@@ -27,14 +26,14 @@ import httpx
 from pydantic import ValidationError
 
 from interlock.config import Settings
-from interlock.errors import InvalidAmount, InvalidInput
+from interlock.errors import InvalidInput
+from rails.checks import MAX_PAGE, entity_id, page_args
+from rails.checks import amount as amount_arg
 from rails.models import Balance, Page, Payment, RailEntity, Refund, Settlement
 
 logger = logging.getLogger(__name__)
 
 ID_NOT_FOUND = "The id provided does not exist"
-MAX_PAGE = 100
-_ID = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 E = TypeVar("E", bound=RailEntity)
 
 
@@ -127,7 +126,7 @@ class RazorpayClient:
     # -- payments and refunds ------------------------------------------------------------------
 
     def fetch_payment(self, payment_id: str) -> Payment:
-        body = self._request("GET", f"/v1/payments/{_id(payment_id, 'payment_id')}")
+        body = self._request("GET", f"/v1/payments/{entity_id(payment_id, 'payment_id')}")
         return _parse(Payment, body, "GET", "/v1/payments/{id}")
 
     def create_refund(
@@ -145,10 +144,10 @@ class RazorpayClient:
         *amount* None refunds the full remaining amount. A retry must pass the same arguments, so the
         rail sees the same body under the same idempotency key (SPEC §14).
         """
-        path = f"/v1/payments/{_id(payment_id, 'payment_id')}/refund"
+        path = f"/v1/payments/{entity_id(payment_id, 'payment_id')}/refund"
         payload: dict[str, Any] = {}
         if amount is not None:
-            payload["amount"] = _amount(amount)
+            payload["amount"] = amount_arg(amount)
         if speed is not None:
             payload["speed"] = speed
         if notes:
@@ -160,23 +159,23 @@ class RazorpayClient:
         return _parse(Refund, body, "POST", path)
 
     def fetch_refund(self, refund_id: str) -> Refund:
-        body = self._request("GET", f"/v1/refunds/{_id(refund_id, 'refund_id')}")
+        body = self._request("GET", f"/v1/refunds/{entity_id(refund_id, 'refund_id')}")
         return _parse(Refund, body, "GET", "/v1/refunds/{id}")
 
     def list_refunds_for_payment(
         self, payment_id: str, *, count: int = MAX_PAGE, skip: int = 0, from_: int | None = None, to: int | None = None
     ) -> Page[Refund]:
         """One page, newest first; page on with skip until `page.exhausted` (SPEC §9)."""
-        params = _page_params(count, skip)
+        params = page_args(count, skip)
         if from_ is not None:
             params["from"] = from_
         if to is not None:
             params["to"] = to
-        path = f"/v1/payments/{_id(payment_id, 'payment_id')}/refunds"
+        path = f"/v1/payments/{entity_id(payment_id, 'payment_id')}/refunds"
         return _page(Refund, self._request("GET", path, params=params), count, skip, path)
 
     def list_refunds(self, *, count: int = MAX_PAGE, skip: int = 0) -> Page[Refund]:
-        return _page(Refund, self._request("GET", "/v1/refunds", params=_page_params(count, skip)), count, skip, "")
+        return _page(Refund, self._request("GET", "/v1/refunds", params=page_args(count, skip)), count, skip, "")
 
     # -- instant settlements and balance -------------------------------------------------------
 
@@ -194,7 +193,9 @@ class RazorpayClient:
         """
         if (amount is None) == (not settle_full_balance):
             raise InvalidInput("pass exactly one of amount or settle_full_balance=True", field="amount")
-        payload: dict[str, Any] = {"settle_full_balance": True} if settle_full_balance else {"amount": _amount(amount)}
+        payload: dict[str, Any] = (
+            {"settle_full_balance": True} if settle_full_balance else {"amount": amount_arg(amount)}
+        )
         if description is not None:
             payload["description"] = description
         if notes:
@@ -203,12 +204,12 @@ class RazorpayClient:
         return _parse(Settlement, body, "POST", "/v1/settlements/ondemand")
 
     def fetch_instant_settlement(self, settlement_id: str) -> Settlement:
-        body = self._request("GET", f"/v1/settlements/ondemand/{_id(settlement_id, 'settlement_id')}")
+        body = self._request("GET", f"/v1/settlements/ondemand/{entity_id(settlement_id, 'settlement_id')}")
         return _parse(Settlement, body, "GET", "/v1/settlements/ondemand/{id}")
 
     def list_instant_settlements(self, *, count: int = 10, skip: int = 0) -> Page[Settlement]:
         path = "/v1/settlements/ondemand"
-        return _page(Settlement, self._request("GET", path, params=_page_params(count, skip)), count, skip, path)
+        return _page(Settlement, self._request("GET", path, params=page_args(count, skip)), count, skip, path)
 
     def fetch_balance(self) -> Balance:
         """GET /v1/balance — a sandbox-only endpoint (the real API has no such call)."""
@@ -284,25 +285,7 @@ def _page(model: type[E], body: dict[str, Any], count: int, skip: int, path: str
     return Page[model](items=parsed, requested_count=count, skip=skip, raw=body)  # type: ignore[valid-type]
 
 
-def _page_params(count: int, skip: int) -> dict[str, Any]:
-    if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_PAGE:
-        raise InvalidInput(f"count must be an integer in 1..{MAX_PAGE}, got {count!r}", field="count")
-    if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
-        raise InvalidInput(f"skip must be a non-negative integer, got {skip!r}", field="skip")
-    return {"count": count, "skip": skip}
 
-
-def _id(value: str, field: str) -> str:
-    # Ids go into the URL path: refuse anything that could change the path before it is sent.
-    if not isinstance(value, str) or not _ID.match(value):
-        raise InvalidInput(f"{field} must be 1-64 characters of [A-Za-z0-9_], got {value!r}", field=field)
-    return value
-
-
-def _amount(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise InvalidAmount(f"amount must be a positive integer of minor units, got {value!r}", field="amount")
-    return value
 
 
 def _describe(exc: Exception) -> str:
