@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck clean
+.PHONY: install run test lint typecheck clean browser chaos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,15 +20,29 @@ install: $(STAMP)
 run: install
 	$(BIN)/interlock up --demo $(UP_ARGS)
 
+PACKAGES := interlock ingress gate_workers rail_worker reconciler ledger rails sandbox chaos ops console
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/python tools/check_gate_lines.py
+	$(BIN)/mypy $(PACKAGES)
 
 typecheck: install
-	$(BIN)/mypy interlock ledger
+	$(BIN)/mypy $(PACKAGES)
 
-test: lint
+# The console's browser test drives Debian's chromium headless (never a browser downloaded by playwright).
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
+	  else echo "make browser: the console test needs Debian's chromium: apt-get install chromium" >&2; exit 1; fi; }
+
+test: lint browser
 	$(BIN)/python -m pytest -q
+
+# The full SIGKILL matrix (51 cells x 10 trials) and 30 random-kill trials; both rewrite RESULTS.md.
+chaos: install
+	$(BIN)/interlock chaos --trials 10 && $(BIN)/interlock chaos --random 30
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -32,9 +32,17 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, name)
 
 
+def _audit_group() -> click.Command:
+    from ledger.cli import audit_group
+    from ops.cli import export_command
+
+    audit_group.add_command(export_command)
+    return audit_group
+
+
 # name -> "module:attribute" (a click command, or a function returning one). One line per command.
 COMMANDS: dict[str, str] = {
-    "audit": "ledger.cli:audit_group",
+    "audit": "interlock.cli:_audit_group",
     "gate-worker": "gate_workers.worker:gate_worker_command",
     "rail-worker": "rail_worker.worker:rail_worker_command",
     "reconciler": "reconciler.worker:reconciler_command",
@@ -47,6 +55,10 @@ COMMANDS: dict[str, str] = {
     "token": "ingress.cli:token_group",
     "manifest": "ingress.manifest_cli:manifest_group",
     "sandbox": "sandbox.cli:sandbox_command",
+    "holds": "ops.cli:holds_group",
+    "quarantine": "ops.cli:quarantine_group",
+    "metrics": "ops.cli:metrics_command",
+    "console": "console.cli:console_command",
     "chaos": "chaos.cli:chaos_command",
     # -- subcommands added by later packages register below this line --
 }

@@ -93,3 +93,13 @@ class KeyConflict(InterlockError):
         self.operation_ref = operation_ref
         self.bound_sik = bound_sik
         self.new_sik = new_sik
+
+
+class OperatorRefused(InterlockError):
+    """Raised when an operator action is not allowed (wrong approver, expired hold, changed terms, stamp
+    on the rail, ...); the message says why and what to do instead, and nothing was written."""
+
+    def __init__(self, sik: str, message: str) -> None:
+        super().__init__(f"refused for intent {sik}: {message}")
+        self.sik = sik
+        self.reason = message

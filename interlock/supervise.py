@@ -88,4 +88,5 @@ def write_conf(data_dir: Path, programs: list[Program], env: dict[str, str], rpc
         ]
     path = data_dir / "supervisord.conf"
     path.write_text("\n".join(lines), encoding="utf-8")
+    path.chmod(0o600)  # it carries the environment, rail credentials included
     return SupervisorConf(path, rpc_port, "interlock", password)

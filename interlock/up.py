@@ -46,16 +46,18 @@ SANDBOX_KEY_ID, SANDBOX_KEY_SECRET = "rzp_test_interlock", "interlock_sandbox_se
 @click.option("--sandbox-port", type=int, default=8700, show_default=True)
 @click.option("--ingress-port", type=int, default=8710, show_default=True)
 @click.option("--redis-port", type=int, default=8790, show_default=True, help="embedded Redis (unless REDIS_URL)")
+@click.option("--console-port", type=int, default=8750, show_default=True, help="operator console")
 @click.option("--demo", is_flag=True, help="run `interlock demo` once the stack is ready")
 @click.option("--ready-timeout", type=float, default=120.0, show_default=True)
 def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | None, sandbox_port: int,
-               ingress_port: int, redis_port: int, demo: bool, ready_timeout: float) -> None:  # fmt: skip
+               ingress_port: int, redis_port: int, console_port: int, demo: bool,
+               ready_timeout: float) -> None:  # fmt: skip
     """Start every actor under supervisord, wait until ready, serve until Ctrl-C."""
     data = data.resolve()
     data.mkdir(parents=True, exist_ok=True)
     mandate = _mandate_path(mandate, sandbox)
     redis_url = os.environ.get("REDIS_URL")
-    ports = {"--ingress-port": ingress_port}
+    ports = {"--ingress-port": ingress_port, "--console-port": console_port}
     if sandbox:
         ports["--sandbox-port"] = sandbox_port
     if not redis_url:
@@ -69,6 +71,7 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
         "REDIS_URL": redis_url or f"redis://127.0.0.1:{redis_port}/0",
         "INTERLOCK_MANDATE": str(mandate),
         "INTERLOCK_AGENT_TOKENS": str(tokens),
+        "INTERLOCK_CONSOLE_TOKEN": _secret_file(data / "console.token"),
         "PYTHONUNBUFFERED": "1",
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
     }
@@ -80,6 +83,8 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
                     "INTERLOCK_RAIL_KEY_ID": env.get("INTERLOCK_RAIL_KEY_ID", SANDBOX_KEY_ID),
                     "INTERLOCK_RAIL_KEY_SECRET": env.get("INTERLOCK_RAIL_KEY_SECRET", SANDBOX_KEY_SECRET)})  # fmt: skip
     programs = _programs(data, env, gate_workers, sandbox, sandbox_port, ingress_port, redis_port, not redis_url)
+    programs.append(Program("console", interlock("console", "--host", "127.0.0.1", "--port", str(console_port)),
+                            priority=40))  # fmt: skip
     conf = write_conf(data, programs, env, free_port())
     supervisor = subprocess.Popen([sys.executable, "-m", "supervisor.supervisord", "-c", str(conf.path)],
                                   stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
@@ -92,7 +97,7 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
     signal.signal(signal.SIGTERM, stop)
     code = 0
     try:
-        _wait_ready(conf, env, data, gate_workers, ingress_port, ready_timeout, supervisor, stopping)
+        _wait_ready(conf, env, data, gate_workers, [ingress_port, console_port], ready_timeout, supervisor, stopping)
         info = StackInfo(mcp_url=f"http://127.0.0.1:{ingress_port}/mcp", token_file=str(token_file), agent_id=agent_id,
                          sandbox_url=env.get("INTERLOCK_RAIL_URL") if sandbox else None,
                          rail_key_id=env.get("INTERLOCK_RAIL_KEY_ID") if sandbox else None,
@@ -100,6 +105,7 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
                          ledger=env["INTERLOCK_LEDGER"], redis_url=env["REDIS_URL"])  # fmt: skip
         (data / STACK_FILE).write_text(json.dumps(info.__dict__, indent=2), encoding="utf-8")
         _print_ready(conf, info, data)
+        click.echo(f"  console       http://127.0.0.1:{console_port}  (token in {data / 'console.token'})")
         if demo:
             from interlock.demo import run_demo
 
@@ -126,6 +132,16 @@ def _mandate_path(mandate: Path | None, sandbox: bool) -> Path:
 
     load_mandate(mandate)  # refuse to start on a bad mandate, here, with its line numbers
     return mandate.resolve()
+
+
+def _secret_file(path: Path) -> str:
+    """A random secret kept 0600 in the data directory across restarts (the local console's token)."""
+    import secrets
+
+    if not path.exists():
+        path.write_text(secrets.token_urlsafe(32) + "\n", encoding="utf-8")
+        path.chmod(0o600)
+    return path.read_text(encoding="utf-8").strip()
 
 
 def _demo_token(data: Path, mandate: Path) -> tuple[str, Path, Path]:
@@ -170,7 +186,7 @@ def _rpc(conf: SupervisorConf) -> Any:
     return xmlrpc.client.ServerProxy(conf.rpc_url)
 
 
-def _wait_ready(conf: SupervisorConf, env: dict[str, str], data: Path, gate_workers: int, ingress_port: int,
+def _wait_ready(conf: SupervisorConf, env: dict[str, str], data: Path, gate_workers: int, ports: list[int],
                 timeout: float, supervisor: subprocess.Popen[bytes], stopping: dict[str, bool]) -> None:  # fmt: skip
     deadline = time.monotonic() + timeout
     waiting: str | None = "supervisord"
@@ -179,7 +195,7 @@ def _wait_ready(conf: SupervisorConf, env: dict[str, str], data: Path, gate_work
             raise InterlockError("interrupted while starting")
         if supervisor.poll() is not None:
             raise InterlockError(f"supervisord exited ({supervisor.returncode}); see {data / 'logs'}")
-        waiting = _not_ready(conf, env, gate_workers, ingress_port)
+        waiting = _not_ready(conf, env, gate_workers, ports)
         if waiting is None:
             return
         if time.monotonic() > deadline:
@@ -188,7 +204,7 @@ def _wait_ready(conf: SupervisorConf, env: dict[str, str], data: Path, gate_work
         time.sleep(0.25)
 
 
-def _not_ready(conf: SupervisorConf, env: dict[str, str], gate_workers: int, ingress_port: int) -> str | None:
+def _not_ready(conf: SupervisorConf, env: dict[str, str], gate_workers: int, ports: list[int]) -> str | None:
     try:
         states = {p["name"]: p["statename"] for p in _rpc(conf).supervisor.getAllProcessInfo()}
     except (OSError, xmlrpc.client.Error):
@@ -220,8 +236,9 @@ def _not_ready(conf: SupervisorConf, env: dict[str, str], gate_workers: int, ing
         return "the rail worker's lease"
     if sum(1 for w in workers if "gates" in w.queue_names()) < gate_workers:
         return f"{gate_workers} gate workers to register"
-    if not port_in_use(ingress_port):
-        return "the ingress to listen"
+    for port in ports:
+        if not port_in_use(port):
+            return f"a listener on port {port} (ingress, console)"
     return None
 
 

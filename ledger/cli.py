@@ -26,8 +26,15 @@ def audit_group() -> None:
 
 @audit_group.command("verify")
 @click.option("--ledger", type=click.Path(path_type=Path), help="ledger file (default: $INTERLOCK_LEDGER)")
-def verify_command(ledger: Path | None) -> None:
+@click.option("--bundle", type=click.Path(exists=True, path_type=Path), help="an exported bundle (no ledger needed)")
+def verify_command(ledger: Path | None, bundle: Path | None) -> None:
     """Verify every record of the audit chain; exit 1 naming the first bad seq."""
+    if bundle is not None:
+        # Bundles are an operator artefact (ops/bundle.py); imported only when asked for.
+        from ops.cli import verify_bundle_command
+
+        verify_bundle_command(bundle)
+        return
     conn = open_ledger(_ledger_path(ledger), readonly=True)
     try:
         bad = audit.verify_chain(conn)

@@ -23,7 +23,7 @@ from ledger import intents, leases
 from ledger.db import transaction
 from ledger.intents import Intent
 from ledger.states import Event, State
-from reconciler.pager import PageResult, RailLister, find_stamped
+from rails.pager import PageResult, RailLister, find_stamped
 
 logger = logging.getLogger(__name__)
 

@@ -7,8 +7,8 @@ import sys
 from collections.abc import Callable
 
 from interlock.queues import ADMIT_JOB, rail_queue, rq_queue
+from rails.pager import find_stamped
 from rails.razorpay import RazorpayClient
-from reconciler.pager import find_stamped
 from tests.engine.conftest import Engine
 from tests.procs import wait_until
 

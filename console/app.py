@@ -1,0 +1,103 @@
+"""The console application: routes, the token lock, templates and the /metrics endpoint."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import redis
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from console import actions, pages
+from console.auth import COOKIE, PUBLIC_PATHS, ConsoleAuth, safe_next
+from interlock.metrics import build_registry
+from ops.context import OpsContext
+from ops.format import format_minor, format_ms
+
+logger = logging.getLogger(__name__)
+
+TEMPLATES = Path(__file__).parent / "templates"
+
+
+class TokenLock(BaseHTTPMiddleware):
+    """Everything but the login page and the health check needs the token (cookie or bearer)."""
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        auth: ConsoleAuth = request.app.state.auth
+        if request.url.path in PUBLIC_PATHS or auth.authorized(request):
+            return await call_next(request)
+        if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
+            # A browser gets the login form, still with 401: the page itself was refused.
+            return render(request, "login.html", {"next": request.url.path, "error": None}, status_code=401)
+        return PlainTextResponse("401: the console token is required", status_code=401,
+                                 headers={"WWW-Authenticate": 'Bearer realm="interlock-console"'})  # fmt: skip
+
+
+def render(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> Response:
+    templates: Jinja2Templates = request.app.state.templates
+    auth: ConsoleAuth = request.app.state.auth
+    return templates.TemplateResponse(request, name, {"csrf": auth.csrf_value, **context}, status_code=status_code)
+
+
+async def login_page(request: Request) -> Response:
+    if request.method == "GET":
+        return render(request, "login.html", {"next": safe_next(request.query_params.get("next")), "error": None})
+    form = await request.form()
+    auth: ConsoleAuth = request.app.state.auth
+    target = safe_next(str(form.get("next") or "/"))
+    if not auth.token_matches(str(form.get("token") or "")):
+        logger.warning("console login refused from %s", request.client.host if request.client else "?")
+        return render(request, "login.html", {"next": target, "error": "That token is not right."}, status_code=401)
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(COOKIE, auth.session_value, httponly=True, samesite="strict", path="/")
+    return response
+
+
+async def logout(request: Request) -> Response:
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(COOKIE, path="/")
+    return response
+
+
+def metrics(request: Request) -> Response:
+    return Response(generate_latest(request.app.state.registry), media_type=CONTENT_TYPE_LATEST)
+
+
+def healthz(request: Request) -> Response:
+    return PlainTextResponse("ok")
+
+
+def create_app(ctx: OpsContext, token: str) -> Starlette:
+    templates = Jinja2Templates(directory=str(TEMPLATES))
+    templates.env.filters.update(money=format_minor, ts=format_ms)
+    routes = [
+        Route("/login", login_page, methods=["GET", "POST"]),
+        Route("/logout", logout, methods=["POST"]),
+        Route("/healthz", healthz),
+        Route("/metrics", metrics),
+        Route("/", pages.intents_page),
+        Route("/intents/{merchant_id}/{sik}", pages.intent_page),
+        Route("/holds", pages.holds_page),
+        Route("/holds/{merchant_id}/{sik}/approve", actions.approve, methods=["POST"]),
+        Route("/holds/{merchant_id}/{sik}/reject", actions.reject, methods=["POST"]),
+        Route("/quarantine", pages.quarantine_page),
+        Route("/quarantine/{merchant_id}/{sik}/resolve", actions.resolve, methods=["POST"]),
+        Route("/audit", pages.audit_page),
+    ]
+    app = Starlette(routes=routes, middleware=[Middleware(TokenLock)])
+    app.state.ctx = ctx
+    app.state.auth = ConsoleAuth(token)
+    app.state.templates = templates
+    url = ctx.settings.redis_url
+    # No PING here: the console starts (and shows the ledger) while Redis is down; scrapes just omit queues.
+    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5) if url else None
+    app.state.registry = build_registry(ctx.ledger_path, client, ctx.settings.shard)
+    return app

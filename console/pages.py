@@ -1,0 +1,97 @@
+"""The console's read-only pages. Each sweeps expired holds first, so a page never shows a stale hold as
+approvable."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from ledger import audit, operator
+from ledger.intents import get_intent
+from ledger.states import SETTLED, State
+from ops import holds, quarantine
+from ops.context import OpsContext
+
+# While an intent is on its way, its page reloads itself (no JavaScript needed to watch it settle).
+IN_TRANSIT = frozenset({State.PROPOSED, State.AUTHORIZED, State.IN_FLIGHT, State.UNKNOWN, State.RECONCILING})
+
+
+def _ctx(request: Request) -> OpsContext:
+    ctx: OpsContext = request.app.state.ctx
+    return ctx
+
+
+def _flash(request: Request) -> dict[str, Any]:
+    return {"msg": request.query_params.get("msg"), "err": request.query_params.get("err")}
+
+
+def _render(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> Response:
+    from console.app import render
+
+    return render(request, name, {**_flash(request), **context}, status_code=status_code)
+
+
+def _intents(ctx: OpsContext, state: State | None) -> dict[str, Any]:
+    holds.sweep_expired(ctx)
+    with ctx.ledger(readonly=True) as conn:
+        counts = {r[0]: int(r[1]) for r in conn.execute("SELECT state, COUNT(*) FROM intents GROUP BY state")}
+        return {"intents": operator.intents_in_state(conn, state), "counts": counts}
+
+
+async def intents_page(request: Request) -> Response:
+    raw = request.query_params.get("state") or ""
+    state = State(raw) if raw in State.__members__ else None
+    data = await run_in_threadpool(_intents, _ctx(request), state)
+    return _render(request, "intents.html", {"state": state, "states": list(State), **data})
+
+
+def _intent(ctx: OpsContext, merchant_id: str, sik: str) -> dict[str, Any] | None:
+    holds.sweep_expired(ctx)
+    with ctx.ledger(readonly=True) as conn:
+        intent = get_intent(conn, merchant_id, sik)
+        if intent is None:
+            return None
+        return {"intent": intent, "timeline": operator.timeline(conn, merchant_id, sik),
+                "refresh": intent.state in IN_TRANSIT, "settled": intent.state in SETTLED,
+                "terms_digest": holds.terms_digest(intent)}  # fmt: skip
+
+
+async def intent_page(request: Request) -> Response:
+    merchant_id, sik = request.path_params["merchant_id"], request.path_params["sik"]
+    data = await run_in_threadpool(_intent, _ctx(request), merchant_id, sik)
+    if data is None:
+        return _render(request, "intents.html", {"state": None, "states": list(State), "intents": [], "counts": {},
+                                                 "err": f"no intent {sik} for {merchant_id}"}, status_code=404)
+    return _render(request, "intent.html", data)
+
+
+def _holds(ctx: OpsContext) -> dict[str, Any]:
+    held = holds.list_holds(ctx)
+    mandates = ctx.mandates()
+    approvers = {i.agent_id: (m.approval.approvers if (m := mandates.get(i.agent_id)) else []) for i in held}
+    return {"holds": [(i, holds.terms_digest(i)) for i in held], "approvers": approvers}
+
+
+async def holds_page(request: Request) -> Response:
+    return _render(request, "holds.html", await run_in_threadpool(_holds, _ctx(request)))
+
+
+async def quarantine_page(request: Request) -> Response:
+    found = await run_in_threadpool(quarantine.list_quarantined, _ctx(request))
+    return _render(request, "quarantine.html", {"intents": found})
+
+
+def _audit(ctx: OpsContext) -> dict[str, Any]:
+    with ctx.ledger(readonly=True) as conn:
+        head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+        recent = [dict(r) for r in conn.execute(
+            "SELECT seq, ts, kind, payload_json, hash FROM audit_log ORDER BY seq DESC LIMIT 50")]  # fmt: skip
+        return {"bad_seq": audit.verify_chain(conn), "count": audit.count(conn),
+                "head": dict(head) if head else None, "recent": recent}  # fmt: skip
+
+
+async def audit_page(request: Request) -> Response:
+    return _render(request, "audit.html", await run_in_threadpool(_audit, _ctx(request)))

@@ -1,0 +1,134 @@
+"""Prometheus metrics, computed at scrape time from the ledger (read-only) and Redis queue lengths.
+
+The ledger already records every decision, attempt (with start and finish times) and reconcile
+finding, so the exporter needs no counters shared across processes: a killed worker loses nothing,
+and every actor's work is counted however many processes did it. Served by the console at /metrics
+and by `interlock metrics --port P`.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+import redis
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from interlock.clock import now_ms
+from interlock.queues import gates_queue, rail_queue, reconcile_hint_key, rq_queue
+from ledger.db import open_ledger
+from ledger.states import State
+
+logger = logging.getLogger(__name__)
+
+# Seconds; a real rail answers in ~0.2-0.5 s (SPEC §8), a timeout is seconds.
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class LedgerCollector(Collector):
+    def __init__(self, ledger_path: Path, redis_client: redis.Redis | None, shard: str) -> None:
+        self.ledger_path = ledger_path
+        self.redis = redis_client
+        self.shard = shard
+
+    def collect(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily("interlock_ledger_up", "1 when the ledger could be read for this scrape")
+        try:
+            conn = open_ledger(self.ledger_path, readonly=True)
+        except Exception as exc:  # a scrape reports the failure as a value instead of failing the endpoint
+            logger.warning("metrics: cannot open the ledger %s: %s", self.ledger_path, exc)
+            up.add_metric([], 0)
+            yield up
+        else:
+            try:
+                yield from ledger_metrics(conn)
+                up.add_metric([], 1)
+                yield up
+            finally:
+                conn.close()
+        yield from self._queue_depths()
+
+    def _queue_depths(self) -> Iterator[Metric]:
+        if self.redis is None:
+            return
+        depth = GaugeMetricFamily("interlock_queue_depth", "jobs waiting on each queue", labels=["queue"])
+        names = {"gates": gates_queue(), "rail": rail_queue(self.shard)}
+        try:
+            for label, name in names.items():
+                depth.add_metric([label], rq_queue(name, self.redis).count)
+            hints: int = self.redis.llen(reconcile_hint_key(self.shard))  # type: ignore[assignment]  # sync client
+            depth.add_metric(["reconcile_hints"], hints)
+        except redis.RedisError as exc:
+            logger.warning("metrics: cannot read queue depths: %s", exc)
+            return
+        yield depth
+
+
+def ledger_metrics(conn: sqlite3.Connection, now: int | None = None) -> Iterator[Metric]:
+    now = now if now is not None else now_ms()
+    states = GaugeMetricFamily("interlock_intents", "intents by state", labels=["state"])
+    counts = {r[0]: int(r[1]) for r in conn.execute("SELECT state, COUNT(*) FROM intents GROUP BY state")}
+    for state in State:
+        states.add_metric([state.value], counts.get(state.value, 0))
+    yield states
+
+    decisions = CounterMetricFamily("interlock_decisions", "gate decisions by verdict and reason code",
+                                    labels=["verdict", "reason_code"])  # fmt: skip
+    for row in conn.execute("SELECT verdict, reason_code, COUNT(*) FROM decisions GROUP BY verdict, reason_code"):
+        decisions.add_metric([row[0], row[1]], int(row[2]))
+    yield decisions
+
+    yield _latency(conn)
+
+    passes = CounterMetricFamily("interlock_reconcile_passes", "reconcile findings by outcome", labels=["outcome"])
+    found = {r[0]: int(r[1]) for r in conn.execute("SELECT outcome, COUNT(*) FROM recon_findings GROUP BY outcome")}
+    for outcome in ("APPLIED", "CONFIRMED_NOT_APPLIED", "INCONCLUSIVE"):
+        passes.add_metric([outcome], found.get(outcome, 0))
+    yield passes
+
+    oldest = GaugeMetricFamily("interlock_oldest_unknown_age_seconds",
+                               "age of the oldest unsettled (UNKNOWN/RECONCILING) intent since its attempt started")
+    row = conn.execute(
+        """SELECT MIN(COALESCE((SELECT MAX(a.started_at) FROM intent_attempts a
+                                WHERE a.merchant_id = i.merchant_id AND a.sik = i.sik), i.updated_at))
+           FROM intents i WHERE i.state IN ('UNKNOWN', 'RECONCILING')"""
+    ).fetchone()
+    oldest.add_metric([], 0.0 if row[0] is None else max(0, now - int(row[0])) / 1000)
+    yield oldest
+
+    holds = GaugeMetricFamily("interlock_oldest_hold_age_seconds", "age of the oldest call waiting for approval")
+    row = conn.execute("SELECT MIN(updated_at) FROM intents WHERE state = 'HELD'").fetchone()
+    holds.add_metric([], 0.0 if row[0] is None else max(0, now - int(row[0])) / 1000)
+    yield holds
+
+    records = GaugeMetricFamily("interlock_audit_records", "records in the audit chain")
+    records.add_metric([], int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM audit_head").fetchone()[0]))
+    yield records
+
+
+def _latency(conn: sqlite3.Connection) -> HistogramMetricFamily:
+    hist = HistogramMetricFamily("interlock_rail_call_duration_seconds",
+                                 "money calls to the rail, attempt start to recorded outcome",
+                                 labels=["tool", "outcome"])  # fmt: skip
+    rows = conn.execute(
+        """SELECT i.tool, a.outcome, a.finished_at - a.started_at FROM intent_attempts a
+           JOIN intents i ON i.merchant_id = a.merchant_id AND i.sik = a.sik
+           WHERE a.finished_at IS NOT NULL ORDER BY 1, 2"""
+    )
+    series: dict[tuple[str, str], list[float]] = {}
+    for tool, outcome, ms in rows:
+        series.setdefault((tool, outcome or "UNKNOWN"), []).append(max(0, int(ms)) / 1000)
+    for labels, values in series.items():
+        buckets = [(str(b), float(sum(1 for v in values if v <= b))) for b in LATENCY_BUCKETS]
+        buckets.append(("+Inf", float(len(values))))
+        hist.add_metric(list(labels), buckets, sum(values))
+    return hist
+
+
+def build_registry(ledger_path: Path, redis_client: redis.Redis | None, shard: str) -> CollectorRegistry:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(LedgerCollector(ledger_path, redis_client, shard))
+    return registry

@@ -1,0 +1,5 @@
+"""Operator commands: release or reject held calls, resolve quarantines, export and verify audit bundles.
+
+The CLI (`interlock holds|quarantine|audit export`) and the web console (`console/`) both call the
+functions here, so an action taken in either place goes through one code path and one set of checks.
+"""

@@ -1,0 +1,150 @@
+"""`interlock holds ...`, `interlock quarantine ...`, `interlock audit export` and `interlock metrics`.
+
+Each command is a thin wrapper over ops/: the console calls the same functions. A refusal is an
+OperatorRefused (an InterlockError), which `interlock` prints as one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from interlock.clock import now_ms
+from ledger.intents import Intent
+from ops import holds, quarantine
+from ops.bundle import export_bundle, verify_bundle
+from ops.context import OpsContext
+from ops.format import format_minor
+
+
+def _hold_line(intent: Intent, now: int) -> str:
+    left_s = max(0, ((intent.hold_expires_at or now) - now) // 1000)
+    return (f"{intent.sik}  {intent.merchant_id}  {intent.tool}  {intent.subject_id}  "
+            f"{format_minor(intent.amount_minor, intent.currency)}  agent={intent.agent_id}  "
+            f"mandate={intent.mandate_id}  reason={intent.reason_code}  expires_in={left_s}s  "
+            f"terms={holds.terms_digest(intent)}")  # fmt: skip
+
+
+@click.group("holds")
+def holds_group() -> None:
+    """Calls waiting for a person: list, approve, reject (expired holds are BLOCKED on every run)."""
+
+
+@holds_group.command("list")
+def holds_list() -> None:
+    ctx = OpsContext.from_settings()
+    for expired in holds.sweep_expired(ctx):
+        click.echo(f"expired: {expired.sik} is now BLOCKED (HOLD_EXPIRED)")
+    found = holds.list_holds(ctx)
+    now = now_ms()
+    for intent in found:
+        click.echo(_hold_line(intent, now))
+    click.echo(f"{len(found)} held")
+
+
+@holds_group.command("approve")
+@click.argument("sik")
+@click.option("--as", "approver", required=True, help="approver identity; must be named by the intent's mandate")
+@click.option("--reason", default="approved by operator", show_default=True, help="why (goes into the audit record)")
+@click.option("--amount", type=int, help="refuse unless the held call is for exactly this many minor units")
+@click.option("--terms", "digest", help="refuse unless the held call's terms digest (from `holds list`) matches")
+@click.option("--merchant", help="merchant id, when several merchants share this ledger")
+def holds_approve(sik: str, approver: str, reason: str, amount: int | None, digest: str | None,
+                  merchant: str | None) -> None:  # fmt: skip
+    """Release one held call to the rail worker."""
+    ctx = OpsContext.from_settings()
+    released = holds.approve(ctx, sik, approver=approver, reason=reason, merchant_id=merchant,
+                             expected=holds.Expected(amount_minor=amount, terms_digest=digest))  # fmt: skip
+    click.echo(f"approved: {sik} is {released.intent.state.value}; "
+               + ("handed to the rail worker" if released.enqueued
+                  else "Redis unreachable: the reconciler's sweep will hand it to the rail worker"))  # fmt: skip
+
+
+@holds_group.command("reject")
+@click.argument("sik")
+@click.option("--as", "approver", required=True, help="approver identity; must be named by the intent's mandate")
+@click.option("--reason", required=True, help="why (goes into the audit record)")
+@click.option("--merchant", help="merchant id, when several merchants share this ledger")
+def holds_reject(sik: str, approver: str, reason: str, merchant: str | None) -> None:
+    """Refuse one held call: it becomes BLOCKED and nothing moves."""
+    intent = holds.reject(OpsContext.from_settings(), sik, approver=approver, reason=reason, merchant_id=merchant)
+    click.echo(f"rejected: {sik} is {intent.state.value}")
+
+
+@click.group("quarantine")
+def quarantine_group() -> None:
+    """Intents the reconciler could not settle: list them, resolve one with evidence."""
+
+
+@quarantine_group.command("list")
+def quarantine_list() -> None:
+    found = quarantine.list_quarantined(OpsContext.from_settings())
+    for i in found:
+        click.echo(f"{i.sik}  {i.merchant_id}  {i.tool}  {i.subject_id}  {format_minor(i.amount_minor, i.currency)}  "
+                   f"attempts={i.attempt_seq}  passes={i.reconcile_attempts}  reason={i.reason_code}")
+    click.echo(f"{len(found)} quarantined")
+
+
+@quarantine_group.command("resolve")
+@click.argument("sik")
+@click.option("--applied", "entity_id", metavar="RAIL_ENTITY_ID", help="the rail entity that carries our stamp")
+@click.option("--not-applied", is_flag=True, help="the rail has no entity with our stamp (re-checked to the end)")
+@click.option("--evidence", help="what you checked and where (required with --not-applied)")
+@click.option("--as", "operator_id", required=True, help="operator identity (goes into the audit record)")
+@click.option("--merchant", help="merchant id, when several merchants share this ledger")
+def quarantine_resolve(sik: str, entity_id: str | None, not_applied: bool, evidence: str | None, operator_id: str,
+                       merchant: str | None) -> None:  # fmt: skip
+    """Settle a quarantined intent after checking the rail yourself."""
+    intent = quarantine.resolve(OpsContext.from_settings(), sik, operator_id=operator_id, applied_entity_id=entity_id,
+                                not_applied=not_applied, evidence=evidence, merchant_id=merchant)  # fmt: skip
+    click.echo(f"resolved: {sik} is {intent.state.value}" + (f" ({intent.rail_entity_id})" if entity_id else ""))
+
+
+@click.command("export")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="bundle path: NAME.tar or a directory")
+@click.option("--ledger", type=click.Path(path_type=Path), help="ledger file (default: $INTERLOCK_LEDGER)")
+def export_command(out: Path, ledger: Path | None) -> None:
+    """Export the audit chain and the rows it covers as a bundle `audit verify --bundle` checks standalone."""
+    from interlock.config import load_settings
+    from ledger.db import open_ledger
+
+    conn = open_ledger(ledger or load_settings().require("ledger"), readonly=True)
+    try:
+        manifest = export_bundle(conn, out)
+    finally:
+        conn.close()
+    head = manifest["head"] or {"seq": 0, "hash": "-"}
+    click.echo(f"exported {out}: {head['seq']} records, head {head['hash']}")
+
+
+def verify_bundle_command(bundle: Path) -> None:
+    """`interlock audit verify --bundle PATH`: exit 1 naming the first bad record."""
+    report = verify_bundle(bundle)
+    if not report.ok:
+        for problem in report.problems:
+            click.echo(problem, err=True)
+        sys.exit(1)
+    head = report.head or {"seq": 0, "hash": "-"}
+    click.echo(f"bundle ok: {report.records} records, head seq {head['seq']} hash {head['hash']}")
+
+
+@click.command("metrics")
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=9464, show_default=True)
+def metrics_command(host: str, port: int) -> None:
+    """Serve Prometheus metrics (read from the ledger and Redis at scrape time)."""
+    from prometheus_client import start_http_server
+
+    from interlock.config import load_settings
+    from interlock.metrics import build_registry
+    from interlock.redis_conn import connect
+
+    settings = load_settings()
+    client = connect(settings.redis_url) if settings.redis_url else None
+    start_http_server(port, addr=host, registry=build_registry(settings.require("ledger"), client, settings.shard))
+    click.echo(f"metrics on http://{host}:{port}/metrics", err=True)
+    while True:
+        time.sleep(3600)

@@ -1,0 +1,194 @@
+"""Held calls: list, approve, reject, and expire them (SPEC §6 HELD, §11 approval).
+
+An approval is valid only (a) from an approver the intent's own mandate names, (b) while that mandate is
+still the configured one (same mandate_hash) and active, (c) before the hold expires, and (d) for the
+exact terms the approver was shown (sik, amount, subject, mandate_hash). It releases that one intent —
+HELD -> AUTHORIZED in one transaction with an audit record naming who and why — and hands it to the rail
+worker through the normal execute job. A changed amount is a different SIK, so it is a different intent
+and needs its own approval: approving never lets anything else through.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from interlock.canonical import canonical_hash
+from interlock.clock import now_ms
+from interlock.errors import InterlockError, OperatorRefused
+from interlock.mandate import MandateStore
+from interlock.queues import EXECUTE_JOB, rail_queue, rq_queue
+from ledger import operator
+from ledger.db import transaction
+from ledger.intents import Intent
+from ledger.states import State
+from ops.context import OpsContext
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What the approver saw; each given field must equal the held intent's, or the approval is refused."""
+
+    amount_minor: int | None = None
+    subject: str | None = None
+    mandate_hash: str | None = None
+    terms_digest: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    intent: Intent
+    enqueued: bool  # False: Redis was unreachable; the reconciler's sweep re-enqueues AUTHORIZED intents
+
+
+def terms_of(intent: Intent) -> dict[str, Any]:
+    """The terms an approval binds to."""
+    return {
+        "sik": intent.sik, "merchant_id": intent.merchant_id, "tool": intent.tool, "subject": intent.subject_id,
+        "amount_minor": intent.amount_minor, "currency": intent.currency, "mandate_hash": intent.mandate_hash,
+        "params_hash": intent.params_hash,
+    }  # fmt: skip
+
+
+def terms_digest(intent: Intent) -> str:
+    """A short digest of terms_of(): what the console's approve form carries back, and `holds list` prints."""
+    return canonical_hash(terms_of(intent))[:16]
+
+
+def find_intent(conn: sqlite3.Connection, sik: str, merchant_id: str | None = None) -> Intent:
+    found = [i for i in operator.intents_with_sik(conn, sik) if merchant_id is None or i.merchant_id == merchant_id]
+    if not found:
+        where = f" for merchant {merchant_id}" if merchant_id else ""
+        raise OperatorRefused(sik, f"no intent with this SIK in the ledger{where}")
+    if len(found) > 1:
+        raise OperatorRefused(sik, "several merchants have an intent with this SIK; pass --merchant")
+    return found[0]
+
+
+def sweep_expired(ctx: OpsContext, now: int | None = None) -> list[Intent]:
+    """HELD past hold_expires_at -> BLOCKED (HOLD_EXPIRED). Run by every hold command and console page."""
+    now = now if now is not None else now_ms()
+    with ctx.ledger() as conn:
+        if not operator.expired_holds(conn, now):
+            return []  # the common case takes no write lock
+        with transaction(conn):
+            expired = operator.expire_holds(conn, now)
+    for intent in expired:
+        logger.info("hold on %s expired: BLOCKED (HOLD_EXPIRED)", intent.sik)
+    return expired
+
+
+def list_holds(ctx: OpsContext) -> list[Intent]:
+    sweep_expired(ctx)
+    with ctx.ledger(readonly=True) as conn:
+        return sorted(operator.intents_in_state(conn, State.HELD), key=lambda i: i.hold_expires_at or 0)
+
+
+def approve(
+    ctx: OpsContext, sik: str, *, approver: str, reason: str, expected: Expected | None = None,
+    merchant_id: str | None = None, now: int | None = None,
+) -> Released:  # fmt: skip
+    now = now if now is not None else now_ms()
+    mandates = ctx.mandates()
+    with ctx.ledger() as conn:
+        with transaction(conn):  # every check reads the row under the write lock it is released under
+            intent = find_intent(conn, sik, merchant_id)
+            if intent.state is State.HELD and intent.hold_expires_at is not None and now >= intent.hold_expires_at:
+                operator.reject_hold(conn, intent, actor=operator.HOLD_EXPIRY_ACTOR, now=now,
+                                     reason="hold expired before it was approved", code=operator.HOLD_EXPIRED)
+                problem: str | None = (f"the hold expired at {intent.hold_expires_at} (now {now}); the call is now "
+                                       "BLOCKED with reason HOLD_EXPIRED — the agent must make a new call")
+            else:
+                problem = _approval_problem(mandates, intent, approver, expected or Expected(), now)
+                if problem is None:
+                    intent = operator.release_hold(conn, intent, approver=approver, reason=reason,
+                                                   approved_terms=terms_of(intent), now=now)  # fmt: skip
+    if problem is not None:  # raised after the commit: an expired hold stays BLOCKED
+        raise OperatorRefused(sik, problem)
+    logger.info("hold on %s released by %s: %s", sik, approver, reason)
+    return Released(intent, _enqueue_execute(ctx, intent))
+
+
+def reject(ctx: OpsContext, sik: str, *, approver: str, reason: str, merchant_id: str | None = None,
+           now: int | None = None) -> Intent:  # fmt: skip
+    if not reason.strip():
+        raise OperatorRefused(sik, "a rejection needs a reason (--reason TEXT)")
+    now = now if now is not None else now_ms()
+    mandates = ctx.mandates()
+    with ctx.ledger() as conn:
+        with transaction(conn):
+            intent = find_intent(conn, sik, merchant_id)
+            problem = _not_held(intent) or _approver_problem(mandates, intent, approver)
+            if problem is None:
+                intent = operator.reject_hold(conn, intent, actor=approver, reason=reason, now=now)
+    if problem is not None:
+        raise OperatorRefused(sik, problem)
+    logger.info("hold on %s rejected by %s: %s", sik, approver, reason)
+    return intent
+
+
+def _not_held(intent: Intent) -> str | None:
+    if intent.state is State.HELD:
+        return None
+    return (f"it is {intent.state.value}, not HELD — only a held call can be approved or rejected "
+            "(a hold is decided once)")  # fmt: skip
+
+
+def _approver_problem(mandates: MandateStore, intent: Intent, approver: str) -> str | None:
+    mandate = mandates.get(intent.agent_id)
+    if mandate is None:
+        return f"no mandate is configured for agent {intent.agent_id!r}"
+    if approver not in mandate.approval.approvers:
+        named = ", ".join(mandate.approval.approvers) or "nobody"
+        return f"{approver!r} is not an approver of mandate {mandate.mandate_id} (it names: {named})"
+    return None
+
+
+def _approval_problem(
+    mandates: MandateStore, intent: Intent, approver: str, expected: Expected, now: int
+) -> str | None:
+    problem = _not_held(intent) or _approver_problem(mandates, intent, approver)
+    if problem is not None:
+        return problem
+    mandate = mandates.require(intent.agent_id)
+    if mandate.mandate_id != intent.mandate_id or mandate.mandate_hash != intent.mandate_hash:
+        return (f"the call was held under mandate {intent.mandate_id} {intent.mandate_hash[:12]}…, but the configured "
+                f"mandate is {mandate.mandate_id} {mandate.mandate_hash[:12]}…; an approval binds to the mandate the "
+                "call was judged under — reject it and let the agent repeat the call under the current mandate")
+    if mandate.merchant_id != intent.merchant_id:
+        return f"mandate {mandate.mandate_id} is for merchant {mandate.merchant_id}, not {intent.merchant_id}"
+    if not mandate.is_active(now):
+        return f"mandate {mandate.mandate_id} is not active now (valid {mandate.issued_at}..{mandate.expires_at})"
+    return _terms_problem(intent, expected)
+
+
+def _terms_problem(intent: Intent, expected: Expected) -> str | None:
+    checks = [
+        ("amount_minor", expected.amount_minor, intent.amount_minor),
+        ("subject", expected.subject, intent.subject_id),
+        ("mandate_hash", expected.mandate_hash, intent.mandate_hash),
+        ("terms digest", expected.terms_digest, terms_digest(intent)),
+    ]
+    for name, wanted, actual in checks:
+        if wanted is not None and wanted != actual:
+            return (f"the approval names {name} {wanted!r} but the held call has {actual!r}; an approval binds to "
+                    "the exact terms of one call — a call with other terms is a different intent")
+    return None
+
+
+def _enqueue_execute(ctx: OpsContext, intent: Intent) -> bool:
+    """Hand the released intent to the rail worker (recovery and release go through the normal path)."""
+    try:
+        rq_queue(rail_queue(ctx.settings.shard), ctx.redis()).enqueue(
+            EXECUTE_JOB, intent.merchant_id, intent.sik, None, result_ttl=600, failure_ttl=86400
+        )
+        return True
+    except (redis.RedisError, InterlockError) as exc:
+        logger.warning("released %s but could not enqueue it (%s); the reconciler's sweep will", intent.sik, exc)
+        return False

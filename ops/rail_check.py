@@ -1,0 +1,43 @@
+"""The operator's own look at the rail, read-only: page the list for our stamp to the end (the same
+pager the reconciler uses, so "absent" means the same thing everywhere), or fetch one named entity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ledger.intents import Intent
+from rails.pager import PageResult, find_stamped
+from rails.razorpay import RailError, RazorpayClient
+
+REFUND_TOOL = "create_refund"
+
+
+def page_for_stamp(rail: RazorpayClient, intent: Intent) -> PageResult:
+    return find_stamped(rail, intent.tool, intent.subject_id, intent.sik)
+
+
+@dataclass(frozen=True, slots=True)
+class EntityCheck:
+    ok: bool
+    detail: str
+
+
+def check_entity(rail: RazorpayClient, intent: Intent, entity_id: str) -> EntityCheck:
+    """Does *entity_id* exist on the rail, carry this intent's stamp, and match its subject and amount?"""
+    try:
+        if intent.tool == REFUND_TOOL:
+            refund = rail.fetch_refund(entity_id)
+            stamped, amount = refund.carries_stamp(intent.sik), refund.amount
+            subject_ok = refund.payment_id == intent.subject_id
+        else:
+            settlement = rail.fetch_instant_settlement(entity_id)
+            stamped, amount, subject_ok = settlement.carries_stamp(intent.sik), settlement.amount_requested, True
+    except RailError as exc:
+        return EntityCheck(False, f"the rail did not return {entity_id}: {exc}")
+    if not stamped:
+        return EntityCheck(False, f"{entity_id} does not carry the stamp of {intent.sik} (notes.interlock_sik/receipt)")
+    if not subject_ok:
+        return EntityCheck(False, f"{entity_id} belongs to another payment than {intent.subject_id}")
+    if amount != intent.amount_minor:
+        return EntityCheck(False, f"{entity_id} is for {amount}, the intent for {intent.amount_minor}")
+    return EntityCheck(True, f"{entity_id} carries the stamp of {intent.sik} for {amount} (checked on the rail)")

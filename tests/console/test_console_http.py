@@ -1,0 +1,57 @@
+"""The console's lock and its /metrics endpoint, over HTTP against the console process."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+
+from ledger.states import State
+from tests.console.conftest import TOKEN, Console
+
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_a_request_without_the_token_is_refused(console: Console) -> None:
+    _, sik = console.held()
+    with httpx.Client(base_url=console.url, follow_redirects=False) as http:
+        page = http.get("/holds", headers={"Accept": "text/html"})
+        assert page.status_code == 401 and sik not in page.text and 'name="token"' in page.text
+        assert http.get("/metrics").status_code == 401
+        assert http.get("/holds", headers={"Authorization": "Bearer wrong-token-wrong-token"}).status_code == 401
+        forged = http.post(f"/holds/acc_DEMO000001/{sik}/approve", data={"approver": "ops_lead@example.com"})
+        assert forged.status_code == 401
+        assert http.post("/login", data={"token": "not-the-token", "next": "/"}).status_code == 401
+        assert "interlock_console" not in http.cookies
+    assert console.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
+
+
+def test_an_action_without_the_form_csrf_value_is_refused(console: Console) -> None:
+    _, sik = console.held()
+    with httpx.Client(base_url=console.url, follow_redirects=False) as http:
+        login = http.post("/login", data={"token": TOKEN, "next": "/holds"})
+        assert login.status_code == 303 and login.headers["location"] == "/holds"
+        assert http.get("/holds").status_code == 200
+        posted = http.post(f"/holds/acc_DEMO000001/{sik}/approve", data={"approver": "ops_lead@example.com"})
+        assert posted.status_code == 403
+    assert console.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
+
+
+def test_metrics_expose_the_named_series_after_a_refund(console: Console) -> None:
+    engine = console.engine
+    outcome = engine.outcome(engine.propose({"payment_id": engine.payment(189_900), "amount": 50_000}))
+    assert outcome.state == "APPLIED"
+    body = httpx.get(f"{console.url}/metrics", headers=BEARER).text
+    expected = [
+        r'^interlock_intents\{state="APPLIED"\} 1\.0$',
+        r'^interlock_decisions_total\{reason_code="[A-Z0-9_]+",verdict="ALLOW"\} 1\.0$',
+        r'^interlock_rail_call_duration_seconds_count\{outcome="APPLIED",tool="create_refund"\} 1\.0$',
+        r'^interlock_rail_call_duration_seconds_bucket\{le="\+Inf",outcome="APPLIED",tool="create_refund"\} 1\.0$',
+        r'^interlock_reconcile_passes_total\{outcome="INCONCLUSIVE"\} 0\.0$',
+        r'^interlock_queue_depth\{queue="rail"\} \d+\.0$',
+        r'^interlock_queue_depth\{queue="gates"\} \d+\.0$',
+        r"^interlock_oldest_unknown_age_seconds 0\.0$",
+        r"^interlock_ledger_up 1\.0$",
+    ]
+    for pattern in expected:
+        assert re.search(pattern, body, re.MULTILINE), f"{pattern} not in:\n{body}"

@@ -1,0 +1,142 @@
+"""Approving and rejecting held calls: an approval binds to one call's exact terms, comes from an approver
+the mandate names, before the hold expires, once — and then moves money exactly once."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from interlock.errors import OperatorRefused
+from ledger import audit
+from ledger.states import State
+from ops import holds
+from tests.mandates import write_mandate
+from tests.ops.conftest import APPROVER, HELD_AMOUNT, Operated, ops_context_for
+
+
+def _audit_of(operated: Operated, sik: str) -> list[dict]:
+    conn = operated.engine.ledger()
+    try:
+        assert audit.verify_chain(conn) is None
+        rows = conn.execute("SELECT payload_json FROM audit_log WHERE json_extract(payload_json, '$.sik') = ? "
+                            "ORDER BY seq", (sik,)).fetchall()  # fmt: skip
+        return [json.loads(r[0]) for r in rows]
+    finally:
+        conn.close()
+
+
+def test_approve_moves_money_exactly_once_and_records_who_and_why(operated: Operated) -> None:
+    pid, sik = operated.held()
+    assert [i.sik for i in holds.list_holds(operated.ops)] == [sik]
+    released = holds.approve(operated.ops, sik, approver=APPROVER, reason="customer charged twice, ticket 4411",
+                             expected=holds.Expected(amount_minor=HELD_AMOUNT, subject=pid))  # fmt: skip
+    assert released.intent.state is State.AUTHORIZED and released.enqueued
+    intent = operated.engine.settle(sik, {"APPLIED"})
+    assert operated.engine.rail.count_stamped(sik) == 1
+    assert [r["entity"]["id"] for r in operated.refunds_of(pid)] == [intent.rail_entity_id]
+    release = [p for p in _audit_of(operated, sik) if p.get("event") == "HOLD_RELEASED"]
+    assert len(release) == 1 and release[0]["actor"] == APPROVER
+    assert release[0]["detail"]["reason"] == "customer charged twice, ticket 4411"
+    assert release[0]["detail"]["approved_terms"]["amount_minor"] == HELD_AMOUNT
+    # The agent's retry of the same call sees the outcome, and nothing moves again.
+    again = operated.engine.outcome(operated.engine.propose({"payment_id": pid, "amount": HELD_AMOUNT}))
+    assert (again.state, again.replayed, again.rail_entity_id) == ("APPLIED", True, intent.rail_entity_id)
+    with pytest.raises(OperatorRefused, match="not HELD"):
+        holds.approve(operated.ops, sik, approver=APPROVER, reason="again")
+    assert operated.engine.rail.count_stamped(sik) == 1
+
+
+def test_approval_by_someone_the_mandate_does_not_name_is_refused(operated: Operated) -> None:
+    pid, sik = operated.held()
+    with pytest.raises(OperatorRefused, match="'mallory@example.com' is not an approver of mandate mnd_demo_support"):
+        holds.approve(operated.ops, sik, approver="mallory@example.com", reason="trust me")
+    assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
+    assert operated.refunds_of(pid) == []
+
+
+def test_approval_after_the_hold_expired_is_refused_and_blocks_the_call(operated: Operated) -> None:
+    pid, sik = operated.held()
+    intent = operated.engine.intent(sik)
+    assert intent is not None and intent.hold_expires_at is not None
+    with pytest.raises(OperatorRefused, match="hold expired"):
+        holds.approve(operated.ops, sik, approver=APPROVER, reason="late", now=intent.hold_expires_at)
+    blocked = operated.engine.intent(sik)
+    assert blocked is not None and (blocked.state, blocked.reason_code) == (State.BLOCKED, "HOLD_EXPIRED")
+    with pytest.raises(OperatorRefused, match="not HELD"):
+        holds.approve(operated.ops, sik, approver=APPROVER, reason="later still")
+    assert operated.refunds_of(pid) == []
+    again = operated.engine.outcome(operated.engine.propose({"payment_id": pid, "amount": HELD_AMOUNT}))
+    assert (again.state, again.reason_code, again.caller_action) == ("BLOCKED", "HOLD_EXPIRED", "DO_NOT_RETRY")
+
+
+def test_the_sweep_blocks_every_expired_hold(operated: Operated) -> None:
+    _, first = operated.held()
+    _, second = operated.held(amount=HELD_AMOUNT + 1)
+    latest = max(operated.engine.intent(s).hold_expires_at for s in (first, second))  # type: ignore[union-attr,type-var]
+    assert {i.sik for i in holds.sweep_expired(operated.ops, now=latest)} == {first, second}
+    assert holds.list_holds(operated.ops) == []
+
+
+def test_approval_for_changed_terms_is_refused_and_a_changed_call_is_a_new_hold(operated: Operated) -> None:
+    pid, sik = operated.held()
+    with pytest.raises(OperatorRefused, match="amount_minor 350001 .* has 350000"):
+        holds.approve(operated.ops, sik, approver=APPROVER, reason="ok",
+                      expected=holds.Expected(amount_minor=HELD_AMOUNT + 1))  # fmt: skip
+    with pytest.raises(OperatorRefused, match="terms digest"):
+        holds.approve(operated.ops, sik, approver=APPROVER, reason="ok", expected=holds.Expected(terms_digest="0" * 16))
+    assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
+    # Approving one call does not let a different amount on the same payment through: that is another intent.
+    bigger = operated.engine.outcome(operated.engine.propose({"payment_id": pid, "amount": HELD_AMOUNT + 50_000}))
+    assert bigger.state == "HELD" and bigger.sik not in (None, sik)
+    holds.approve(operated.ops, sik, approver=APPROVER, reason="the one I checked",
+                  expected=holds.Expected(terms_digest=holds.terms_digest(operated.engine.intent(sik))))  # type: ignore[arg-type]
+    operated.engine.settle(sik, {"APPLIED"})
+    assert operated.engine.intent(bigger.sik).state is State.HELD  # type: ignore[arg-type,union-attr]
+    assert [r["entity"]["amount"] for r in operated.refunds_of(pid)] == [HELD_AMOUNT]
+
+
+def test_approval_under_a_changed_mandate_is_refused(operated: Operated, tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    _, sik = operated.held()
+    changed = write_mandate(tmp_path / "changed.yaml", {"approval.hold_above_minor": 250_000})
+    ops = ops_context_for(operated.engine, monkeypatch, INTERLOCK_MANDATE=str(changed))
+    with pytest.raises(OperatorRefused, match="binds to the mandate the call was judged under"):
+        holds.approve(ops, sik, approver=APPROVER, reason="ok")
+    assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
+
+
+def test_reject_blocks_the_call_and_nothing_moves(operated: Operated) -> None:
+    pid, sik = operated.held()
+    with pytest.raises(OperatorRefused, match="needs a reason"):
+        holds.reject(operated.ops, sik, approver=APPROVER, reason=" ")
+    with pytest.raises(OperatorRefused, match="not an approver"):
+        holds.reject(operated.ops, sik, approver="mallory@example.com", reason="no")
+    intent = holds.reject(operated.ops, sik, approver=APPROVER, reason="not a duplicate charge")
+    assert (intent.state, intent.reason_code) == (State.BLOCKED, "HOLD_REJECTED")
+    rejected = [p for p in _audit_of(operated, sik) if p.get("event") == "HOLD_REJECTED"]
+    assert rejected[0]["actor"] == APPROVER and rejected[0]["detail"]["reason"] == "not a duplicate charge"
+    with pytest.raises(OperatorRefused, match="not HELD"):
+        holds.approve(operated.ops, sik, approver=APPROVER, reason="changed my mind")
+    again = operated.engine.outcome(operated.engine.propose({"payment_id": pid, "amount": HELD_AMOUNT}))
+    assert (again.state, again.replayed) == ("BLOCKED", True)
+    assert operated.refunds_of(pid) == [] and operated.engine.rail.count_stamped(sik) == 0
+
+
+def test_the_cli_lists_refuses_and_approves(operated: Operated) -> None:
+    _, sik = operated.held()
+    env = operated.engine.stack.base_env()
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "interlock.cli", *args], env=env, capture_output=True, text=True,
+                              timeout=60)  # fmt: skip
+
+    listed = cli("holds", "list")
+    assert listed.returncode == 0 and sik in listed.stdout and "3,500.00 INR" in listed.stdout
+    refused = cli("holds", "approve", sik, "--as", "mallory@example.com")
+    assert refused.returncode == 2 and "is not an approver" in refused.stderr
+    approved = cli("holds", "approve", sik, "--as", APPROVER, "--amount", str(HELD_AMOUNT), "--reason", "checked")
+    assert approved.returncode == 0 and "handed to the rail worker" in approved.stdout, approved.stderr
+    operated.engine.settle(sik, {"APPLIED"})
+    assert operated.engine.rail.count_stamped(sik) == 1
