@@ -104,6 +104,8 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
     arguments = {"payment_id": payment_id, "amount": AMOUNT}
     first = asyncio.run(_call(url, arguments))
     result.first_answer = first.get("state") or first.get("error", "?")
+    if any(f["name"] == "partition" for f in cell.faults):
+        _end_partition_after_one_period(control, cell)
     # The kill: wait for it to land (the process exits by SIGKILL at its failpoint).
     if role == "redis":
         assert redis_killer is not None
@@ -134,6 +136,17 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
     if not result.kill_landed and result.preempted is None:
         result.violations.append(f"KILL_NOT_LANDED: {cell.point} was reachable and the process did not die there")
     control.close()
+
+
+def _end_partition_after_one_period(control: SandboxControl, cell: Cell) -> None:
+    """A partition fault at rate 1.0 would start a new outage on every later money call and never heal;
+    the experiment is one outage. Let the period that started run out, then drop the profile."""
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        if control.faults().get("partition_remaining_ms", 0) == 0:
+            break
+        time.sleep(0.05)
+    control.set_faults([f for f in cell.faults if f["name"] != "partition"])
 
 
 def _go_through_upstream(stack: Stack) -> None:

@@ -80,6 +80,10 @@ class SandboxControl:
             body["seed"] = seed
         return self._call("POST", "/__sandbox/faults", body)
 
+    def faults(self) -> dict[str, Any]:
+        state: dict[str, Any] = self._call("GET", "/__sandbox/faults")
+        return state
+
     def add_payment(self, payment_id: str, amount: int, **extra: Any) -> Any:
         return self._call("POST", "/__sandbox/payments", {"id": payment_id, "amount": amount, "currency": "INR",
                                                            **extra})  # fmt: skip
