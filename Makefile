@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck clean browser chaos
+.PHONY: install run test lint typecheck clean browser bench chaos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ install: $(STAMP)
 run: install
 	$(BIN)/interlock up --demo $(UP_ARGS)
 
-PACKAGES := interlock ingress gate_workers rail_worker reconciler ledger rails sandbox chaos ops console
+PACKAGES := interlock ingress gate_workers rail_worker reconciler ledger rails sandbox chaos bench ops console
 
 lint: install
 	$(BIN)/ruff check .
@@ -39,6 +39,10 @@ browser:
 
 test: lint browser
 	$(BIN)/python -m pytest -q
+
+# The scenario benchmark and the performance bench, each regenerating its section of RESULTS.md.
+bench: install
+	$(BIN)/interlock bench scenarios && $(BIN)/interlock bench perf
 
 # The full SIGKILL matrix (51 cells x 10 trials) and 30 random-kill trials; both rewrite RESULTS.md.
 chaos: install

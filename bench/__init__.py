@@ -1,2 +1,3 @@
-"""The scenario benchmark (direct vs gated, 30 scenarios in 5 families) and the performance bench;
-both write their numbers into RESULTS.md. Not yet built: see issue 9."""
+"""The scenario benchmark (30 scenarios in 5 families, one scripted naive agent run direct and
+gated against the same sandbox) and the performance bench (added latency, throughput, gate
+decisions per second, the SQLite commit floor). Both write their sections of RESULTS.md."""

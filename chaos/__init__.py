@@ -1,2 +1,3 @@
-"""The SIGKILL matrix runner and verdict engine: real processes killed at named failpoints under
-rail faults, judged against the sandbox journal. Not yet built: see issue 7."""
+"""The chaos matrix: real processes SIGKILLed at named failpoints (or redis-server killed mid-call)
+under rail fault profiles, judged by a verdict engine against the sandbox's journal; plus random
+kills during a burst of concurrent calls. Results are written into RESULTS.md."""

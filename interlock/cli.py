@@ -61,6 +61,7 @@ COMMANDS: dict[str, str] = {
     "console": "console.cli:console_command",
     "chaos": "chaos.cli:chaos_command",
     # -- subcommands added by later packages register below this line --
+    "bench": "bench.cli:bench_group",
 }
 
 

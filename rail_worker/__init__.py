@@ -1,3 +1,3 @@
 """The only process that moves money. It holds the singleton lease, admits Decisions into the
 ledger, commits IN_FLIGHT durably before every rail call, classifies the rail's answer and
-publishes the Outcome. Not yet built: see issue 5."""
+publishes the Outcome."""

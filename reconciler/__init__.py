@@ -1,3 +1,3 @@
 """Turns every ambiguous outcome (UNKNOWN, expired IN_FLIGHT) into a definite one by paging the
 rail's lists for our stamp, never by guessing; re-enqueues confirmed-absent intents to the rail
-worker and quarantines what it cannot settle. Not yet built: see issue 5."""
+worker and quarantines what it cannot settle."""

@@ -1,2 +1,2 @@
-"""One module per gate (g1_scope ... g6_provenance), each a small predicate returning a verdict,
-a stable reason code and detail. Not yet built: see issue 4."""
+"""One module per gate (g1_scope ... g6_provenance), each a small predicate over an already-resolved
+proposed action returning a verdict, a stable reason code and detail; each under 120 lines."""

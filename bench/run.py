@@ -1,0 +1,104 @@
+"""Running scenarios: one fresh stack per scenario, the direct mode then the gated mode against the
+same sandbox rail, each judged from the entities the rail's journal gained during that mode."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+from bench.agent import CallRecord, NaiveAgent
+from bench.env import TOKEN, ScenarioStack
+from bench.metrics import ModeRun, Moved
+from bench.scenario import Scenario
+from bench.tools import DirectRestTools, McpTools
+from interlock.stack import StackError
+
+logger = logging.getLogger(__name__)
+
+MODES = ("direct", "gated")
+AGENT_TIMEOUT_S = 4.0  # the naive agent's tool-call timeout, the same in both modes
+
+
+def run_scenario(scenario: Scenario, base: Path, *, seed: int, modes: tuple[str, ...] = MODES) -> list[ModeRun]:
+    try:
+        with ScenarioStack(scenario, base) as env:
+            return [run_mode(env, mode, seed) for mode in modes]
+    except (StackError, OSError) as exc:
+        logger.error("scenario %s: the stack failed: %s", scenario.id, exc)
+        return [ModeRun(scenario, mode, [], [], harness_error=str(exc)[:300]) for mode in modes]
+
+
+def run_mode(env: ScenarioStack, mode: str, seed: int) -> ModeRun:
+    scenario, control = env.scenario, env.control
+    assert control is not None
+    payments, customers = _seed_payments(env, mode)
+    if scenario.balance_minor is not None:
+        control.set_balance(scenario.balance_minor)
+    if scenario.proxy:
+        env.poison({})
+    before = {record["id"] for record in control.entities()}
+    control.set_faults(scenario.faults, seed=seed)
+
+    def before_step(index: int) -> None:
+        if scenario.poison and index == scenario.poison_after_step:
+            env.poison(scenario.poison)
+
+    gated = mode == "gated"
+    nanny = env.nanny() if gated and scenario.kill else nullcontext()
+    with nanny:
+        calls = asyncio.run(_drive(env, mode, payments, before_step))
+        control.set_faults([])  # the storm passes; what happens next is recovery
+        settled = env.settle(gated=gated)
+    mine = {pid for ids in payments.values() for pid in ids}
+    entities = [_moved(r, customers) for r in control.entities()
+                if r["id"] not in before and (r["kind"] != "refund" or r["payment_id"] in mine)]  # fmt: skip
+    return ModeRun(scenario, mode, entities, calls, settled=settled, kill_landed=env.kill_landed if gated else None)
+
+
+async def _drive(env: ScenarioStack, mode: str, payments: dict[str, list[str]],
+                 before_step: Callable[[int], None]) -> list[CallRecord]:  # fmt: skip
+    scenario = env.scenario
+    tools: DirectRestTools | McpTools
+    if mode == "gated":
+        tools = McpTools(env.mcp_url, TOKEN, timeout_s=AGENT_TIMEOUT_S)
+    elif scenario.proxy:
+        assert env.front_url is not None
+        tools = McpTools(env.front_url, None, timeout_s=AGENT_TIMEOUT_S)
+    else:
+        url, key_id, secret = env.rail_credentials()
+        tools = DirectRestTools(url, key_id, secret, timeout_ms=int(AGENT_TIMEOUT_S * 1000), kill=scenario.kill)
+    try:
+        if isinstance(tools, McpTools):
+            await tools.open()
+        return await NaiveAgent(tools, scenario.retry).run(scenario.steps, payments, before_step)
+    finally:
+        await tools.aclose()
+
+
+def _seed_payments(env: ScenarioStack, mode: str) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """Fresh payments for this mode (ids differ per mode, so one mode's refunds never touch the other's)."""
+    assert env.control is not None
+    prefix = f"pay_{env.scenario.id.split('_')[0]}{mode[0]}_"
+    payments: dict[str, list[str]] = {}
+    customers: dict[str, str] = {}
+    for name, spec in env.scenario.payments.items():
+        ids = [f"{prefix}{name}{i}" for i in range(spec.count)]
+        for pid in ids:
+            env.control.add_payment(pid, spec.amount, notes={"customer": spec.customer},
+                                    prior_refunds=spec.prior_refunds)  # fmt: skip
+            customers[pid] = spec.customer
+        payments[name] = ids
+    return payments, customers
+
+
+def _moved(record: dict[str, Any], customers: dict[str, str]) -> Moved:
+    entity = record["entity"]
+    subject = record.get("payment_id") or "balance"
+    # A settlement's money is what was taken from the balance (amount_requested, fees included).
+    amount = entity.get("amount_requested") if record["kind"] == "settlement" else entity.get("amount")
+    return Moved(kind=record["kind"], entity_id=record["id"], subject=subject, amount=int(amount or 0),
+                 fees=int(entity.get("fees") or 0), customer=customers.get(subject))  # fmt: skip

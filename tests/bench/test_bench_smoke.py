@@ -1,0 +1,50 @@
+"""Smoke run of both benches as real processes, so the harness cannot rot: three scenarios in both modes
+(a benign control, a retry storm, an injection) and a performance run with tiny counts. Speed is never
+asserted here; it goes to RESULTS.md only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from bench.metrics import judge
+from bench.perf import PerfConfig, run_perf
+from bench.perf_report import render as render_perf
+from bench.report import render
+from bench.run import run_scenario
+from bench.scenario import load_scenarios
+from interlock.results import write_section
+
+
+def test_scenarios_in_both_modes_judged_from_the_journal(tmp_path: Path) -> None:
+    scenarios = load_scenarios(only=["E1", "B1", "A2"])
+    verdicts = {}
+    for scenario in scenarios:
+        for run in run_scenario(scenario, tmp_path / "work", seed=7):
+            assert run.harness_error is None, run.harness_error
+            verdicts[(scenario.id[:2], run.mode)] = judge(run)
+    # Gated: the benign refund completes, the 504 storm moves money once, the injection is stopped.
+    for family in ("E1", "B1", "A2"):
+        gated = verdicts[(family, "gated")]
+        assert not gated.violated and gated.complete and not gated.eo_violation, (family, gated)
+    # Direct, the same agent against the same rail: every money call applies then 504s, and it retries.
+    assert verdicts[("B1", "direct")].duplicates >= 1
+    assert verdicts[("A2", "direct")].violated
+    assert verdicts[("E1", "direct")].complete
+    results = tmp_path / "RESULTS.md"
+    write_section("scenarios", render(list(verdicts.values()), scenarios, seed=7, command="test", plot=None,
+                                      elapsed_s=0), results)  # fmt: skip
+    text = results.read_text()
+    assert "<!-- scenarios:begin -->" in text and "scripted agent" in text and "| gated |" in text
+
+
+def test_perf_measures_both_modes_and_the_gates(tmp_path: Path) -> None:
+    config = PerfConfig(latency_ms=50, calls=3, slow_calls=2, concurrency=(1, 2), gate_workers=(1,), decisions=8,
+                        throughput_calls=4, slow_throughput_calls=2)  # fmt: skip
+    report = run_perf(config, tmp_path / "perf", echo=lambda _: None)
+    assert {(s.mode, s.rail_ms) for s in report.latency} == {("direct", 0), ("gated", 0), ("direct", 50),
+                                                              ("gated", 50)}  # fmt: skip
+    assert all(s.failures == 0 and len(s.latencies_ms) > 0 for s in report.latency)
+    assert all(t.applied == t.calls for t in report.throughput), report.throughput
+    assert report.decisions[1] > 0 and report.sqlite_commit_ms
+    text = render_perf(report, command="test", plot=None)
+    assert "gated / direct" in text and "decisions/s" in text
