@@ -18,7 +18,7 @@ from interlock.errors import InvalidInput
 from interlock.mandate import Mandate
 from interlock.messages import Proposal
 from interlock.sik import SETTLEMENT_SUBJECT, compute_sik, window_bucket
-from ledger.queries import money_in_motion_for_subject
+from ledger.queries import earlier_full_request, is_unsettled, money_in_motion_for_subject
 from rails.models import Balance, Payment
 from rails.razorpay import RailError
 
@@ -44,7 +44,7 @@ def resolve(
         return _unresolved(base, "G0_MALFORMED_CALL", field=exc.field, error=str(exc))
     if call.tool == "create_refund":
         return _resolve_refund(base, call, rail, ledger)
-    return _resolve_settlement(base, call, rail, mandate, now_ms)
+    return _resolve_settlement(base, call, rail, ledger, mandate, now_ms)
 
 
 def _unresolved(base: ResolvedAction, reason: str, **detail: object) -> ResolvedAction:
@@ -71,14 +71,20 @@ def _resolve_refund(
     except RailError as exc:
         return _rail_failure(base, exc, call.payment_id)
     amount = call.amount
+    params: dict[str, object] = {"notes": call.notes}
     if amount is None:
-        # Full refund: what the rail still allows minus what Interlock already has in motion on it.
-        in_motion = money_in_motion_for_subject(ledger, base.merchant_id, payment.id, exclude_sik="")
-        amount = payment.amount - payment.amount_refunded - in_motion
+        params["full"] = True
+        earlier = earlier_full_request(ledger, base.merchant_id, base.tool, payment.id, call.distinct_reason)
+        if earlier is not None:
+            amount = earlier[1]  # the repeat of a full refund is that refund, whatever is refundable now
+        else:
+            # Full refund: what the rail still allows minus what Interlock already has in motion on it.
+            in_motion = money_in_motion_for_subject(ledger, base.merchant_id, payment.id, exclude_sik="")
+            amount = payment.amount - payment.amount_refunded - in_motion
         if amount <= 0:
             return _replace(_unresolved(base, "G2_EXCEEDS_REFUNDABLE", refundable=max(amount, 0)),
                             payment=payment, subject=payment.id, currency=payment.currency)  # fmt: skip
-    params = {"amount": amount, "notes": call.notes}
+    params["amount"] = amount
     if call.speed is not None:
         params["speed"] = call.speed
     sik = compute_sik(merchant_id=base.merchant_id, tool=base.tool, subject=payment.id, amount_minor=amount,
@@ -89,25 +95,42 @@ def _resolve_refund(
 
 
 def _resolve_settlement(
-    base: ResolvedAction, call: MoneyCall, rail: RailReader, mandate: Mandate | None, now_ms: int
+    base: ResolvedAction, call: MoneyCall, rail: RailReader, ledger: sqlite3.Connection, mandate: Mandate | None,
+    now_ms: int,
 ) -> ResolvedAction:
     try:
         balance = rail.fetch_balance()
     except RailError as exc:
         return _rail_failure(base, exc, "balance")
-    amount = call.amount if call.amount is not None else balance.balance
-    if amount <= 0:
-        return _replace(_unresolved(base, "G2_EXCEEDS_BALANCE", balance=balance.balance), balance=balance)
     window_ms = mandate.window_ms(base.tool) if mandate is not None else None
     if window_ms is None:
         # SPEC §4: a settlement without a mandate window has no defined identity; G1 refuses such a mandate.
         return _replace(_unresolved(base, "G1_NO_IDEMPOTENCY_WINDOW"), balance=balance)
     window = window_bucket(now_ms, window_ms)
-    params: dict[str, object] = {"amount": amount, "notes": call.notes}
+    assert window is not None
+    params: dict[str, object] = {"notes": call.notes}
+    amount = call.amount
+    if amount is None:
+        params["full"] = True
+        earlier = earlier_full_request(ledger, base.merchant_id, base.tool, SETTLEMENT_SUBJECT, call.distinct_reason,
+                                       since_ms=(window - 1) * window_ms)  # fmt: skip
+        amount = earlier[1] if earlier is not None else balance.balance
+    if amount <= 0:
+        return _replace(_unresolved(base, "G2_EXCEEDS_BALANCE", balance=balance.balance), balance=balance)
+    params["amount"] = amount
     if call.description is not None:
         params["description"] = call.description
-    sik = compute_sik(merchant_id=base.merchant_id, tool=base.tool, subject=SETTLEMENT_SUBJECT, amount_minor=amount,
-                      currency=balance.currency, extra=None, window=window, distinct=call.distinct_reason)  # fmt: skip
+
+    def key(bucket: int) -> str:
+        return compute_sik(merchant_id=base.merchant_id, tool=base.tool, subject=SETTLEMENT_SUBJECT,
+                           amount_minor=amount, currency=balance.currency, extra=None, window=bucket,
+                           distinct=call.distinct_reason)  # fmt: skip
+
+    sik = key(window)
+    if is_unsettled(ledger, base.merchant_id, key(window - 1)):
+        # A retry that crossed into the next window while the first call is still unsettled is that call,
+        # not a new settlement: answer it with the earlier intent.
+        window, sik = window - 1, key(window - 1)
     return _replace(base, subject=SETTLEMENT_SUBJECT, amount_minor=amount, currency=balance.currency,
                     requested_amount=call.amount, balance=balance, sik=sik, window=window,
                     distinct_reason=call.distinct_reason, params=params)  # fmt: skip

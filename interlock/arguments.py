@@ -13,10 +13,10 @@ from typing import Any
 
 from interlock.errors import InvalidInput
 from interlock.money import parse_amount
+from interlock.tools import MAX_NOTES
 
 MAX_ARGUMENTS_BYTES = 64 * 1024
 MAX_DEPTH = 32
-MAX_NOTES = 15
 MAX_NOTE_CHARS = 256
 MAX_DISTINCT_CHARS = 200
 _ID = re.compile(r"^[A-Za-z0-9_]{1,64}$")
@@ -90,7 +90,8 @@ def parse_notes(value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
         raise InvalidInput(f"notes must be an object of string values, got {type(value).__name__}", field="notes")
     if len(value) > MAX_NOTES:
-        raise InvalidInput(f"notes has {len(value)} keys; the limit is {MAX_NOTES}", field="notes")
+        raise InvalidInput(f"notes has {len(value)} keys; the limit is {MAX_NOTES} (the rail allows 15 and "
+                           "Interlock's stamp takes one)", field="notes")  # fmt: skip
     for key, item in value.items():
         if not isinstance(item, str):
             raise InvalidInput(f"notes.{key} must be a string, got {type(item).__name__}", field=f"notes.{key}")

@@ -18,7 +18,8 @@ ID_PATTERN = r"^[A-Za-z0-9_]{1,64}$"
 SIK_PATTERN = r"^[A-Z2-7]{32}$"  # first 32 characters of RFC 4648 base32 (SPEC §4)
 OPERATION_REF_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 SETTLEMENT_DESCRIPTION_PATTERN = r"^[A-Za-z0-9 ]{1,30}$"  # Razorpay's limit on instant settlements (SPEC §4)
-MAX_NOTES = 15  # Razorpay's limit (SPEC §10)
+RAIL_MAX_NOTES = 15  # Razorpay's limit (SPEC §10)
+MAX_NOTES = RAIL_MAX_NOTES - 1  # one key is Interlock's stamp, notes.interlock_sik
 MAX_NOTE_CHARS = 256
 MAX_DISTINCT_REASON_CHARS = 200
 

@@ -48,6 +48,7 @@ class Intent:
     operation_ref: str | None
     distinct_reason: str | None
     hold_expires_at: int | None
+    authorized_at: int | None
     first_seen_at: int
     updated_at: int
 
@@ -183,6 +184,10 @@ def _apply(
         raise ValueError(f"transition() cannot set {sorted(unknown)}")
     fields["state"] = target.value
     fields["updated_at"] = now
+    if target is State.AUTHORIZED:
+        # Limits count an intent from its last authorisation, so reopening an old intent or releasing an
+        # old hold counts in today's window, not in the window it was first proposed in.
+        fields["authorized_at"] = now
     assignments = ", ".join(f"{name} = ?" for name in fields)
     if bump_attempt:
         assignments += ", attempt_seq = attempt_seq + 1"

@@ -52,9 +52,12 @@ def acquire(conn: sqlite3.Connection, name: str, owner: str, *, now: int, ttl_ms
 def heartbeat(conn: sqlite3.Connection, lease: Lease, *, now: int, ttl_ms: int) -> Lease:
     """Extend the lease; StaleLease when someone else has taken it over (we must stop at once)."""
     require_transaction(conn)
+    # An expired lease is not renewed: the reconciler may already have treated this worker's IN_FLIGHT
+    # rows as abandoned, so a worker that slept through its expiry must stop, not carry on.
     cur = conn.execute(
-        "UPDATE leases SET heartbeat_at = ?, expires_at = ? WHERE name = ? AND owner = ? AND epoch = ?",
-        (now, now + ttl_ms, lease.name, lease.owner, lease.epoch),
+        "UPDATE leases SET heartbeat_at = ?, expires_at = ? WHERE name = ? AND owner = ? AND epoch = ? "
+        "AND expires_at > ?",
+        (now, now + ttl_ms, lease.name, lease.owner, lease.epoch, now),
     )
     if cur.rowcount != 1:
         raise StaleLease(lease.name, f"lease epoch {lease.epoch} of {lease.owner} was superseded")

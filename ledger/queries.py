@@ -43,7 +43,8 @@ def window_usage(
     """Money calls (and their minor units in *currency*) first seen at or after *since_ms*."""
     marks, states = _placeholders(COUNTS_AGAINST_LIMITS)
     sql = f"""SELECT COUNT(*), COALESCE(SUM(CASE WHEN currency = ? THEN amount_minor ELSE 0 END), 0) FROM intents
-              WHERE merchant_id = ? AND agent_id = ? AND first_seen_at >= ? AND state IN ({marks}) AND sik <> ?"""
+              WHERE merchant_id = ? AND agent_id = ? AND COALESCE(authorized_at, first_seen_at) >= ?
+                AND state IN ({marks}) AND sik <> ?"""
     row = conn.execute(sql, (currency or "", merchant_id, agent_id, since_ms, *states, exclude_sik or "")).fetchone()
     return WindowUsage(calls=int(row[0]), amount_minor=int(row[1]))
 
@@ -60,7 +61,8 @@ def fees_in_window(
                      WHERE a.merchant_id = i.merchant_id AND a.sik = i.sik AND a.fee_minor IS NOT NULL
                      ORDER BY a.attempt_seq DESC LIMIT 1) AS charged
             FROM intents i
-            WHERE i.merchant_id = ? AND i.agent_id = ? AND i.tool = ? AND i.currency = ? AND i.first_seen_at >= ?
+            WHERE i.merchant_id = ? AND i.agent_id = ? AND i.tool = ? AND i.currency = ?
+              AND COALESCE(i.authorized_at, i.first_seen_at) >= ?
               AND i.state IN ({marks}) AND i.sik <> ?""",
         (merchant_id, agent_id, SETTLEMENT_TOOL, currency, since_ms, *states, exclude_sik or ""),
     ).fetchall()
@@ -69,3 +71,31 @@ def fees_in_window(
 
 def intents_by_state(conn: sqlite3.Connection) -> dict[str, int]:
     return {r[0]: int(r[1]) for r in conn.execute("SELECT state, COUNT(*) FROM intents GROUP BY state")}
+
+
+# A repeat is answered by an existing intent in these states (anything that is not a refusal or a failure).
+_REPEATABLE_EXCLUDED = ("BLOCKED", "FAILED_TERMINAL")
+UNSETTLED = frozenset({"AUTHORIZED", "IN_FLIGHT", "UNKNOWN", "RECONCILING", "HELD", "QUARANTINED",
+                       "CONFIRMED_NOT_APPLIED", "PROPOSED"})  # fmt: skip
+
+
+def earlier_full_request(
+    conn: sqlite3.Connection, merchant_id: str, tool: str, subject_id: str, distinct_reason: str | None, *,
+    since_ms: int = 0,
+) -> tuple[str, int] | None:
+    """(sik, amount) of an earlier "everything" request — a refund without an amount, a full-balance
+    settlement — on this subject that was not refused or failed. Its repeat must land on the same
+    intent even though "everything" is a different number now (zero, once the first one applied)."""
+    row = conn.execute(
+        """SELECT sik, amount_minor FROM intents
+           WHERE merchant_id = ? AND tool = ? AND subject_id = ? AND json_extract(params_json, '$.full') = 1
+             AND distinct_reason IS ? AND state NOT IN (?, ?) AND first_seen_at >= ?
+           ORDER BY first_seen_at DESC LIMIT 1""",
+        (merchant_id, tool, subject_id, distinct_reason, *_REPEATABLE_EXCLUDED, since_ms),
+    ).fetchone()
+    return None if row is None else (str(row["sik"]), int(row["amount_minor"]))
+
+
+def is_unsettled(conn: sqlite3.Connection, merchant_id: str, sik: str) -> bool:
+    row = conn.execute("SELECT state FROM intents WHERE merchant_id = ? AND sik = ?", (merchant_id, sik)).fetchone()
+    return row is not None and row["state"] in UNSETTLED

@@ -24,6 +24,7 @@ CREATE TABLE IF NOT EXISTS intents (
     operation_ref      TEXT,
     distinct_reason    TEXT,
     hold_expires_at    INTEGER,
+    authorized_at      INTEGER,             -- the last entry into AUTHORIZED: what G3 windows count by
     first_seen_at      INTEGER NOT NULL,
     updated_at         INTEGER NOT NULL,
     PRIMARY KEY (merchant_id, sik)          -- I1: at most one intent per (merchant_id, sik)

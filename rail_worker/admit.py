@@ -70,6 +70,11 @@ def admit(rt: RailRuntime, decision: Decision) -> Admission:
         _record(conn, decision, now, verdict=verdict, reason=reason)
         if existing is not None:
             return _repeat(rt, conn, decision, existing, verdict, now)
+        if verdict is Verdict.BLOCK:
+            # A refusal records the decision, not an intent: BLOCKED is absorbing, and a refund has no SIK
+            # window, so an intent would refuse this refund forever — even after the limit that stopped it
+            # slides out or a person re-pins a tool. Nothing moved; the repeat is judged afresh.
+            return Admission(_refused(decision, reason), None)
         intent = intents.insert_intent(
             conn, merchant_id=decision.merchant_id, sik=decision.sik, tool=decision.tool,
             subject_id=decision.terms.subject, amount_minor=decision.terms.amount_minor,
@@ -124,6 +129,15 @@ def _unkeyed(decision: Decision) -> Outcome:
         request_id=decision.request_id, state="BLOCKED", sik=None, intent=None, rail_entity_id=None,
         reason_code=decision.reason_code,
         caller_action=CallerAction.RETRY_SAME_CALL if transient else CallerAction.DO_NOT_RETRY, replayed=False,
+    )  # fmt: skip
+
+
+def _refused(decision: Decision, reason: str) -> Outcome:
+    terms = decision.terms
+    return Outcome(
+        request_id=decision.request_id, state="BLOCKED", sik=decision.sik,
+        intent=IntentTerms(**terms.model_dump()) if terms else None, rail_entity_id=None, reason_code=reason,
+        caller_action=CallerAction.DO_NOT_RETRY, replayed=False,
     )  # fmt: skip
 
 

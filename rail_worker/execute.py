@@ -8,6 +8,7 @@ write is fenced on (lease_epoch, attempt_seq): a superseded worker's write is re
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from interlock import mutations
@@ -16,7 +17,7 @@ from interlock.errors import IllegalTransition, StaleLease
 from interlock.failpoints import arm, failpoint
 from interlock.messages import Outcome
 from interlock.sik import idempotency_key_for, receipt_for, stamp_notes
-from ledger import intents, leases
+from ledger import audit, intents, leases
 from ledger.db import transaction
 from ledger.intents import Intent
 from ledger.states import Event, State
@@ -46,9 +47,16 @@ def execute(rt: RailRuntime, merchant_id: str, sik: str, *, request_id: str | No
             conn, merchant_id, sik, now=now, lease_owner=rt.owner, lease_epoch=lease.epoch,
             lease_expires_at=now + rt.settings.lease_ttl_ms, request=request,
         )  # fmt: skip
+    committed = time.monotonic()
     # Committed: the IN_FLIGHT row is on disk before any byte goes to the rail (I2).
     failpoint("rail.after_wal_before_call")
-    result = call_rail(rt, intent, request)
+    if (time.monotonic() - committed) * 1000 >= rt.settings.lease_ttl_ms - rt.settings.rail_timeout_ms:
+        # Stalled between the commit and the send (a pause, a starved CPU): the IN_FLIGHT lease may have run
+        # out and the reconciler may already treat this attempt as abandoned. Sending now could race a retry.
+        result = Classified(Event.RAIL_AMBIGUOUS, "NOT_SENT", reason_code="RAIL_NOT_SENT_STALE",
+                            detail={"stalled_ms": int((time.monotonic() - committed) * 1000)})  # fmt: skip
+    else:
+        result = call_rail(rt, intent, request)
     if result.event is Event.RAIL_AMBIGUOUS and mutations.active("blind_retry"):
         # The defect I3 forbids, for the chaos matrix's self-test: a fresh key, the same money, again.
         request = {**request, "idempotency_key": f"mut_{intent.attempt_seq}_{now_ms()}", "receipt": None}
@@ -58,6 +66,7 @@ def execute(rt: RailRuntime, merchant_id: str, sik: str, *, request_id: str | No
         intent = record(rt, intent, result, lease_epoch=lease.epoch)
     except (StaleLease, IllegalTransition) as exc:
         logger.error("outcome of %s attempt %d refused (fenced): %s", sik, intent.attempt_seq, exc)
+        record_fenced(rt, intent, result)
         return None
     failpoint("rail.after_commit_before_ack")
     if intent.state is State.UNKNOWN:
@@ -99,6 +108,10 @@ def call_rail(rt: RailRuntime, intent: Intent, request: dict[str, Any]) -> Class
         return classify_entity(settlement, intent.sik)
     except RailError as exc:
         return classify_error(exc)
+    except Exception as exc:  # noqa: BLE001 - after the request may have left, anything unexpected is ambiguous
+        logger.exception("unexpected error during the rail call of %s", intent.sik)
+        return Classified(Event.RAIL_AMBIGUOUS, "AMBIGUOUS", reason_code="RAIL_AMBIGUOUS",
+                          detail={"error": f"{type(exc).__name__}: {exc}"[:500]})  # fmt: skip
     finally:
         if timer is not None:
             timer.join()  # the during_call kill lands while the request is out, never after we record
@@ -120,3 +133,22 @@ def record(rt: RailRuntime, intent: Intent, result: Classified, *, lease_epoch: 
             detail={"attempt_seq": intent.attempt_seq, **result.detail}, expect_epoch=lease_epoch,
             expect_attempt_seq=intent.attempt_seq, set_fields=fields,
         )  # fmt: skip
+
+
+def record_fenced(rt: RailRuntime, intent: Intent, result: Classified) -> None:
+    """A superseded worker may not change the intent, but what the rail told it is evidence: keep it on
+    the attempt row and in the audit log, so an operator (or the reconciler's finding) can be checked."""
+    now = now_ms()
+    try:
+        with transaction(rt.ledger) as conn:
+            intents.finish_attempt(
+                conn, intent.merchant_id, intent.sik, intent.attempt_seq, now=now, outcome=f"FENCED_{result.outcome}",
+                rail_entity_id=result.rail_entity_id, http_status=result.http_status, error_code=result.error_code,
+                response=result.response,
+            )  # fmt: skip
+            audit.append(conn, "FENCED_OUTCOME", {
+                "merchant_id": intent.merchant_id, "sik": intent.sik, "attempt_seq": intent.attempt_seq,
+                "outcome": result.outcome, "rail_entity_id": result.rail_entity_id, "worker": rt.owner,
+            }, now)  # fmt: skip
+    except Exception:  # noqa: BLE001 - best effort: the reconciler finds the entity by its stamp regardless
+        logger.exception("could not keep the fenced outcome of %s", intent.sik)

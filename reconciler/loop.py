@@ -18,8 +18,8 @@ import redis
 from interlock.clock import now_ms
 from interlock.config import Settings
 from interlock.failpoints import failpoint
-from interlock.queues import EXECUTE_JOB, rail_queue, rq_queue
-from ledger import intents, leases
+from interlock.queues import EXECUTE_JOB, NAMESPACE, rail_queue, rq_queue
+from ledger import intents, leases, operator
 from ledger.db import transaction
 from ledger.intents import Intent
 from ledger.states import Event, State
@@ -45,7 +45,7 @@ class Reconciler:
     def sweep(self) -> int:
         """One pass over the ledger; returns how many intents it acted on."""
         now = now_ms()
-        acted = self._expire_abandoned(now)
+        acted = self._expire_abandoned(now) + self._expire_holds(now)
         for merchant_id, sik in self._due(now):
             acted += 1 if self.reconcile(merchant_id, sik) else 0
         acted += self._reenqueue_stranded(now)
@@ -58,11 +58,16 @@ class Reconciler:
         rail_lease = leases.get_lease(self.ledger, leases.RAIL_WORKER_LEASE)
         rail_alive = rail_lease is not None and rail_lease.expires_at > now
         for row in self.ledger.execute(
-            "SELECT merchant_id, sik, state, lease_epoch FROM intents WHERE state IN ('IN_FLIGHT', 'RECONCILING') "
+            "SELECT merchant_id, sik, state, lease_epoch, lease_expires_at FROM intents "
+            "WHERE state IN ('IN_FLIGHT', 'RECONCILING') "
             "AND lease_expires_at < ?", (now,)
         ).fetchall():  # fmt: skip
-            if row["state"] == "IN_FLIGHT" and rail_alive and rail_lease and rail_lease.epoch == row["lease_epoch"]:
-                continue  # its own worker is alive; it will record the outcome (its call timed out < lease)
+            own_worker_alive = rail_alive and rail_lease is not None and rail_lease.epoch == row["lease_epoch"]
+            grace_until = row["lease_expires_at"] + self.settings.lease_ttl_ms
+            if row["state"] == "IN_FLIGHT" and own_worker_alive and now < grace_until:
+                # Its own worker is alive and will record the outcome (the call's timeout is shorter than the
+                # lease). Past one more TTL it evidently will not (an unexpected error left the row): take it.
+                continue
             event = Event.LEASE_EXPIRED if row["state"] == "IN_FLIGHT" else Event.RECONCILE_INCONCLUSIVE
             try:
                 with transaction(self.ledger):
@@ -78,15 +83,17 @@ class Reconciler:
 
     def _due(self, now: int) -> list[tuple[str, str]]:
         rows = self.ledger.execute(
-            """SELECT i.merchant_id, i.sik, i.reconcile_attempts, i.updated_at,
-                      (SELECT MAX(a.started_at) FROM intent_attempts a
-                        WHERE a.merchant_id = i.merchant_id AND a.sik = i.sik) AS started_at
-               FROM intents i WHERE i.state = 'UNKNOWN' ORDER BY i.updated_at LIMIT 500"""
+            """SELECT i.merchant_id, i.sik, i.reconcile_attempts, i.updated_at, a.started_at, a.finished_at
+               FROM intents i LEFT JOIN intent_attempts a
+                 ON a.merchant_id = i.merchant_id AND a.sik = i.sik AND a.attempt_seq = i.attempt_seq
+               WHERE i.state = 'UNKNOWN' ORDER BY i.updated_at LIMIT 500"""
         ).fetchall()
         due = []
         for row in rows:
-            # No read-your-writes on the rail: never look before the minimum delay after the attempt.
-            ready_at = (row["started_at"] or 0) + self.settings.reconcile_min_delay_ms
+            # The call may land on the rail until the client gave up on it (a slow rail applies late), and
+            # the rail has no read-your-writes after that: look only min_delay after the later of the two.
+            gave_up = max((row["started_at"] or 0) + self.settings.rail_timeout_ms, row["finished_at"] or 0)
+            ready_at = gave_up + self.settings.reconcile_min_delay_ms
             if row["reconcile_attempts"] > 0:
                 backoff = min(500 * 2 ** (row["reconcile_attempts"] - 1), MAX_BACKOFF_MS)
                 ready_at = max(ready_at, row["updated_at"] + backoff)
@@ -101,9 +108,26 @@ class Reconciler:
             "SELECT merchant_id, sik FROM intents WHERE state = 'AUTHORIZED' AND updated_at < ?",
             (now - STRANDED_AUTHORIZED_MS,),
         ).fetchall()
+        sent = 0
         for row in rows:
+            # One hand-over per intent per interval, not one per sweep: a backlog must not flood the queue.
+            if self.redis is not None and not self._claim(f"stranded:{row['sik']}", STRANDED_AUTHORIZED_MS):
+                continue
             self._enqueue_execute(row["merchant_id"], row["sik"])
-        return len(rows)
+            sent += 1
+        return sent
+
+    def _claim(self, name: str, ttl_ms: int) -> bool:
+        assert self.redis is not None
+        try:
+            return bool(self.redis.set(f"{NAMESPACE}:reconciler:{name}", "1", nx=True, px=ttl_ms))
+        except redis.RedisError:
+            return True  # without Redis the enqueue fails anyway and the next sweep tries again
+
+    def _expire_holds(self, now: int) -> int:
+        """A hold past approval.hold_expiry_ms becomes BLOCKED (HOLD_EXPIRED) even when no operator looks."""
+        with transaction(self.ledger):
+            return len(operator.expire_holds(self.ledger, now))
 
     # -- one intent ------------------------------------------------------------------------------
 
@@ -170,6 +194,8 @@ class Reconciler:
         return int(row[0]) if row and row[0] is not None else intent.updated_at
 
     def _should_quarantine(self, intent: Intent, now: int) -> bool:
+        if intent.reconcile_attempts == 0:
+            return False  # never quarantine on age alone before the rail has been read even once
         return (intent.reconcile_attempts >= self.settings.reconcile_max_passes
                 or now - self._attempt_started_at(intent) > self.settings.reconcile_max_age_ms)  # fmt: skip
 

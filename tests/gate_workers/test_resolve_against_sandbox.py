@@ -97,3 +97,17 @@ def test_settle_full_balance_resolves_to_the_current_balance(
     assert action.amount_minor == 750000 and action.subject == "balance"  # type: ignore[attr-defined]
     assert action.window == NOW // 86_400_000  # type: ignore[attr-defined]
     assert judge(rail_sandbox, ledger, proposal("create_instant_settlement", amount=750001))[1] == "G2_EXCEEDS_BALANCE"
+
+
+def test_a_settlement_retry_across_a_window_boundary_is_the_same_operation(
+    rail_sandbox: SandboxProcess, ledger: sqlite3.Connection
+) -> None:
+    rail_sandbox.set_balance(900000)
+    day = 86_400_000
+    first = resolve(proposal("create_instant_settlement", amount=30000), client(rail_sandbox), ledger,
+                    make_mandate(), NOW - 1)  # fmt: skip
+    assert first.sik is not None and first.window == (NOW - 1) // day
+    put_intent(ledger, first.sik, "UNKNOWN", amount=30000, subject="balance", tool="create_instant_settlement")
+    after = resolve(proposal("create_instant_settlement", amount=30000), client(rail_sandbox), ledger,
+                    make_mandate(), ((NOW - 1) // day + 1) * day)  # the first millisecond of the next window
+    assert after.sik == first.sik, "an unsettled settlement must not be made again because the clock moved"
