@@ -21,8 +21,9 @@ from ingress.tokens import token_sha256
 from interlock.agent_client import SandboxControl
 from interlock.mandate import validate_mandate
 from interlock.queues import gates_queue, rail_queue, rq_queue
-from interlock.stack import Stack, wait_for
+from interlock.stack import Stack, read_json, wait_for
 from ledger.db import open_ledger
+from rails.upstream_manifest import current_pins
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class ScenarioStack:
         pins = None
         if scenario.proxy:
             self.front_url = self._start_front(sandbox_url)
-            pins = _upstream_pins(self.front_url)  # the human's review: pin what the upstream serves now
+            pins = current_pins(self.front_url)  # the human's review: pin what the upstream serves now
             stack.env.update({"INTERLOCK_RAIL": "mcp-upstream", "INTERLOCK_UPSTREAM_URL": self.front_url,
                               "INTERLOCK_RAIL_TIMEOUT_MS": "2000"})  # fmt: skip
         mandate = write_mandate(self.data / "mandate.yaml", mandate_data(scenario.mandate_changes, pins))
@@ -106,7 +107,7 @@ class ScenarioStack:
         front = self.stack.start_actor("upstream", ["sandbox", "--mcp", "--port", "0", "--rail-url", sandbox_url,
                                                     "--ready-file", str(ready), "--manifest-overrides",
                                                     str(self.overrides)])  # fmt: skip
-        info = wait_for(lambda: _read_json(ready), timeout=30, what="the sandbox MCP front", actor=front)
+        info = wait_for(lambda: read_json(ready), timeout=30, what="the sandbox MCP front", actor=front)
         return str(info["url"])
 
     def poison(self, descriptions: dict[str, str]) -> None:
@@ -191,23 +192,3 @@ class RailWorkerNanny(threading.Thread):
     def __exit__(self, *exc: object) -> None:
         self.stopped.set()
         self.join(5)
-
-
-def _upstream_pins(front_url: str) -> dict[str, str]:
-    from rails.mcp_session import UpstreamSession, UpstreamTarget
-    from rails.mcp_upstream import McpUpstreamRail
-    from rails.upstream_manifest import pins
-
-    rail = McpUpstreamRail(UpstreamSession(UpstreamTarget(url=front_url), timeout_s=10))
-    try:
-        return pins(rail.list_tools())
-    finally:
-        rail.close()
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return data
-    except (OSError, ValueError):
-        return None

@@ -153,16 +153,10 @@ def _go_through_upstream(stack: Stack) -> None:
     """Proxy mode: the sandbox's MCP front becomes the rail, and the mandate pins what it serves now."""
     import yaml
 
-    from rails.mcp_session import UpstreamSession, UpstreamTarget
-    from rails.mcp_upstream import McpUpstreamRail
-    from rails.upstream_manifest import pins
+    from rails.upstream_manifest import current_pins
 
     front = stack.start_upstream()
-    rail = McpUpstreamRail(UpstreamSession(UpstreamTarget(url=front), timeout_s=10))
-    try:
-        current = pins(rail.list_tools())
-    finally:
-        rail.close()
+    current = current_pins(front)
     mandate = yaml.safe_load(MANDATE.read_text(encoding="utf-8"))
     mandate["provenance"] = {"server_id": "sandbox-mcp-front",
                              "pinned_manifests": {name: {"sha256": digest} for name, digest in current.items()}}

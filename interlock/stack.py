@@ -134,7 +134,7 @@ class Stack:
         if seed_file is not None:
             args += ["--seed-file", str(seed_file)]
         actor = self.start_actor("sandbox", args)
-        info = wait_for(lambda: _read_json(ready), timeout=30, what="the sandbox rail", actor=actor)
+        info = wait_for(lambda: read_json(ready), timeout=30, what="the sandbox rail", actor=actor)
         url = f"http://127.0.0.1:{info['port']}"
         self.env["INTERLOCK_RAIL_URL"] = url
         return url
@@ -172,7 +172,7 @@ class Stack:
         if overrides is not None:
             args += ["--manifest-overrides", str(overrides)]
         actor = self.start_actor("upstream", args)
-        info = wait_for(lambda: _read_json(ready), timeout=30, what="the upstream MCP front", actor=actor)
+        info = wait_for(lambda: read_json(ready), timeout=30, what="the upstream MCP front", actor=actor)
         url = str(info["url"])
         self.env.update({"INTERLOCK_RAIL": "mcp-upstream", "INTERLOCK_UPSTREAM_URL": url})
         return url
@@ -229,7 +229,7 @@ def wait_for(predicate: Callable[[], Any], *, timeout: float, what: str, actor: 
         time.sleep(0.05)
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
+def read_json(path: Path) -> dict[str, Any] | None:
     try:
         data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
         return data

@@ -34,6 +34,18 @@ def pins(tools: Iterable[Tool]) -> dict[str, str]:
     return {tool.name: definition_hash(tool) for tool in tools}
 
 
+def current_pins(url: str, *, timeout_s: float = 10) -> dict[str, str]:
+    """The pins of what the upstream MCP server at *url* serves right now (for a person to review)."""
+    from rails.mcp_session import UpstreamSession, UpstreamTarget
+    from rails.mcp_upstream import McpUpstreamRail
+
+    rail = McpUpstreamRail(UpstreamSession(UpstreamTarget(url=url), timeout_s=timeout_s))
+    try:
+        return pins(rail.list_tools())
+    finally:
+        rail.close()
+
+
 def pins_yaml(tools: Iterable[Tool], *, server_id: str | None = None) -> str:
     """A `provenance:` block for a human to review into the mandate (grants are a separate decision)."""
     block: dict[str, object] = {}

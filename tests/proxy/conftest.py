@@ -20,7 +20,7 @@ from mcp.client.streamable_http import streamable_http_client
 from ingress.tokens import token_sha256
 from interlock.clock import now_ms
 from interlock.redis_conn import EmbeddedRedis
-from interlock.stack import Stack, wait_for
+from interlock.stack import Stack, read_json, wait_for
 from ledger.db import open_ledger
 from ledger.intents import Intent, get_intent
 from rails.mcp_session import UpstreamSession, UpstreamTarget
@@ -122,7 +122,7 @@ def proxy_factory(tmp_path: Path, redis_server: EmbeddedRedis, rail_sandbox: San
         ready = data / "front.ready.json"
         front = stack.start_actor("upstream", ["sandbox", "--mcp", "--port", "0", "--rail-url", rail_sandbox.url,
                                                "--ready-file", str(ready), "--manifest-overrides", str(overrides)])
-        info = wait_for(lambda: _read_json(ready), timeout=30, what="the MCP front", actor=front)
+        info = wait_for(lambda: read_json(ready), timeout=30, what="the MCP front", actor=front)
         front_url = str(info["url"])
         # The human's review, done by the test: pin what the upstream serves now.
         pinned = {name: {"sha256": digest} for name, digest in pins(front_tools(front_url)).items()
@@ -150,16 +150,7 @@ def front(tmp_path: Path, rail_sandbox: SandboxProcess) -> Iterator[str]:
     proc = Proc([*INTERLOCK, "sandbox", "--mcp", "--port", "0", "--rail-url", rail_sandbox.url, "--ready-file",
                  str(ready)], rail_sandbox.rail_env(), tmp_path / "front.log")  # fmt: skip
     try:
-        info = wait_until(lambda: _read_json(ready), timeout=30, what="the MCP front")
+        info = wait_until(lambda: read_json(ready), timeout=30, what="the MCP front")
         yield str(info["url"])
     finally:
         proc.stop()
-
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-        return data
-    except (OSError, ValueError):
-        return None
