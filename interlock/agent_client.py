@@ -13,6 +13,8 @@ import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from interlock.sik import carries_stamp
+
 STACK_FILE = "stack.json"
 
 
@@ -96,13 +98,7 @@ class SandboxControl:
         return entities
 
     def count_stamped(self, sik: str) -> int:
-        count = 0
-        for record in self.entities():
-            entity = record["entity"]
-            notes = entity.get("notes") if isinstance(entity.get("notes"), dict) else {}
-            if notes.get("interlock_sik") == sik or entity.get("receipt") == "ilk_" + sik:
-                count += 1
-        return count
+        return sum(carries_stamp(record["entity"], sik) for record in self.entities())
 
     def close(self) -> None:
         self.http.close()

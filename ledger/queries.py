@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from interlock.fees import FeeRate
-from ledger.states import COUNTS_AGAINST_LIMITS, MAY_MOVE_MONEY, State
+from ledger.states import COUNTS_AGAINST_LIMITS, MAY_MOVE_MONEY, UNSETTLED, State
 
 SETTLEMENT_TOOL = "create_instant_settlement"
 
@@ -75,8 +75,6 @@ def intents_by_state(conn: sqlite3.Connection) -> dict[str, int]:
 
 # A repeat is answered by an existing intent in these states (anything that is not a refusal or a failure).
 _REPEATABLE_EXCLUDED = ("BLOCKED", "FAILED_TERMINAL")
-UNSETTLED = frozenset({"AUTHORIZED", "IN_FLIGHT", "UNKNOWN", "RECONCILING", "HELD", "QUARANTINED",
-                       "CONFIRMED_NOT_APPLIED", "PROPOSED"})  # fmt: skip
 
 
 def earlier_full_request(
@@ -98,4 +96,4 @@ def earlier_full_request(
 
 def is_unsettled(conn: sqlite3.Connection, merchant_id: str, sik: str) -> bool:
     row = conn.execute("SELECT state FROM intents WHERE merchant_id = ? AND sik = ?", (merchant_id, sik)).fetchone()
-    return row is not None and row["state"] in UNSETTLED
+    return row is not None and State(row["state"]) in UNSETTLED

@@ -88,6 +88,7 @@ COUNTS_AGAINST_LIMITS: frozenset[State] = MAY_MOVE_MONEY | {
 
 # States that need nothing more from the rail.
 SETTLED: frozenset[State] = frozenset({S.APPLIED, S.BLOCKED, S.FAILED_TERMINAL})
+UNSETTLED: frozenset[State] = frozenset(State) - SETTLED
 
 OPERATOR_EVENTS: frozenset[Event] = frozenset({E.OPERATOR_RESOLVED_APPLIED, E.OPERATOR_RESOLVED_NOT_APPLIED})
 

@@ -7,10 +7,9 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import redis
 from mcp import Client
@@ -20,6 +19,7 @@ from rq.serializers import JSONSerializer
 from interlock.messages import CallerAction, IntentTerms, Outcome, Proposal
 from interlock.outcomes import publish
 from interlock.queues import gates_queue, rq_queue
+from tests.procs import wait_until  # noqa: F401 - re-exported for the ingress tests
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE_MANDATE = REPO / "deploy" / "mandate.example.yaml"
@@ -29,16 +29,6 @@ CLI = [sys.executable, "-m", "interlock.cli"]
 INGRESS_CMD = [*CLI, "ingress"]
 
 
-def wait_until(predicate: Callable[[], Any], *, timeout: float = 15.0, what: str = "condition") -> Any:
-    """Poll *predicate* until it is truthy, or fail after *timeout* seconds (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.02)
 
 
 def queued_proposals(client: redis.Redis) -> list[Proposal]:

@@ -51,3 +51,10 @@ def test_an_outcome_written_under_a_superseded_epoch_is_refused(ledger: sqlite3.
                            expect_attempt_seq=1)  # fmt: skip
     assert type(info.value).__name__ in {"IllegalTransition", "StaleLease"}
     assert intents.require_intent(ledger, "acc_DEMO000001", "S" * 32).state.value == "UNKNOWN"
+
+
+def test_an_expired_lease_is_not_renewed_even_when_nobody_took_it(ledger: sqlite3.Connection) -> None:
+    # A worker that slept through its expiry must stop: the reconciler may already have taken its rows.
+    lease = take(ledger, "w1", 0)
+    with pytest.raises(StaleLease), transaction(ledger):
+        leases.heartbeat(ledger, lease, now=TTL, ttl_ms=TTL)
