@@ -16,9 +16,13 @@ The upstream tool has no idempotency header: `create_refund` carries our stamp i
 Classification gives the same `RailError` kinds as the REST client:
 * an `isError` result whose body is a Razorpay error (`{"error": {"code", ...}}`) with a definitive
   4xx (or, when no status is given, code BAD_REQUEST_ERROR) → REJECTED;
-* any other `isError` result, an unreadable result, a timeout or a dropped session after the request
-  was sent → AMBIGUOUS;
-* no session could be opened → NOT_SENT.
+* any other `isError` result, an unreadable result, the deadline passing or the session dropping after
+  the request was handed to the upstream session → AMBIGUOUS;
+* nothing handed over — no session within the deadline, or the deadline or the caller's send window
+  (rails.deadline.send_window) passed first → NOT_SENT.
+
+Each call, opening the upstream session included, has one total deadline, INTERLOCK_RAIL_TIMEOUT_MS
+(rails.mcp_session says how it is enforced and how close to the byte the send window is checked).
 """
 
 from __future__ import annotations
@@ -216,5 +220,3 @@ def _page(model: type[E], body: dict[str, Any], count: int, skip: int, tool: str
         raise RailError(RailErrorKind.AMBIGUOUS, "collection without items", method="MCP", path=tool)
     parsed = [_parse(model, item, tool) for item in items]
     return Page[model](items=parsed, requested_count=count, skip=skip, raw=body)  # type: ignore[valid-type]
-
-

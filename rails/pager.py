@@ -2,11 +2,17 @@
 
 Absence on page one is not absence: a page shorter than `count` is the only proof the list is
 exhausted. Matches only on notes.interlock_sik == sik or receipt == "ilk_" + sik — never on amount.
+
+A pass may be given a deadline (a time.monotonic() instant) so that it ends before the reconciler's
+per-intent lease does. It is checked before each page; each page read is one rail call with its own
+total deadline, so a pass overruns its deadline by at most one page read. A pass cut short is
+inconclusive, never "exhausted".
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,11 +41,14 @@ class PageResult:
 
 
 def find_stamped(rail: RailLister, tool: str, subject: str, sik: str, *, page_size: int = PAGE_SIZE,
-                 max_pages: int = MAX_PAGES) -> PageResult:  # fmt: skip
+                 max_pages: int = MAX_PAGES, deadline: float | None = None) -> PageResult:  # fmt: skip
     pages = 0
     skip = 0
     try:
         while pages < max_pages:
+            if deadline is not None and time.monotonic() >= deadline:
+                logger.warning("paging %s for %s: deadline passed after %d pages", subject, sik, pages)
+                return PageResult(None, pages, exhausted=False, error=f"deadline passed after {pages} pages")
             page: Page[Refund] | Page[Settlement]
             if tool == "create_refund":
                 page = rail.list_refunds_for_payment(subject, count=page_size, skip=skip)

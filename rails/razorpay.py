@@ -7,7 +7,13 @@ about the money, which the rail worker maps to state transitions (SPEC §8):
 * AMBIGUOUS — the request may have been applied: 5xx (including a gateway's HTML 504), 409 "still
   processing", a timeout or reset after the request left, an unreadable body, a 4xx that is not a
   Razorpay error (a proxy's page).
-* NOT_SENT  — nothing left this machine: connection refused, connect or pool timeout.
+* NOT_SENT  — nothing left this machine: connection refused, connect or pool timeout, or the caller's
+  send window (rails.deadline.send_window) closed before the request's first byte was written.
+
+Every request has ONE total deadline, `timeout_ms` (INTERLOCK_RAIL_TIMEOUT_MS, shorter than the lease),
+covering the pool wait, connect, the write and the read of the whole response; it is enforced in the
+network layer (rails.deadline), so a rail that trickles its answer a byte at a time cannot outlive it.
+Running out while connecting is NOT_SENT; running out once the request may have left is AMBIGUOUS.
 
 The client never retries, at any layer (I3): httpx's transport retries are pinned to 0 and no
 method loops. A retry is a ledger decision, made only from CONFIRMED_NOT_APPLIED.
@@ -29,6 +35,7 @@ from interlock.config import Settings
 from interlock.errors import InvalidInput
 from rails.checks import MAX_PAGE, entity_id, page_args
 from rails.checks import amount as amount_arg
+from rails.deadline import SendWindowClosed, check_send_window, http_transport, total_deadline
 from rails.models import Balance, Page, Payment, RailEntity, Refund, Settlement
 
 logger = logging.getLogger(__name__)
@@ -76,7 +83,12 @@ class RailError(Exception):
 
 
 class RazorpayClient:
-    """One rail account: origin URL (the client appends /v1/...), basic-auth key, explicit timeouts."""
+    """One rail account: origin URL (the client appends /v1/...), basic-auth key, one total deadline per call.
+
+    *connect_timeout_ms* only caps the connect within that deadline. A *transport* given for tests is used
+    as is: the deadline is then only as good as that transport's own timeouts, and the send window is
+    checked once, before the request is handed to it.
+    """
 
     def __init__(
         self,
@@ -91,13 +103,14 @@ class RazorpayClient:
         origin = base_url.rstrip("/")
         # SPEC §14: the setting is the origin; tolerate a trailing /v1 rather than calling /v1/v1/...
         self.origin = origin[: -len("/v1")] if origin.endswith("/v1") else origin
-        connect_s = (connect_timeout_ms if connect_timeout_ms is not None else min(timeout_ms, 5000)) / 1000
+        self.timeout_s = timeout_ms / 1000
+        connect_s = min(connect_timeout_ms if connect_timeout_ms is not None else 5000, timeout_ms) / 1000
         self._http = httpx.Client(
             base_url=self.origin,
             auth=httpx.BasicAuth(key_id, key_secret),
-            # read/write: how long we wait once the request may have left; connect/pool: before it has.
-            timeout=httpx.Timeout(timeout_ms / 1000, connect=connect_s, pool=connect_s),
-            transport=transport or httpx.HTTPTransport(retries=0),
+            # Per-operation ceilings only; the deadline backend clamps each wait to what is left of the total.
+            timeout=httpx.Timeout(self.timeout_s, connect=connect_s),
+            transport=transport or http_transport(),
             follow_redirects=False,
             headers={"User-Agent": "interlock-rail-client/0.1", "Accept": "application/json"},
         )
@@ -228,12 +241,17 @@ class RazorpayClient:
     ) -> dict[str, Any]:
         started = time.monotonic()
         try:
-            response = self._http.request(method, path, json=json, headers=headers, params=params)
+            check_send_window()  # a window already closed stays closed: do not even connect
+            with total_deadline(started + self.timeout_s):
+                response = self._http.request(method, path, json=json, headers=headers, params=params)
+        except SendWindowClosed as exc:
+            # Raised in place of the request's first write (or before connecting): no byte left.
+            raise RailError(RailErrorKind.NOT_SENT, str(exc), method=method, path=path) from exc
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as exc:
             # Raised before a connection existed, so no byte of the request can have reached the rail.
             raise RailError(RailErrorKind.NOT_SENT, _describe(exc), method=method, path=path) from exc
         except httpx.TransportError as exc:
-            # Read/write timeouts, resets, protocol errors: the request may have been applied.
+            # Read/write timeouts (the total deadline included), resets, protocol errors: it may have been applied.
             raise RailError(RailErrorKind.AMBIGUOUS, _describe(exc), method=method, path=path) from exc
         elapsed_ms = int((time.monotonic() - started) * 1000)
         logger.debug("%s %s -> %s in %s ms", method, path, response.status_code, elapsed_ms)
@@ -283,9 +301,6 @@ def _page(model: type[E], body: dict[str, Any], count: int, skip: int, path: str
         raise RailError(RailErrorKind.AMBIGUOUS, "collection without items", method="GET", path=path)
     parsed = [_parse(model, item, "GET", path) for item in items]
     return Page[model](items=parsed, requested_count=count, skip=skip, raw=body)  # type: ignore[valid-type]
-
-
-
 
 
 def _describe(exc: Exception) -> str:

@@ -1,0 +1,292 @@
+"""One total deadline per rail call, and the send window of a money call, enforced where the bytes move.
+
+Both checks live in the network layer (an httpcore network backend), not before the call into httpx:
+the process can be paused (SIGSTOP, GC, VM steal) between any two Python lines, so a check that guards
+a send must be made at the moment the first byte is about to be written, and a deadline must bound every
+socket wait, not each operation afresh (httpx's own timeouts restart on every read, so a rail that
+trickles a byte every few seconds would hold a call open for ever).
+
+* `send_window(send_by)` — the worker's rule (SPEC §8, ADR 0005): inside the block a request's first
+  byte may leave only while `time.monotonic() < send_by`; later, nothing is written and the call fails
+  NOT_SENT. Once the first byte has left, the rest of that request is written normally.
+* `total_deadline(deadline)` — every socket wait of the REST request under way (connect, TLS handshake,
+  each write, each read of the response) is clamped to what is left; when nothing is left the matching
+  httpcore timeout is raised, which the client classifies as before (connect: NOT_SENT, later: AMBIGUOUS).
+
+Both are context variables, so they hold for the thread (or asyncio task) that set them. The MCP
+upstream's session runs on its own event loop: rails.mcp_session passes send_by across explicitly and
+re-arms the window inside the task that hands the request to the SDK's transport.
+
+HTTP/1.1 only (httpx and httpx2 are built with http2=False here): a request is all writes, then its
+response is all reads, so the first write after a read — or the first on a new connection — is the
+first byte of a request. TLS handshakes happen inside start_tls, below this layer, and are not
+request bytes.
+"""
+
+from __future__ import annotations
+
+import ssl
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import httpcore
+import httpcore2
+import httpx
+import httpx2
+
+# The deadline is re-checked between pieces of a write; inside one piece httpcore gives each partial send()
+# what was left when the piece began. A refund request is a few hundred bytes: one send(), never blocking.
+_WRITE_PIECE = 16 * 1024
+
+
+class SendWindowClosed(Exception):
+    """Raised when a request's first byte would leave after its send window closed: nothing was written."""
+
+    def __init__(self, send_by: float, now: float) -> None:
+        super().__init__(f"send window closed {int((now - send_by) * 1000)} ms before the first byte")
+        self.send_by = send_by
+        self.late_ms = int((now - send_by) * 1000)
+
+
+@dataclass(slots=True)
+class SendGuard:
+    """One send window. Mutable so that whoever opened it can learn what happened at the network layer,
+    even from another task that saw a copy of the context (the MCP SDK copies it into its POST tasks)."""
+
+    send_by: float
+    sent: bool = False  # a request's first byte left inside the window
+    refused: bool = False  # a request was stopped before its first byte
+
+    def admit(self) -> None:
+        """Immediately before a request's first byte is written: raise unless the window is still open."""
+        now = time.monotonic()
+        if now >= self.send_by:
+            self.refused = True
+            raise SendWindowClosed(self.send_by, now)
+        self.sent = True
+
+
+_window: ContextVar[SendGuard | None] = ContextVar("interlock_send_window", default=None)
+_deadline: ContextVar[float | None] = ContextVar("interlock_rail_deadline", default=None)
+
+
+@contextmanager
+def send_window(send_by: float) -> Iterator[None]:
+    """Inside this block, a rail call may let the FIRST byte of its request leave only while
+    time.monotonic() < send_by. If the moment has passed when the request is about to be written, the call
+    raises rails.razorpay.RailError with kind RailErrorKind.NOT_SENT (nothing left this machine) and no byte is
+    written. Once the first byte has left, the rest of the request is written normally (never a half request)."""
+    with armed_window(send_by):
+        yield
+
+
+@contextmanager
+def armed_window(send_by: float) -> Iterator[SendGuard]:
+    """`send_window`, handing back its guard (the MCP session reads `sent` / `refused` from it)."""
+    guard = SendGuard(send_by)
+    token = _window.set(guard)
+    try:
+        yield guard
+    finally:
+        _window.reset(token)
+
+
+def current_send_by() -> float | None:
+    """The send window of this thread or task, to be carried explicitly where context does not follow."""
+    guard = _window.get()
+    return guard.send_by if guard is not None else None
+
+
+def check_send_window() -> None:
+    """An early check, before any work: a window already closed now is closed at the write too."""
+    guard = _window.get()
+    now = time.monotonic()
+    if guard is not None and now >= guard.send_by:
+        guard.refused = True
+        raise SendWindowClosed(guard.send_by, now)
+
+
+@contextmanager
+def total_deadline(deadline: float) -> Iterator[None]:
+    """Every socket wait of the request made inside this block ends by `deadline` (a monotonic instant)."""
+    token = _deadline.set(deadline)
+    try:
+        yield
+    finally:
+        _deadline.reset(token)
+
+
+def _clamp(timeout: float | None, expired: type[Exception]) -> float | None:
+    deadline = _deadline.get()
+    if deadline is None:
+        return timeout
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise expired("the rail call's total deadline has passed")
+    return left if timeout is None else min(timeout, left)
+
+
+def _admit() -> None:
+    guard = _window.get()
+    if guard is not None:
+        guard.admit()
+
+
+# -- httpcore (the REST client, synchronous) ----------------------------------------------------------
+
+
+class _DeadlineStream(httpcore.NetworkStream):
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+        self._between_requests = True
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        self._between_requests = True
+        return self._inner.read(max_bytes, _clamp(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        if self._between_requests:
+            # Out of time before the first byte: nothing was sent, which is what a connect timeout means.
+            _clamp(timeout, httpcore.ConnectTimeout)
+            _admit()  # the last check before this request's first byte
+            self._between_requests = False
+        for start in range(0, len(buffer), _WRITE_PIECE):
+            self._inner.write(buffer[start : start + _WRITE_PIECE], _clamp(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore.NetworkStream:
+        tls = self._inner.start_tls(ssl_context, server_hostname, _clamp(timeout, httpcore.ConnectTimeout))
+        return _DeadlineStream(tls)
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class DeadlineBackend(httpcore.NetworkBackend):
+    """httpcore's own backend, with the total deadline on every wait and the send window on first writes."""
+
+    def __init__(self, inner: httpcore.NetworkBackend | None = None) -> None:
+        self._inner = inner or httpcore.SyncBackend()
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        # Connecting is not sending: the window is checked at the first write, not here.
+        timeout = _clamp(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+
+    def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore.NetworkStream:
+        timeout = _clamp(timeout, httpcore.ConnectTimeout)
+        return _DeadlineStream(self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def http_transport() -> httpx.HTTPTransport:
+    """httpx's transport with never a retry (I3) and the deadline backend under its connection pool."""
+    transport = httpx.HTTPTransport(retries=0)
+    # httpx 0.28 has no network_backend argument: rebuild its pool the way it does, with ours underneath
+    # and httpx's default limits (httpcore's own defaults differ).
+    transport._pool = httpcore.ConnectionPool(
+        ssl_context=httpx.create_ssl_context(),
+        max_connections=100,
+        max_keepalive_connections=20,
+        keepalive_expiry=5.0,
+        http1=True,
+        http2=False,
+        retries=0,
+        network_backend=DeadlineBackend(),
+    )
+    return transport
+
+
+# -- httpcore2 (the MCP SDK's streamable HTTP client, asynchronous) ----------------------------------
+# Only the send window: an async call's total deadline is a cancel scope around the whole call.
+
+
+class _WindowStream(httpcore2.AsyncNetworkStream):
+    def __init__(self, inner: httpcore2.AsyncNetworkStream) -> None:
+        self._inner = inner
+        self._between_requests = True
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        self._between_requests = True
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if not buffer:
+            return
+        if self._between_requests:
+            # anyio's send hands the bytes to the asyncio transport, which send()s them at once; nothing
+            # yields to the loop in between unless this connection's send buffer is full.
+            _admit()
+            self._between_requests = False
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self, ssl_context: ssl.SSLContext, server_hostname: str | None = None, timeout: float | None = None
+    ) -> httpcore2.AsyncNetworkStream:
+        return _WindowStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class WindowBackend(httpcore2.AsyncNetworkBackend):
+    def __init__(self, inner: httpcore2.AsyncNetworkBackend | None = None) -> None:
+        self._inner = inner or httpcore2.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore2.AsyncNetworkStream:
+        return _WindowStream(await self._inner.connect_tcp(host, port, timeout, local_address, socket_options))
+
+    async def connect_unix_socket(
+        self, path: str, timeout: float | None = None, socket_options: Iterable[Any] | None = None
+    ) -> httpcore2.AsyncNetworkStream:
+        return _WindowStream(await self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def async_http_transport() -> httpx2.AsyncHTTPTransport:
+    """httpx2's transport with never a retry and the send-window backend under its connection pool."""
+    transport = httpx2.AsyncHTTPTransport(retries=0)
+    transport._pool = httpcore2.AsyncConnectionPool(
+        ssl_context=httpx2.create_ssl_context(),
+        max_connections=100,
+        max_keepalive_connections=20,
+        keepalive_expiry=5.0,
+        http1=True,
+        http2=False,
+        retries=0,
+        network_backend=WindowBackend(),
+    )
+    return transport

@@ -1,0 +1,57 @@
+"""A reconciler pass given a deadline stops between pages and says it is inconclusive, never exhausted."""
+
+from __future__ import annotations
+
+import time
+
+from rails.models import Page, Refund, Settlement
+from rails.pager import find_stamped
+
+SIK = "P" * 32
+
+
+def refund(n: int) -> Refund:
+    return Refund.from_raw({"id": f"rfnd_{n:014d}", "entity": "refund", "amount": 100, "currency": "INR",
+                            "payment_id": "pay_PAGER0000001", "notes": {"interlock_sik": f"OTHER{n}"},
+                            "receipt": None, "status": "processed", "created_at": 1700000000})  # fmt: skip
+
+
+class EndlessList:
+    """Full pages without our stamp, for ever; the page after `slow_after` returns only once `until` passed."""
+
+    def __init__(self, *, slow_after: int | None = None, until: float = 0.0) -> None:
+        self.calls = 0
+        self.slow_after = slow_after
+        self.until = until
+
+    def list_refunds_for_payment(self, payment_id: str, *, count: int = 100, skip: int = 0) -> Page[Refund]:
+        self.calls += 1
+        if self.slow_after is not None and self.calls > self.slow_after:
+            while time.monotonic() < self.until:  # a rail read that takes until past the pass's deadline
+                pass
+        return Page[Refund](items=[refund(skip + i) for i in range(count)], requested_count=count, skip=skip, raw={})
+
+    def list_instant_settlements(self, *, count: int = 10, skip: int = 0) -> Page[Settlement]:
+        raise AssertionError("not a settlement")
+
+
+def test_a_deadline_passed_between_pages_is_inconclusive() -> None:
+    deadline = time.monotonic() + 0.3
+    rail = EndlessList(slow_after=1, until=deadline)
+    result = find_stamped(rail, "create_refund", "pay_PAGER0000001", SIK, page_size=5, deadline=deadline)
+    assert result.matched_entity_id is None and not result.exhausted
+    assert result.pages_scanned == 2 and rail.calls == 2
+    assert result.error is not None and "deadline" in result.error
+
+
+def test_a_deadline_already_passed_reads_nothing() -> None:
+    rail = EndlessList()
+    result = find_stamped(rail, "create_refund", "pay_PAGER0000001", SIK, deadline=time.monotonic() - 1)
+    assert (result.pages_scanned, result.exhausted, rail.calls) == (0, False, 0)
+    assert result.error is not None and "deadline" in result.error
+
+
+def test_without_a_deadline_paging_goes_on_to_its_page_limit() -> None:
+    rail = EndlessList()
+    result = find_stamped(rail, "create_refund", "pay_PAGER0000001", SIK, page_size=5, max_pages=7)
+    assert (result.pages_scanned, result.exhausted, rail.calls) == (7, False, 7)
