@@ -83,6 +83,10 @@ class Decision(_Message):
     operation_ref: str | None = None
     distinct_reason: str | None = None
     window: int | None = None
+    # ADR 0009: the SIK of this same call in the adjacent idempotency window — the previous one while the
+    # call is within grace after a boundary, else the next one. The rail worker answers with that intent
+    # when `sik` has none, because a racing or stalled gate worker may have keyed the other call first.
+    grace_sik: str | None = None
     decided_at_ms: int
 
 

@@ -51,11 +51,23 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connecti
         raise LedgerError(f"ledger {path}: synchronous is {sync}, FULL (2) is required")
     if not readonly:
         conn.executescript(schema_sql())
+        _add_missing_columns(conn)
     elif conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name IN ('intents', 'audit_head', 'leases')"
                       ).fetchone()[0] < 3:  # fmt: skip
         conn.close()
         raise LedgerError(f"ledger {path} exists but its schema is not there yet (the rail worker creates it)")
     return conn
+
+
+# Columns added after the first release, so a ledger file created before them opens unchanged otherwise.
+_ADDED_COLUMNS = {("intent_attempts", "lease_expires_at"): "INTEGER"}
+
+
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    for (table, column), kind in _ADDED_COLUMNS.items():
+        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+        if column not in present:
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
 
 
 @contextmanager

@@ -14,14 +14,21 @@ from typing import Any
 
 from interlock.canonical import canonical_json
 from interlock.errors import IllegalTransition, IntentNotFound, KeyConflict, StaleLease
+from interlock.messages import Verdict
+from interlock.verdicts import GateResult
 from ledger import audit
 from ledger.db import require_transaction
-from ledger.states import OPERATOR_EVENTS, Event, State, next_state
+from ledger.states import OPERATOR_EVENTS, REAUTHORIZING_EVENTS, Event, State, next_state
 
 # Columns transition() may set alongside a state change. attempt_seq moves only in start_attempt().
-_SETTABLE = frozenset(
-    {"rail_entity_id", "reason_code", "lease_owner", "lease_epoch", "lease_expires_at", "hold_expires_at"}
-)
+_SETTABLE = frozenset({
+    "rail_entity_id", "reason_code", "lease_owner", "lease_epoch", "lease_expires_at", "hold_expires_at",
+    "mandate_id", "mandate_hash",
+})  # fmt: skip
+
+# What an attempt row says when the rail answered it with our stamp: the attempt's own APPLIED, or the
+# answer a superseded worker could only keep as evidence (rail_worker.execute.record_fenced).
+APPLIED_OUTCOMES = ("APPLIED", "FENCED_APPLIED")
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,14 +147,22 @@ def transition(
     expect_epoch: int | None = None,
     expect_attempt_seq: int | None = None,
     set_fields: dict[str, Any] | None = None,
+    reasserted: GateResult | None = None,
 ) -> Intent:
     """Apply *event* to the intent, append its audit row, and return the updated intent.
 
     Raises IllegalTransition for an edge not in TRANSITIONS and StaleLease when the caller's
     (lease_epoch, attempt_seq) fence no longer matches the row: a superseded worker's write is refused.
+    A re-entry into AUTHORIZED (HOLD_RELEASED, RETRY_AUTHORIZED, REOPENED) needs *reasserted*: the ALLOW of
+    `ledger.limits.reassert` made in this same transaction, so no window, range or mandate check is skipped.
     """
     if event is Event.ATTEMPT_STARTED:
         raise IllegalTransition(sik, "?", "ATTEMPT_STARTED outside start_attempt()")
+    if event in REAUTHORIZING_EVENTS:
+        if reasserted is None or reasserted.verdict is not Verdict.ALLOW:
+            why = f"{event} without a re-assertion of the mandate and limits that allowed it"
+            raise IllegalTransition(sik, "?", why)
+        detail = {**(detail or {}), "reasserted": reasserted.reason_code}
     return _apply(conn, merchant_id, sik, event, now=now, detail=detail, actor=actor, expect_epoch=expect_epoch,
                   expect_attempt_seq=expect_attempt_seq, set_fields=set_fields)  # fmt: skip
 
@@ -237,11 +252,68 @@ def start_attempt(
         set_fields={"lease_owner": lease_owner, "lease_epoch": lease_epoch, "lease_expires_at": lease_expires_at},
     )  # fmt: skip
     conn.execute(
-        """INSERT INTO intent_attempts (merchant_id, sik, attempt_seq, lease_epoch, started_at, request_json)
-           VALUES (?, ?, ?, ?, ?, ?)""",
-        (merchant_id, sik, intent.attempt_seq, lease_epoch, now, canonical_json(request).decode("utf-8")),
-    )
+        """INSERT INTO intent_attempts (merchant_id, sik, attempt_seq, lease_epoch, lease_expires_at, started_at,
+                                        request_json)
+           VALUES (?, ?, ?, ?, ?, ?, ?)""",
+        (merchant_id, sik, intent.attempt_seq, lease_epoch, lease_expires_at, now,
+         canonical_json(request).decode("utf-8")),
+    )  # fmt: skip
     return intent
+
+
+def applied_evidence(conn: sqlite3.Connection, merchant_id: str, sik: str) -> tuple[int, str] | None:
+    """(attempt_seq, rail entity id) of the first attempt the rail answered with our stamp, or None.
+
+    Evidence of an apply is never outvoted by a later "absent" from a list read (ADR 0005): whoever is
+    about to send again or to conclude "not applied" asks this first."""
+    row = conn.execute(
+        f"""SELECT attempt_seq, rail_entity_id FROM intent_attempts
+            WHERE merchant_id = ? AND sik = ? AND rail_entity_id IS NOT NULL
+              AND outcome IN ({", ".join("?" for _ in APPLIED_OUTCOMES)})
+            ORDER BY attempt_seq LIMIT 1""",
+        (merchant_id, sik, *APPLIED_OUTCOMES),
+    ).fetchone()
+    return None if row is None else (int(row["attempt_seq"]), str(row["rail_entity_id"]))
+
+
+def settle_from_evidence(conn: sqlite3.Connection, merchant_id: str, sik: str, *, now: int,
+                         actor: str) -> Intent | None:  # fmt: skip
+    """EARLIER_ATTEMPT_APPLIED → APPLIED when an attempt row carries a stamped entity and the intent's state
+    allows it (not IN_FLIGHT: that attempt's own answer is pending; not QUARANTINED: a person decides).
+    Returns the settled intent, or None when there is no evidence or the state does not allow it."""
+    require_transaction(conn)
+    evidence = applied_evidence(conn, merchant_id, sik)
+    if evidence is None:
+        return None
+    intent = require_intent(conn, merchant_id, sik)
+    if next_state(intent.state, Event.EARLIER_ATTEMPT_APPLIED) is None:
+        return None
+    attempt_seq, entity_id = evidence
+    return _apply(
+        conn, merchant_id, sik, Event.EARLIER_ATTEMPT_APPLIED, now=now, actor=actor,
+        detail={"evidence_attempt_seq": attempt_seq}, expect_epoch=None, expect_attempt_seq=None,
+        set_fields={"rail_entity_id": entity_id, "reason_code": None, "lease_owner": None, "lease_expires_at": None},
+    )  # fmt: skip
+
+
+def abandon_after(conn: sqlite3.Connection, intent: Intent, call_deadline_ms: int) -> int:
+    """The earliest instant anyone may treat the intent's current attempt as abandoned: its own IN_FLIGHT
+    lease plus the call's total deadline (ADR 0005). A send is allowed only while the row's lease outlives
+    it by the deadline, so by then the request has either left and ended, or never left."""
+    lease_until = attempt_lease_expires_at(conn, intent.merchant_id, intent.sik, intent.attempt_seq)
+    if lease_until is None:  # an attempt row from before the column existed: the row's own lease
+        lease_until = intent.lease_expires_at or intent.updated_at
+    return lease_until + call_deadline_ms
+
+
+def attempt_lease_expires_at(conn: sqlite3.Connection, merchant_id: str, sik: str, attempt_seq: int) -> int | None:
+    """The IN_FLIGHT lease the attempt was started under: no one may treat it as abandoned before this
+    (plus the call's deadline), whatever has since been written on the intent row."""
+    row = conn.execute(
+        "SELECT lease_expires_at FROM intent_attempts WHERE merchant_id = ? AND sik = ? AND attempt_seq = ?",
+        (merchant_id, sik, attempt_seq),
+    ).fetchone()
+    return None if row is None or row[0] is None else int(row[0])
 
 
 def finish_attempt(

@@ -64,11 +64,18 @@ def heartbeat(conn: sqlite3.Connection, lease: Lease, *, now: int, ttl_ms: int) 
     return Lease(lease.name, lease.owner, lease.epoch, now, now + ttl_ms)
 
 
-def assert_holder(conn: sqlite3.Connection, lease: Lease) -> None:
-    """Fence: raise StaleLease unless *lease* is still the current epoch."""
+def assert_holder(conn: sqlite3.Connection, lease: Lease, *, now: int) -> Lease:
+    """Fence: raise StaleLease unless *lease* is still the current epoch and has not expired at *now*.
+
+    An expired lease is lost even before anyone takes it over: a successor may do so at any moment, and
+    the reconciler already treats the holder's work as abandoned. Returns the lease as stored."""
     current = get_lease(conn, lease.name)
     if current is None or current.epoch != lease.epoch or current.owner != lease.owner:
         raise StaleLease(lease.name, f"lease epoch {lease.epoch} of {lease.owner} was superseded")
+    if current.expires_at <= now:
+        ago = now - current.expires_at
+        raise StaleLease(lease.name, f"lease epoch {lease.epoch} of {lease.owner} expired {ago} ms ago")
+    return current
 
 
 def release(conn: sqlite3.Connection, lease: Lease, *, now: int) -> None:

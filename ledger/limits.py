@@ -11,7 +11,9 @@ import sqlite3
 
 from interlock.fees import FeeRate
 from interlock.mandate import Mandate
+from interlock.messages import Verdict
 from interlock.verdicts import GateResult, allow, block
+from ledger.intents import Intent
 from ledger.queries import SETTLEMENT_TOOL, fees_in_window, window_usage
 
 
@@ -53,3 +55,32 @@ def check_limits(
             return block("G3_FEE_BUDGET", counted_fee_minor=counted, projected_fee_minor=projected,
                          max_fee_minor=budget.max_fee_minor, window_ms=budget.window_ms)  # fmt: skip
     return allow("G3_WITHIN_LIMITS")
+
+
+def reassert(conn: sqlite3.Connection, intent: Intent, mandate: Mandate | None, *, now_ms: int,
+             rate: FeeRate) -> GateResult:  # fmt: skip
+    """Everything the ledger can re-check when an intent (re-)enters AUTHORIZED, inside that transaction:
+    the mandate still covers it (G1: configured, active, tool granted), the amount is inside the grant's
+    range and currency (G2's mandate ceiling), and G3's windows and fee budget still have room.
+
+    A hold released hours later or a retry authorized after a window filled up is judged against what is
+    true now, never against the state the intent was first admitted under (issue 13, item 5)."""
+    if mandate is None or mandate.agent_id != intent.agent_id or mandate.merchant_id != intent.merchant_id:
+        return block("G1_NO_MANDATE", agent_id=intent.agent_id)
+    if not mandate.is_active(now_ms):
+        return block("G1_MANDATE_EXPIRED", issued_at=mandate.issued_at, expires_at=mandate.expires_at, now_ms=now_ms)
+    grant = mandate.grant(intent.tool)
+    if grant is None or grant.value is None:
+        return block("G1_TOOL_NOT_GRANTED", tool=intent.tool)
+    value = grant.value
+    if intent.currency not in value.currencies:
+        return block("G2_CURRENCY_MISMATCH", currency=intent.currency, allowed=list(value.currencies))
+    if not value.min_amount_minor <= intent.amount_minor <= value.max_amount_minor:
+        return block("G2_OUTSIDE_RANGE", amount_minor=intent.amount_minor, min_amount_minor=value.min_amount_minor,
+                     max_amount_minor=value.max_amount_minor)  # fmt: skip
+    limits = check_limits(conn, mandate, merchant_id=intent.merchant_id, agent_id=intent.agent_id, sik=intent.sik,
+                          tool=intent.tool, amount_minor=intent.amount_minor, currency=intent.currency,
+                          now_ms=now_ms, rate=rate)  # fmt: skip
+    if limits.verdict is not Verdict.ALLOW:
+        return limits
+    return allow("REASSERTED", mandate_hash=mandate.mandate_hash, now_ms=now_ms)

@@ -12,9 +12,14 @@ import json
 import sqlite3
 from typing import Any
 
+from interlock.errors import OperatorRefused
+from interlock.fees import DEFAULT_FEE_RATE, FeeRate
+from interlock.mandate import Mandate
+from interlock.messages import Verdict
 from ledger import intents
 from ledger.db import require_transaction
 from ledger.intents import Intent
+from ledger.limits import reassert
 from ledger.states import Event, State
 
 HOLD_EXPIRY_ACTOR = "interlock:hold-expiry"
@@ -105,15 +110,23 @@ def snapshot(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
 
 
 def release_hold(
-    conn: sqlite3.Connection, intent: Intent, *, approver: str, reason: str, approved_terms: dict[str, Any], now: int
-) -> Intent:
+    conn: sqlite3.Connection, intent: Intent, *, approver: str, reason: str, approved_terms: dict[str, Any], now: int,
+    mandate: Mandate | None, rate: FeeRate = DEFAULT_FEE_RATE,
+) -> Intent:  # fmt: skip
     """HELD -> AUTHORIZED (HOLD_RELEASED). The audit record names the approver, the reason and the exact
-    terms approved, so the approval can be checked against what was later sent to the rail."""
+    terms approved, so the approval can be checked against what was later sent to the rail.
+
+    The mandate and G3 are re-asserted now, in this transaction: a hold approved after its window filled
+    up would otherwise add a call past max_calls. Raises OperatorRefused (nothing written) when they refuse."""
     require_transaction(conn)
+    check = reassert(conn, intent, mandate, now_ms=now, rate=rate)
+    if check.verdict is not Verdict.ALLOW:
+        why = f"releasing it now would break the mandate: {check.reason_code} {check.detail}"
+        raise OperatorRefused(intent.sik, why + "; it stays HELD until the limit allows it or the hold expires")
     return intents.transition(
         conn, intent.merchant_id, intent.sik, Event.HOLD_RELEASED, now=now, actor=approver,
         detail={"reason": reason, "approved_terms": approved_terms},
-        expect_attempt_seq=intent.attempt_seq, set_fields={"reason_code": None},
+        expect_attempt_seq=intent.attempt_seq, set_fields={"reason_code": None}, reasserted=check,
     )  # fmt: skip
 
 

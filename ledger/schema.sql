@@ -54,6 +54,7 @@ CREATE TABLE IF NOT EXISTS intent_attempts (
     sik            TEXT    NOT NULL,
     attempt_seq    INTEGER NOT NULL CHECK (attempt_seq >= 1),
     lease_epoch    INTEGER NOT NULL,
+    lease_expires_at INTEGER,               -- the IN_FLIGHT lease this attempt was sent under (ADR 0005)
     started_at     INTEGER NOT NULL,
     finished_at    INTEGER,
     outcome        TEXT,

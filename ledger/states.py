@@ -41,6 +41,9 @@ class Event(StrEnum):
     RECONCILE_FOUND_APPLIED = "RECONCILE_FOUND_APPLIED"
     RECONCILE_CONFIRMED_ABSENT = "RECONCILE_CONFIRMED_ABSENT"
     RECONCILE_INCONCLUSIVE = "RECONCILE_INCONCLUSIVE"
+    RECONCILE_CONFIRMED_REJECTED = "RECONCILE_CONFIRMED_REJECTED"
+    EARLIER_ATTEMPT_APPLIED = "EARLIER_ATTEMPT_APPLIED"
+    AUTHORIZATION_WITHDRAWN = "AUTHORIZATION_WITHDRAWN"
     RETRY_AUTHORIZED = "RETRY_AUTHORIZED"
     REOPENED = "REOPENED"
     OPERATOR_RESOLVED_APPLIED = "OPERATOR_RESOLVED_APPLIED"
@@ -59,6 +62,8 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (S.AUTHORIZED, E.ATTEMPT_STARTED): S.IN_FLIGHT,
     (S.AUTHORIZED, E.GATES_BLOCKED): S.BLOCKED,
     (S.AUTHORIZED, E.QUARANTINE): S.QUARANTINED,
+    # Nothing was sent under this authorisation: the mandate it was judged under was replaced (ADR 0005).
+    (S.AUTHORIZED, E.AUTHORIZATION_WITHDRAWN): S.CONFIRMED_NOT_APPLIED,
     (S.IN_FLIGHT, E.RAIL_APPLIED): S.APPLIED,
     (S.IN_FLIGHT, E.RAIL_REJECTED): S.FAILED_TERMINAL,
     (S.IN_FLIGHT, E.RAIL_AMBIGUOUS): S.UNKNOWN,
@@ -69,6 +74,16 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (S.RECONCILING, E.RECONCILE_CONFIRMED_ABSENT): S.CONFIRMED_NOT_APPLIED,
     (S.RECONCILING, E.RECONCILE_INCONCLUSIVE): S.UNKNOWN,
     (S.RECONCILING, E.QUARANTINE): S.QUARANTINED,
+    # A retry the rail refused definitively, and the stamp is absent after the list ran out: a true failure.
+    (S.RECONCILING, E.RECONCILE_CONFIRMED_REJECTED): S.FAILED_TERMINAL,
+    # A superseded attempt's answer carried our stamp: evidence of an apply is never outvoted by a later
+    # "absent" (ADR 0005). Not from IN_FLIGHT (that attempt's own answer is pending) nor QUARANTINED
+    # (a person decides there, and sees the evidence on the attempt row).
+    (S.AUTHORIZED, E.EARLIER_ATTEMPT_APPLIED): S.APPLIED,
+    (S.UNKNOWN, E.EARLIER_ATTEMPT_APPLIED): S.APPLIED,
+    (S.RECONCILING, E.EARLIER_ATTEMPT_APPLIED): S.APPLIED,
+    (S.CONFIRMED_NOT_APPLIED, E.EARLIER_ATTEMPT_APPLIED): S.APPLIED,
+    (S.FAILED_TERMINAL, E.EARLIER_ATTEMPT_APPLIED): S.APPLIED,
     (S.CONFIRMED_NOT_APPLIED, E.RETRY_AUTHORIZED): S.AUTHORIZED,
     (S.CONFIRMED_NOT_APPLIED, E.REOPENED): S.AUTHORIZED,
     (S.FAILED_TERMINAL, E.REOPENED): S.AUTHORIZED,
@@ -91,6 +106,10 @@ SETTLED: frozenset[State] = frozenset({S.APPLIED, S.BLOCKED, S.FAILED_TERMINAL})
 UNSETTLED: frozenset[State] = frozenset(State) - SETTLED
 
 OPERATOR_EVENTS: frozenset[Event] = frozenset({E.OPERATOR_RESOLVED_APPLIED, E.OPERATOR_RESOLVED_NOT_APPLIED})
+
+# Re-entries into AUTHORIZED after the first admission: each must carry a fresh re-assertion of the mandate,
+# G2's per-call range and G3, made in the same transaction (ledger.limits.reassert; transition() checks).
+REAUTHORIZING_EVENTS: frozenset[Event] = frozenset({E.HOLD_RELEASED, E.RETRY_AUTHORIZED, E.REOPENED})
 
 
 def next_state(state: State | str, event: Event | str) -> State | None:

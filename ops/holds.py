@@ -108,7 +108,8 @@ def approve(
                 problem = _approval_problem(mandates, intent, approver, expected or Expected(), now)
                 if problem is None:
                     intent = operator.release_hold(conn, intent, approver=approver, reason=reason,
-                                                   approved_terms=terms_of(intent), now=now)  # fmt: skip
+                                                   approved_terms=terms_of(intent), now=now,
+                                                   mandate=mandates.get(intent.agent_id))  # fmt: skip
     if problem is not None:  # raised after the commit: an expired hold stays BLOCKED
         raise OperatorRefused(sik, problem)
     logger.info("hold on %s released by %s: %s", sik, approver, reason)

@@ -9,15 +9,17 @@ GATES_HELD / GATES_BLOCKED. A Decision delivered twice is recorded once (request
 from __future__ import annotations
 
 import logging
+import sqlite3
 from dataclasses import dataclass
 
 from interlock.clock import now_ms
 from interlock.errors import KeyConflict
+from interlock.mandate import Mandate
 from interlock.messages import CallerAction, Decision, IntentTerms, Outcome, Verdict
-from ledger import intents
+from ledger import intents, leases
 from ledger.db import transaction
 from ledger.intents import Intent
-from ledger.limits import check_limits
+from ledger.limits import check_limits, reassert
 from ledger.states import Event, State
 from ledger.views import outcome_from_intent
 from rail_worker.runtime import RailRuntime
@@ -40,8 +42,10 @@ class Admission:
 
 
 def admit(rt: RailRuntime, decision: Decision) -> Admission:
-    now = now_ms()
     with transaction(rt.ledger) as conn:
+        now = now_ms()  # under the write lock, like every time this worker writes
+        # Fence: a superseded or expired rail worker admits nothing (it may not even be the one to execute).
+        leases.assert_holder(conn, rt.current_lease(), now=now)
         if intents.decision_exists(conn, decision.request_id):
             return _redelivered(rt, decision)
         if decision.sik is None or decision.terms is None:
@@ -52,16 +56,25 @@ def admit(rt: RailRuntime, decision: Decision) -> Admission:
         if mandate is None or mandate.mandate_hash != decision.mandate_hash:
             # The mandate changed between the gate and here: judge nothing against a stale policy.
             verdict, reason = Verdict.BLOCK, "G1_MANDATE_CHANGED"
-        if decision.operation_ref is not None:
-            try:
-                intents.bind_operation_ref(conn, decision.merchant_id, decision.operation_ref, decision.sik, now=now)
-            except KeyConflict as exc:
-                _record(conn, decision, now, verdict=Verdict.BLOCK, reason="KEY_CONFLICT")
-                return Admission(_key_conflict(decision, exc), None)
+        elif not mandate.is_active(now) or mandate.grant(decision.tool) is None:
+            # G1 again at admission: a mandate that expired (or stopped granting) since the gate allows nothing.
+            verdict = Verdict.BLOCK
+            reason = "G1_MANDATE_EXPIRED" if not mandate.is_active(now) else "G1_TOOL_NOT_GRANTED"
         existing = intents.get_intent(conn, decision.merchant_id, decision.sik)
+        if existing is None and decision.grace_sik is not None:
+            # ADR 0009: a racing or stalled gate worker keyed this same call in the adjacent window: it is that intent.
+            existing = intents.get_intent(conn, decision.merchant_id, decision.grace_sik)
+        if decision.operation_ref is not None:
+            landing = existing.sik if existing is not None else decision.sik
+            bound = intents.sik_for_operation_ref(conn, decision.merchant_id, decision.operation_ref)
+            if bound is not None and bound != landing:
+                _record(conn, decision, now, verdict=Verdict.BLOCK, reason="KEY_CONFLICT")
+                conflict = KeyConflict(decision.operation_ref, bound, landing)
+                return Admission(_key_conflict(decision, conflict), None)
         if verdict is not Verdict.BLOCK and mandate is not None:
             limits = check_limits(
-                conn, mandate, merchant_id=decision.merchant_id, agent_id=decision.agent_id, sik=decision.sik,
+                conn, mandate, merchant_id=decision.merchant_id, agent_id=decision.agent_id,
+                sik=existing.sik if existing is not None else decision.sik,
                 tool=decision.tool, amount_minor=decision.terms.amount_minor, currency=decision.terms.currency,
                 now_ms=now, rate=rt.fee_rate,
             )  # fmt: skip
@@ -69,7 +82,8 @@ def admit(rt: RailRuntime, decision: Decision) -> Admission:
                 verdict, reason = Verdict.BLOCK, limits.reason_code
         _record(conn, decision, now, verdict=verdict, reason=reason)
         if existing is not None:
-            return _repeat(rt, conn, decision, existing, verdict, now)
+            _bind_ref(conn, decision, existing.sik, now)
+            return _repeat(rt, conn, decision, existing, verdict, mandate, now)
         if verdict is Verdict.BLOCK:
             # A refusal records the decision, not an intent: BLOCKED is absorbing, and a refund has no SIK
             # window, so an intent would refuse this refund forever — even after the limit that stopped it
@@ -83,6 +97,7 @@ def admit(rt: RailRuntime, decision: Decision) -> Admission:
             operation_ref=decision.operation_ref, distinct_reason=decision.distinct_reason, now=now,
         )  # fmt: skip
         assert intent is not None  # we hold the write lock and saw no row
+        _bind_ref(conn, decision, decision.sik, now)  # only now: a refused call must not burn the ref
         fields: dict[str, object] = {"reason_code": None if verdict is Verdict.ALLOW else reason}
         if verdict is Verdict.HOLD and mandate is not None:
             fields["hold_expires_at"] = now + mandate.approval.hold_expiry_ms
@@ -103,20 +118,35 @@ def _record(conn: object, decision: Decision, now: int, *, verdict: Verdict, rea
     )  # fmt: skip
 
 
+def _bind_ref(conn: sqlite3.Connection, decision: Decision, sik: str, now: int) -> None:
+    """Bind the operation_ref to the intent this decision lands on (the conflict was checked earlier)."""
+    if decision.operation_ref is not None:
+        intents.bind_operation_ref(conn, decision.merchant_id, decision.operation_ref, sik, now=now)
+
+
 def _repeat(
-    rt: RailRuntime, conn: object, decision: Decision, existing: Intent, verdict: Verdict, now: int
-) -> Admission:
+    rt: RailRuntime, conn: sqlite3.Connection, decision: Decision, existing: Intent, verdict: Verdict,
+    mandate: Mandate | None, now: int,
+) -> Admission:  # fmt: skip
     """The SIK already has an intent: answer with its state (replayed), or reopen it (SPEC §6, §10)."""
-    assert decision.sik is not None
-    if existing.state in _REOPENABLE and verdict is Verdict.ALLOW:
-        intent = intents.transition(conn, decision.merchant_id, decision.sik, Event.REOPENED, now=now,  # type: ignore[arg-type]
-                                    detail={"request_id": decision.request_id})  # fmt: skip
-        return Admission(None, intent)
+    if existing.state in _REOPENABLE and verdict is Verdict.ALLOW and mandate is not None:
+        check = reassert(conn, existing, mandate, now_ms=now, rate=rt.fee_rate)
+        if check.verdict is Verdict.ALLOW:
+            # Reopened under the mandate it was judged under now, which is what execute re-checks against.
+            intent = intents.transition(
+                conn, existing.merchant_id, existing.sik, Event.REOPENED, now=now, reasserted=check,
+                detail={"request_id": decision.request_id},
+                set_fields={"mandate_id": mandate.mandate_id, "mandate_hash": mandate.mandate_hash,
+                            "reason_code": None},
+            )  # fmt: skip
+            return Admission(None, intent)
     return Admission(outcome_from_intent(existing, request_id=decision.request_id, replayed=True), None)
 
 
 def _redelivered(rt: RailRuntime, decision: Decision) -> Admission:
-    intent = intents.get_intent(rt.ledger, decision.merchant_id, decision.sik) if decision.sik else None
+    intent = None
+    for sik in (decision.sik, decision.grace_sik):  # the first answer may have come from the grace intent
+        intent = intent or (intents.get_intent(rt.ledger, decision.merchant_id, sik) if sik else None)
     if intent is None:
         return Admission(_unkeyed(decision), None)
     return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=True), None)

@@ -4,7 +4,10 @@ Our stamp in a 2xx body → APPLIED. A 2xx without our stamp is a replayed or fo
 must never be recorded as ours → UNKNOWN. A definitive 4xx → FAILED_TERMINAL. Everything else —
 5xx, timeout, reset, 409 in progress, nothing sent — → UNKNOWN, for the reconciler to settle by
 reading the rail. A rejection that says our receipt or idempotency key is already in use means an
-earlier attempt reached the rail: that too is UNKNOWN, not a failure.
+earlier attempt reached the rail: that too is UNKNOWN, not a failure. So is any definitive 4xx on a
+retry (attempt 2 or later): "fully refunded", "exceeds captured" or "insufficient balance" may be the
+rail describing our own first attempt after a false "not applied" — the reconciler reads the rail by
+stamp, and only a confirmed absence makes the refusal terminal (ADR 0005).
 """
 
 from __future__ import annotations
@@ -16,6 +19,9 @@ from interlock import mutations
 from ledger.states import Event
 from rails.models import Refund, Settlement
 from rails.razorpay import RailError, RailErrorKind
+
+# The attempt-row outcome of a definitive refusal of a retry: UNKNOWN until the stamp is confirmed absent.
+REJECTED_AFTER_RETRY = "REJECTED_AFTER_RETRY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +50,16 @@ def classify_entity(entity: Refund | Settlement, sik: str) -> Classified:
                       tax_minor=tax, response=entity.raw)  # fmt: skip
 
 
-def classify_error(exc: RailError) -> Classified:
+def classify_error(exc: RailError, *, attempt_seq: int = 1) -> Classified:
     response = exc.body[:2000] if exc.body else None
     if exc.kind is RailErrorKind.REJECTED and not _says_we_were_here(exc):
+        detail = {"description": exc.description, "field": exc.field}
+        if attempt_seq > 1:
+            return Classified(Event.RAIL_AMBIGUOUS, REJECTED_AFTER_RETRY, http_status=exc.http_status,
+                              error_code=exc.code, reason_code="RAIL_REJECTED_AFTER_RETRY", response=response,
+                              detail=detail)  # fmt: skip
         return Classified(Event.RAIL_REJECTED, "REJECTED", http_status=exc.http_status, error_code=exc.code,
-                          reason_code="RAIL_REJECTED", response=response,
-                          detail={"description": exc.description, "field": exc.field})  # fmt: skip
+                          reason_code="RAIL_REJECTED", response=response, detail=detail)  # fmt: skip
     reason = "RAIL_NOT_SENT" if exc.kind is RailErrorKind.NOT_SENT else "RAIL_AMBIGUOUS"
     return Classified(Event.RAIL_AMBIGUOUS, exc.kind.value, http_status=exc.http_status, error_code=exc.code,
                       reason_code=reason, response=response, detail={"error": str(exc)[:500]})  # fmt: skip

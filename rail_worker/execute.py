@@ -1,8 +1,13 @@
-"""Execute an AUTHORIZED intent (SPEC §8 steps 3-5).
+"""Execute an AUTHORIZED intent (SPEC §8 steps 3-5) under the send-side rule of ADR 0005.
 
-ATTEMPT_STARTED → IN_FLIGHT with a new attempt row and the lease epoch, COMMIT (fsync: I2), and
-only then the money call, stamped with the SIK, with a timeout shorter than the lease. The outcome
-write is fenced on (lease_epoch, attempt_seq): a superseded worker's write is refused.
+Inside one BEGIN IMMEDIATE, with `now` read only once the write lock is held: renew this worker's lease
+(refused when it was superseded or has already expired), consult every earlier attempt's evidence (a
+stamped entity settles the intent as APPLIED instead of sending again), re-check the mandate (G1), and
+move ATTEMPT_STARTED → IN_FLIGHT with a row lease. COMMIT (fsync: I2). Then a request may leave only
+while both the worker's lease and the row's lease outlive the moment it leaves plus the call's total
+deadline; the check is repeated by the rail client immediately before the first byte is written
+(rails.deadline.send_window). The outcome write is fenced on (lease_epoch, attempt_seq); a superseded
+worker's answer is kept as evidence and, when it carries our stamp, settles the intent.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from ledger.states import Event, State
 from ledger.views import outcome_from_intent
 from rail_worker.classify import Classified, classify_entity, classify_error
 from rail_worker.runtime import RailRuntime
+from rails.deadline import send_window
 from rails.razorpay import RailError
 
 logger = logging.getLogger(__name__)
@@ -33,30 +39,42 @@ DURING_CALL_DELAY_MS = 5
 
 def execute(rt: RailRuntime, merchant_id: str, sik: str, *, request_id: str | None) -> Outcome | None:
     """Run one attempt if the intent is AUTHORIZED; returns the Outcome to publish (None: nothing to say)."""
-    lease = rt.current_lease()
     failpoint("rail.before_wal")
-    now = now_ms()
     with transaction(rt.ledger) as conn:
-        leases.assert_holder(conn, lease)  # fence: a superseded worker starts no attempt
+        now = now_ms()  # read under the write lock: a wait for the lock must not age the leases we write
+        # Fence and renew in one step: a superseded or already expired lease starts no attempt.
+        lease = leases.heartbeat(conn, rt.current_lease(), now=now, ttl_ms=rt.settings.lease_ttl_ms)
+        rt.lease = lease
         intent = intents.require_intent(conn, merchant_id, sik)
         if intent.state is not State.AUTHORIZED:
             # Someone already executed it (a redelivered job): report, never call again.
             return outcome_from_intent(intent, request_id=request_id, replayed=True) if request_id else None
+        settled = intents.settle_from_evidence(conn, merchant_id, sik, now=now, actor=rt.owner)
+        if settled is not None:
+            # An earlier attempt's answer carried our stamp: it applied. Sending again would pay twice.
+            logger.warning("intent %s: attempt evidence shows %s applied; not sending again", sik,
+                           settled.rail_entity_id)  # fmt: skip
+            return outcome_from_intent(settled, request_id=request_id, replayed=False) if request_id else None
+        withdrawn = _mandate_withdrawn(rt, conn, intent, now)
+        if withdrawn is not None:
+            return outcome_from_intent(withdrawn, request_id=request_id, replayed=False) if request_id else None
         request = rail_request(intent)
         intent = intents.start_attempt(
             conn, merchant_id, sik, now=now, lease_owner=rt.owner, lease_epoch=lease.epoch,
             lease_expires_at=now + rt.settings.lease_ttl_ms, request=request,
         )  # fmt: skip
-    committed = time.monotonic()
     # Committed: the IN_FLIGHT row is on disk before any byte goes to the rail (I2).
     failpoint("rail.after_wal_before_call")
-    if (time.monotonic() - committed) * 1000 >= rt.settings.lease_ttl_ms - rt.settings.rail_timeout_ms:
-        # Stalled between the commit and the send (a pause, a starved CPU): the IN_FLIGHT lease may have run
-        # out and the reconciler may already treat this attempt as abandoned. Sending now could race a retry.
+    send_by = _send_by(rt, intent)
+    late_ms = int((time.monotonic() - send_by) * 1000)
+    if rt.lease_lost.is_set() or late_ms >= 0:
+        # Paused or starved since the commit, or the lease is gone: the row may already be someone else's to
+        # settle, and a request leaving now could race their retry. Nothing is sent; the reconciler settles it.
         result = Classified(Event.RAIL_AMBIGUOUS, "NOT_SENT", reason_code="RAIL_NOT_SENT_STALE",
-                            detail={"stalled_ms": int((time.monotonic() - committed) * 1000)})  # fmt: skip
+                            detail={"late_ms": late_ms, "lease_lost": rt.lease_lost.is_set()})  # fmt: skip
     else:
-        result = call_rail(rt, intent, request)
+        with send_window(send_by):
+            result = call_rail(rt, intent, request)
     if result.event is Event.RAIL_AMBIGUOUS and mutations.active("blind_retry"):
         # The defect I3 forbids, for the chaos matrix's self-test: a fresh key, the same money, again.
         request = {**request, "idempotency_key": f"mut_{intent.attempt_seq}_{now_ms()}", "receipt": None}
@@ -73,6 +91,36 @@ def execute(rt: RailRuntime, merchant_id: str, sik: str, *, request_id: str | No
         rt.hint_reconciler(merchant_id, sik)
     logger.info("intent %s attempt %d: %s %s", sik, intent.attempt_seq, intent.state, intent.rail_entity_id or "")
     return outcome_from_intent(intent, request_id=request_id, replayed=False) if request_id else None
+
+
+def _send_by(rt: RailRuntime, intent: Intent) -> float:
+    """The monotonic instant after which this attempt's request must not leave: both the worker's lease and
+    the row's lease must outlive the send plus the call's total deadline (ADR 0005). Wall-clock leases are
+    turned into a monotonic instant once, so a later wall-clock step cannot stretch the window."""
+    wall, mono = now_ms(), time.monotonic()
+    assert intent.lease_expires_at is not None
+    until = min(rt.current_lease().expires_at, intent.lease_expires_at) - rt.settings.rail_timeout_ms
+    return mono + (until - wall) / 1000
+
+
+def _mandate_withdrawn(rt: RailRuntime, conn: Any, intent: Intent, now: int) -> Intent | None:
+    """G1 again at the last moment: a mandate replaced, expired or no longer granting the tool stops an
+    AUTHORIZED intent (a first attempt or a retry) before anything is sent. Returns the stopped intent."""
+    mandate = rt.mandates.get(intent.agent_id)
+    if mandate is not None and mandate.mandate_hash == intent.mandate_hash:
+        grant = mandate.grant(intent.tool)
+        if mandate.is_active(now) and grant is not None:
+            return None
+        reason = "G1_MANDATE_EXPIRED" if not mandate.is_active(now) else "G1_TOOL_NOT_GRANTED"
+        event = Event.GATES_BLOCKED
+    else:
+        # Replaced (or removed): nothing was sent under this authorisation. The agent's repeat is judged afresh
+        # under the mandate configured now and may reopen the intent.
+        reason, event = "G1_MANDATE_CHANGED", Event.AUTHORIZATION_WITHDRAWN
+    logger.warning("intent %s not executed: %s", intent.sik, reason)
+    return intents.transition(conn, intent.merchant_id, intent.sik, event, now=now, actor=rt.owner,
+                              detail={"reason_code": reason, "mandate_hash": intent.mandate_hash},
+                              set_fields={"reason_code": reason})  # fmt: skip
 
 
 def rail_request(intent: Intent) -> dict[str, Any]:
@@ -107,7 +155,7 @@ def call_rail(rt: RailRuntime, intent: Intent, request: dict[str, Any]) -> Class
         )
         return classify_entity(settlement, intent.sik)
     except RailError as exc:
-        return classify_error(exc)
+        return classify_error(exc, attempt_seq=intent.attempt_seq)
     except Exception as exc:  # noqa: BLE001 - after the request may have left, anything unexpected is ambiguous
         logger.exception("unexpected error during the rail call of %s", intent.sik)
         return Classified(Event.RAIL_AMBIGUOUS, "AMBIGUOUS", reason_code="RAIL_AMBIGUOUS",
@@ -128,27 +176,39 @@ def record(rt: RailRuntime, intent: Intent, result: Classified, *, lease_epoch: 
         fields: dict[str, Any] = {"reason_code": result.reason_code}
         if result.rail_entity_id is not None:
             fields["rail_entity_id"] = result.rail_entity_id
-        return intents.transition(
+        recorded = intents.transition(
             conn, intent.merchant_id, intent.sik, result.event, now=now, actor=rt.owner,
             detail={"attempt_seq": intent.attempt_seq, **result.detail}, expect_epoch=lease_epoch,
             expect_attempt_seq=intent.attempt_seq, set_fields=fields,
         )  # fmt: skip
+        earlier = intents.applied_evidence(conn, intent.merchant_id, intent.sik)
+        if result.event is Event.RAIL_APPLIED and earlier is not None and earlier[1] != result.rail_entity_id:
+            # Must not happen under ADR 0005; if it does, say so loudly and on the chain, for a person to reverse.
+            logger.critical("intent %s has two stamped entities: %s (attempt %d) and %s (attempt %d)", intent.sik,
+                            earlier[1], earlier[0], result.rail_entity_id, intent.attempt_seq)  # fmt: skip
+            audit.append(conn, "DUPLICATE_ENTITIES", {
+                "merchant_id": intent.merchant_id, "sik": intent.sik, "entities": [earlier[1], result.rail_entity_id],
+            }, now)  # fmt: skip
+        return recorded
 
 
 def record_fenced(rt: RailRuntime, intent: Intent, result: Classified) -> None:
-    """A superseded worker may not change the intent, but what the rail told it is evidence: keep it on
-    the attempt row and in the audit log, so an operator (or the reconciler's finding) can be checked."""
+    """A superseded worker may not write its outcome, but what the rail told it is evidence: keep it on the
+    attempt row and in the audit log. An answer that carries our stamp settles the intent as APPLIED if it
+    is not in flight again (ADR 0005): a later "absent" from a list read must never outvote it."""
     now = now_ms()
     try:
         with transaction(rt.ledger) as conn:
             intents.finish_attempt(
                 conn, intent.merchant_id, intent.sik, intent.attempt_seq, now=now, outcome=f"FENCED_{result.outcome}",
-                rail_entity_id=result.rail_entity_id, http_status=result.http_status, error_code=result.error_code,
-                response=result.response,
+                rail_entity_id=result.rail_entity_id, http_status=result.http_status, fee_minor=result.fee_minor,
+                tax_minor=result.tax_minor, error_code=result.error_code, response=result.response,
             )  # fmt: skip
             audit.append(conn, "FENCED_OUTCOME", {
                 "merchant_id": intent.merchant_id, "sik": intent.sik, "attempt_seq": intent.attempt_seq,
                 "outcome": result.outcome, "rail_entity_id": result.rail_entity_id, "worker": rt.owner,
             }, now)  # fmt: skip
+            if result.event is Event.RAIL_APPLIED:
+                intents.settle_from_evidence(conn, intent.merchant_id, intent.sik, now=now, actor=rt.owner)
     except Exception:  # noqa: BLE001 - best effort: the reconciler finds the entity by its stamp regardless
         logger.exception("could not keep the fenced outcome of %s", intent.sik)

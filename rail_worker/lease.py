@@ -1,9 +1,11 @@
 """Boot and the singleton lease (SPEC §8 step 1).
 
 Take the lease (refuse while another owner's heartbeat is fresh; take over with epoch + 1 when it is
-stale), verify the audit chain (refuse to start on a break), then move every IN_FLIGHT row written
-under an earlier epoch to UNKNOWN (LEASE_EXPIRED) — its call may or may not have reached the rail,
-so only the reconciler may say which.
+stale), verify the audit chain (refuse to start on a break), then move IN_FLIGHT rows written under an
+earlier epoch to UNKNOWN (LEASE_EXPIRED) — their call may or may not have reached the rail, so only
+the reconciler may say which. A row whose own lease (plus the call's total deadline) has not run out
+is left alone: its worker may be paused rather than dead and may still be inside the call it was
+allowed to make (ADR 0005). The reconciler's sweep takes it once that time has passed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from interlock.clock import now_ms
 from interlock.errors import AuditChainBroken, StaleLease
 from ledger import audit, intents, leases
 from ledger.db import open_ledger, transaction
+from ledger.intents import abandon_after
 from ledger.states import Event, State
 from rail_worker.runtime import RailRuntime
 
@@ -31,12 +34,19 @@ def boot(rt: RailRuntime) -> list[tuple[str, str]]:
         rt.lease = leases.acquire(rt.ledger, leases.RAIL_WORKER_LEASE, rt.owner, now=now_ms(), ttl_ms=ttl)
     logger.info("rail worker %s holds the lease at epoch %d", rt.owner, rt.lease.epoch)
     expired = rt.ledger.execute(
-        "SELECT merchant_id, sik FROM intents WHERE state = ? AND COALESCE(lease_epoch, 0) < ?",
+        "SELECT merchant_id, sik, attempt_seq FROM intents WHERE state = ? AND COALESCE(lease_epoch, 0) < ?",
         (State.IN_FLIGHT.value, rt.lease.epoch),
     ).fetchall()
     for row in expired:
         with transaction(rt.ledger):
-            intents.transition(rt.ledger, row["merchant_id"], row["sik"], Event.LEASE_EXPIRED, now=now_ms(),
+            intent = intents.require_intent(rt.ledger, row["merchant_id"], row["sik"])
+            now = now_ms()
+            until = abandon_after(rt.ledger, intent, rt.settings.rail_timeout_ms)
+            if intent.state is not State.IN_FLIGHT or now < until:
+                logger.warning("intent %s is IN_FLIGHT under epoch %s for %d ms more; leaving it to the reconciler",
+                               row["sik"], intent.lease_epoch, until - now)  # fmt: skip
+                continue
+            intents.transition(rt.ledger, row["merchant_id"], row["sik"], Event.LEASE_EXPIRED, now=now,
                                detail={"recovered_by_epoch": rt.lease.epoch}, actor=rt.owner)  # fmt: skip
         rt.hint_reconciler(row["merchant_id"], row["sik"])
         logger.warning("intent %s was IN_FLIGHT under an earlier epoch: now UNKNOWN for the reconciler", row["sik"])
@@ -49,10 +59,10 @@ def boot(rt: RailRuntime) -> list[tuple[str, str]]:
 class Heartbeat(threading.Thread):
     """Extends the lease every ttl/3 on its own connection; on losing it, stops the worker at once."""
 
-    def __init__(self, rt: RailRuntime, on_lost: threading.Event) -> None:
+    def __init__(self, rt: RailRuntime) -> None:
         super().__init__(name="lease-heartbeat", daemon=True)
         self.rt = rt
-        self.on_lost = on_lost
+        self.on_lost = rt.lease_lost
         self.stopping = threading.Event()
 
     def run(self) -> None:
@@ -63,8 +73,9 @@ class Heartbeat(threading.Thread):
             try:
                 with transaction(conn):
                     lease = leases.heartbeat(conn, lease, now=now_ms(), ttl_ms=ttl)
+                self.rt.lease = lease  # what execute's send check measures the worker's lease by
             except StaleLease:
-                logger.error("lease lost: epoch %d was superseded; this rail worker stops now", lease.epoch)
+                logger.error("lease lost: epoch %d was superseded or expired; this rail worker stops now", lease.epoch)
                 self.on_lost.set()
                 return
             except Exception:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,8 +33,10 @@ class RailRuntime:
     rail: Rail
     redis: Redis
     owner: str
-    lease: Lease | None = None
+    lease: Lease | None = None  # as last renewed (the heartbeat thread and execute both renew it)
     fee_rate: FeeRate = field(default=DEFAULT_FEE_RATE)
+    # Set by the heartbeat the moment the lease is found superseded or expired: no request may leave after.
+    lease_lost: threading.Event = field(default_factory=threading.Event)
 
     @classmethod
     def build(cls, settings: Settings, redis_client: Redis) -> RailRuntime:

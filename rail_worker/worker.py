@@ -37,8 +37,8 @@ def rail_worker_command(burst: bool, wait_lease: float) -> None:
     settings = load_settings()
     rt = RailRuntime.build(settings, connect(settings.redis_url))
     stranded = _boot_when_free(rt, wait_lease)  # LeaseHeld / AuditChainBroken stop us with a clear message
-    lost = threading.Event()
-    heartbeat = Heartbeat(rt, lost)
+    lost = rt.lease_lost
+    heartbeat = Heartbeat(rt)
     heartbeat.start()
     threading.Thread(target=_stop_when_lost, args=(lost,), daemon=True, name="lease-watch").start()
     jobs.install_runtime(rt)

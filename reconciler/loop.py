@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from dataclasses import dataclass
 
 import redis
@@ -18,10 +19,14 @@ import redis
 from interlock.clock import now_ms
 from interlock.config import Settings
 from interlock.failpoints import failpoint
+from interlock.fees import DEFAULT_FEE_RATE, FeeRate
+from interlock.mandate import MandateStore
+from interlock.messages import Verdict
 from interlock.queues import EXECUTE_JOB, NAMESPACE, rail_queue, rq_queue
 from ledger import intents, leases, operator
 from ledger.db import transaction
 from ledger.intents import Intent
+from ledger.limits import reassert
 from ledger.states import Event, State
 from rails.pager import PageResult, RailLister, find_stamped
 
@@ -39,6 +44,9 @@ class Reconciler:
     rail: RailLister
     redis: redis.Redis | None
     owner: str
+    # What a retry is re-asserted against; without it nothing is retried automatically.
+    mandates: MandateStore | None = None
+    fee_rate: FeeRate = DEFAULT_FEE_RATE
 
     # -- the sweep -------------------------------------------------------------------------------
 
@@ -52,27 +60,33 @@ class Reconciler:
         return acted
 
     def _expire_abandoned(self, now: int) -> int:
-        """IN_FLIGHT rows whose lease ran out while no live rail worker holds its lease, and RECONCILING
-        rows whose reconciler died, go back to UNKNOWN."""
+        """IN_FLIGHT rows whose attempt may be treated as abandoned (ADR 0005: no earlier than the attempt's
+        own lease plus the call's total deadline) while no live rail worker holds the epoch they were written
+        under, and RECONCILING rows whose reconciler died, go back to UNKNOWN."""
         acted = 0
         rail_lease = leases.get_lease(self.ledger, leases.RAIL_WORKER_LEASE)
         rail_alive = rail_lease is not None and rail_lease.expires_at > now
+        deadline = self.settings.rail_timeout_ms
         for row in self.ledger.execute(
-            "SELECT merchant_id, sik, state, lease_epoch, lease_expires_at FROM intents "
-            "WHERE state IN ('IN_FLIGHT', 'RECONCILING') "
-            "AND lease_expires_at < ?", (now,)
-        ).fetchall():  # fmt: skip
-            own_worker_alive = rail_alive and rail_lease is not None and rail_lease.epoch == row["lease_epoch"]
-            grace_until = row["lease_expires_at"] + self.settings.lease_ttl_ms
-            if row["state"] == "IN_FLIGHT" and own_worker_alive and now < grace_until:
-                # Its own worker is alive and will record the outcome (the call's timeout is shorter than the
-                # lease). Past one more TTL it evidently will not (an unexpected error left the row): take it.
-                continue
-            event = Event.LEASE_EXPIRED if row["state"] == "IN_FLIGHT" else Event.RECONCILE_INCONCLUSIVE
+            "SELECT merchant_id, sik FROM intents WHERE state IN ('IN_FLIGHT', 'RECONCILING') AND lease_expires_at < ?",
+            (now,),
+        ).fetchall():
             try:
                 with transaction(self.ledger):
                     intent = intents.require_intent(self.ledger, row["merchant_id"], row["sik"])
-                    if intent.state.value != row["state"] or (intent.lease_expires_at or 0) >= now:
+                    now = now_ms()
+                    if intent.state is State.IN_FLIGHT:
+                        until = intents.abandon_after(self.ledger, intent, deadline)
+                        if rail_alive and rail_lease is not None and rail_lease.epoch == intent.lease_epoch:
+                            # Its own worker is alive and will record the outcome. Past one more TTL it evidently
+                            # will not (an unexpected error left the row): take it.
+                            until += self.settings.lease_ttl_ms
+                        if now < until:
+                            continue
+                        event = Event.LEASE_EXPIRED
+                    elif intent.state is State.RECONCILING and (intent.lease_expires_at or 0) < now:
+                        event = Event.RECONCILE_INCONCLUSIVE
+                    else:
                         continue
                     intents.transition(self.ledger, row["merchant_id"], row["sik"], event, now=now, actor=self.owner,
                                        detail={"lease_expired_at": intent.lease_expires_at})  # fmt: skip
@@ -83,16 +97,23 @@ class Reconciler:
 
     def _due(self, now: int) -> list[tuple[str, str]]:
         rows = self.ledger.execute(
-            """SELECT i.merchant_id, i.sik, i.reconcile_attempts, i.updated_at, a.started_at, a.finished_at
+            """SELECT i.merchant_id, i.sik, i.reconcile_attempts, i.updated_at, a.started_at, a.finished_at,
+                      a.lease_expires_at AS attempt_lease
                FROM intents i LEFT JOIN intent_attempts a
                  ON a.merchant_id = i.merchant_id AND a.sik = i.sik AND a.attempt_seq = i.attempt_seq
                WHERE i.state = 'UNKNOWN' ORDER BY i.updated_at LIMIT 500"""
         ).fetchall()
         due = []
+        deadline = self.settings.rail_timeout_ms
         for row in rows:
-            # The call may land on the rail until the client gave up on it (a slow rail applies late), and
-            # the rail has no read-your-writes after that: look only min_delay after the later of the two.
-            gave_up = max((row["started_at"] or 0) + self.settings.rail_timeout_ms, row["finished_at"] or 0)
+            # The call may land on the rail until it ended: when its worker recorded an answer, the call was
+            # over by then; otherwise it may have been out until the attempt's lease plus the call's deadline
+            # (ADR 0005). The rail has no read-your-writes after that: look only min_delay later.
+            if row["finished_at"] is not None:
+                gave_up = max((row["started_at"] or 0) + deadline, row["finished_at"])
+            else:
+                lease_until = row["attempt_lease"] or ((row["started_at"] or 0) + self.settings.lease_ttl_ms)
+                gave_up = lease_until + deadline
             ready_at = gave_up + self.settings.reconcile_min_delay_ms
             if row["reconcile_attempts"] > 0:
                 backoff = min(500 * 2 ** (row["reconcile_attempts"] - 1), MAX_BACKOFF_MS)
@@ -138,6 +159,10 @@ class Reconciler:
             intent = intents.get_intent(self.ledger, merchant_id, sik)
             if intent is None or intent.state is not State.UNKNOWN:
                 return False
+            if intents.settle_from_evidence(self.ledger, merchant_id, sik, now=now, actor=self.owner) is not None:
+                # An attempt's answer already carried our stamp (a fenced worker kept it): no list read can outvote it.
+                logger.info("intent %s APPLIED on the evidence of an earlier attempt", sik)
+                return True
             if self._should_quarantine(intent, now):
                 intents.transition(self.ledger, merchant_id, sik, Event.QUARANTINE, now=now, actor=self.owner,
                                    detail={"reason": self._quarantine_reason(intent, now)},
@@ -146,7 +171,9 @@ class Reconciler:
                 return True
             intent = intents.begin_reconcile(self.ledger, merchant_id, sik, now=now, owner=self.owner,
                                              lease_expires_at=now + self.settings.lease_ttl_ms)  # fmt: skip
-        result = find_stamped(self.rail, intent.tool, intent.subject_id, sik)
+        # The whole pass ends before our per-intent lease does (each page read has its own total deadline too).
+        budget_s = max(self.settings.lease_ttl_ms - self.settings.rail_timeout_ms, 0) / 1000
+        result = find_stamped(self.rail, intent.tool, intent.subject_id, sik, deadline=time.monotonic() + budget_s)
         failpoint("reconciler.after_finding_before_commit")
         retry = self._commit_finding(intent, result)
         if retry:
@@ -161,10 +188,13 @@ class Reconciler:
                     or intent.attempt_seq != taken.attempt_seq):  # fmt: skip
                 logger.warning("reconcile lease on %s lost; finding discarded", taken.sik)
                 return False
+            rejected = intent.reason_code == "RAIL_REJECTED_AFTER_RETRY"
             if result.matched_entity_id is not None:
                 outcome, event = "APPLIED", Event.RECONCILE_FOUND_APPLIED
             elif result.exhausted:
-                outcome, event = "CONFIRMED_NOT_APPLIED", Event.RECONCILE_CONFIRMED_ABSENT
+                outcome = "CONFIRMED_NOT_APPLIED"
+                # A retry the rail refused definitively, with our stamp confirmed absent: the refusal was true.
+                event = Event.RECONCILE_CONFIRMED_REJECTED if rejected else Event.RECONCILE_CONFIRMED_ABSENT
             else:
                 outcome, event = "INCONCLUSIVE", Event.RECONCILE_INCONCLUSIVE
             intents.record_finding(
@@ -175,16 +205,33 @@ class Reconciler:
             fields: dict[str, object] = {"lease_owner": None, "lease_expires_at": None}
             if result.matched_entity_id is not None:
                 fields.update(rail_entity_id=result.matched_entity_id, reason_code=None)
-            intents.transition(self.ledger, intent.merchant_id, intent.sik, event, now=now, actor=self.owner,
-                               detail={"pages_scanned": result.pages_scanned}, set_fields=fields)  # fmt: skip
+            elif event is Event.RECONCILE_CONFIRMED_REJECTED:
+                fields.update(reason_code="RAIL_REJECTED")
+            intent = intents.transition(self.ledger, intent.merchant_id, intent.sik, event, now=now, actor=self.owner,
+                                        detail={"pages_scanned": result.pages_scanned}, set_fields=fields)  # fmt: skip
             if event is Event.RECONCILE_CONFIRMED_ABSENT and intent.attempt_seq < MAX_ATTEMPTS:
-                intents.transition(self.ledger, intent.merchant_id, intent.sik, Event.RETRY_AUTHORIZED, now=now,
-                                   actor=self.owner, detail={"after_attempt": intent.attempt_seq})  # fmt: skip
-                logger.info("intent %s confirmed not applied after %d pages: retry authorized", intent.sik,
-                            result.pages_scanned)  # fmt: skip
-                return True
+                return self._authorize_retry(intent, now, result.pages_scanned)
         logger.info("intent %s: %s after %d pages", taken.sik, outcome, result.pages_scanned)
         return False
+
+    def _authorize_retry(self, intent: Intent, now: int, pages: int) -> bool:
+        """CONFIRMED_NOT_APPLIED → AUTHORIZED only when the mandate it was judged under is still the one
+        configured and still allows it now — grant, expiry, range and G3 windows (issue 13, items 5 and 9).
+        Otherwise it stays CONFIRMED_NOT_APPLIED: the agent's repeat is judged afresh by the gates."""
+        mandate = self.mandates.get(intent.agent_id) if self.mandates is not None else None
+        if mandate is None or mandate.mandate_hash != intent.mandate_hash:
+            logger.warning("intent %s confirmed not applied; no retry: its mandate is no longer configured", intent.sik)
+            return False
+        check = reassert(self.ledger, intent, mandate, now_ms=now, rate=self.fee_rate)
+        if check.verdict is not Verdict.ALLOW:
+            logger.warning("intent %s confirmed not applied; no retry: %s %s", intent.sik, check.reason_code,
+                           check.detail)  # fmt: skip
+            return False
+        intents.transition(self.ledger, intent.merchant_id, intent.sik, Event.RETRY_AUTHORIZED, now=now,
+                           actor=self.owner, detail={"after_attempt": intent.attempt_seq},
+                           reasserted=check)  # fmt: skip
+        logger.info("intent %s confirmed not applied after %d pages: retry authorized", intent.sik, pages)
+        return True
 
     def _attempt_started_at(self, intent: Intent) -> int:
         row = self.ledger.execute(

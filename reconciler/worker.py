@@ -14,6 +14,7 @@ from rq.registry import clean_registries
 from interlock.clock import owner_id
 from interlock.config import load_settings
 from interlock.errors import AuditChainBroken
+from interlock.mandate import MandateStore
 from interlock.queues import gates_queue, rail_queue, reconcile_hint_key, rq_queue
 from interlock.redis_conn import connect
 from ledger import audit
@@ -38,7 +39,7 @@ def reconciler_command(once: bool) -> None:
         raise AuditChainBroken(bad)
     client = connect(settings.redis_url)
     rec = Reconciler(settings=settings, ledger=ledger, rail=make_rail(settings), redis=client,
-                     owner=owner_id("reconciler"))  # fmt: skip
+                     owner=owner_id("reconciler"), mandates=MandateStore.from_settings(settings))  # fmt: skip
     stopping = False
 
     def stop(signum: int, frame: FrameType | None) -> None:

@@ -38,8 +38,8 @@ def test_stale_lease_is_taken_over_with_the_next_epoch_and_the_old_owner_is_fenc
     with pytest.raises(StaleLease), transaction(ledger):
         leases.heartbeat(ledger, old, now=TTL + 1, ttl_ms=TTL)
     with pytest.raises(StaleLease):
-        leases.assert_holder(ledger, old)
-    leases.assert_holder(ledger, new)
+        leases.assert_holder(ledger, old, now=TTL + 2)
+    leases.assert_holder(ledger, new, now=TTL + 2)
 
 
 def test_an_outcome_written_under_a_superseded_epoch_is_refused(ledger: sqlite3.Connection) -> None:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from interlock.errors import IllegalTransition, StaleLease
+from interlock.verdicts import allow
 from ledger import audit, intents
 from ledger.db import open_ledger, transaction
 from ledger.states import TRANSITIONS, Event, State
@@ -44,10 +45,25 @@ QUARANTINED OPERATOR_RESOLVED_APPLIED APPLIED
 QUARANTINED OPERATOR_RESOLVED_NOT_APPLIED CONFIRMED_NOT_APPLIED
 """
 
+# Edges issue 13 adds to SPEC §6 (ADR 0005): evidence of an earlier attempt's apply settles the intent; a retry
+# the rail refused is terminal only after the stamp is confirmed absent; a replaced mandate withdraws an
+# authorisation nothing was sent under.
+SEND_SIDE_EDGES = """
+AUTHORIZED AUTHORIZATION_WITHDRAWN CONFIRMED_NOT_APPLIED
+RECONCILING RECONCILE_CONFIRMED_REJECTED FAILED_TERMINAL
+AUTHORIZED EARLIER_ATTEMPT_APPLIED APPLIED
+UNKNOWN EARLIER_ATTEMPT_APPLIED APPLIED
+RECONCILING EARLIER_ATTEMPT_APPLIED APPLIED
+CONFIRMED_NOT_APPLIED EARLIER_ATTEMPT_APPLIED APPLIED
+FAILED_TERMINAL EARLIER_ATTEMPT_APPLIED APPLIED
+"""
+
 
 def spec_edges() -> dict[tuple[State, Event], State]:
     edges = {}
-    for line in SPEC_TABLE.strip().splitlines():
+    for line in (SPEC_TABLE + SEND_SIDE_EDGES).split("\n"):
+        if not line.strip():
+            continue
         src, event, dst = line.split()
         edges[(State(src), Event(event))] = State(dst)
     return edges
@@ -67,7 +83,8 @@ def apply(conn: sqlite3.Connection, sik: str, event: Event, now: int) -> intents
         if event is Event.RECONCILE_STARTED:
             return intents.begin_reconcile(conn, "acc_TEST", sik, now=now, owner="r1", lease_expires_at=now + 1000)
         detail = {"evidence": "rail statement line 7"} if event.name.startswith("OPERATOR_") else None
-        return intents.transition(conn, "acc_TEST", sik, event, now=now, detail=detail, actor="ops@example.com")
+        return intents.transition(conn, "acc_TEST", sik, event, now=now, detail=detail, actor="ops@example.com",
+                                  reasserted=allow("TEST_REASSERTED"))  # fmt: skip
 
 
 @settings(max_examples=150, deadline=None)

@@ -1,0 +1,161 @@
+"""An in-process rail worker and reconciler over a real SQLite ledger, with a scripted rail and an injectable
+wall clock: the pure-unit harness for the send-side fences (issue 13). Processes, Redis and HTTP are covered by
+the engine and chaos tests; here every interleaving is placed exactly, with no sleeps."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from interlock.config import Settings, load_settings
+from interlock.mandate import Mandate, MandateStore
+from ledger import intents, leases
+from ledger.db import open_ledger, transaction
+from ledger.intents import Intent
+from ledger.states import Event
+from rail_worker import execute as execute_module
+from rail_worker import lease as lease_module
+from rail_worker.runtime import RailRuntime
+from rails.models import Page, Refund, Settlement
+from rails.razorpay import RailError
+from reconciler import loop as reconciler_module
+from reconciler.loop import Reconciler
+from tests.mandates import AGENT, MERCHANT, make_mandate
+
+T0 = 1_900_000_000_000
+SETTLEMENT, REFUND = "create_instant_settlement", "create_refund"
+_ids = itertools.count(1)
+
+
+class Clock:
+    """The wall clock every patched module reads; tests move it to stand for a pause."""
+
+    def __init__(self, ms: int) -> None:
+        self.ms = ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+    def advance(self, ms: int) -> None:
+        self.ms += ms
+
+
+class NoRedis:
+    """Reconcile hints are best effort (the sweep finds UNKNOWN rows); here they always fail."""
+
+    def rpush(self, *args: object) -> None:
+        raise redis.RedisError("no redis in this unit test")
+
+
+@dataclass
+class ScriptedRail:
+    """Records every money call. `during_call` runs while the request is out (before the rail applies it);
+    `reject` is raised instead of an answer (after applying when `apply_then_fail`); `listed` is False while
+    the rail's lists lag behind."""
+
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    entities: list[Any] = field(default_factory=list)
+    during_call: Callable[[], None] | None = None
+    reject: RailError | None = None
+    apply_then_fail: bool = False
+    listed: bool = True
+
+    def _money(self, notes: dict[str, Any] | None, make: Callable[[], Any]) -> Any:
+        self.calls.append(dict(notes or {}))
+        if self.during_call is not None:
+            hook, self.during_call = self.during_call, None
+            hook()
+        if self.reject is not None and not self.apply_then_fail:
+            raise self.reject
+        entity = make()
+        self.entities.append(entity)
+        if self.reject is not None:
+            raise self.reject  # applied, then the answer was lost (a gateway 504)
+        return entity
+
+    def create_instant_settlement(self, amount: int | None = None, *, settle_full_balance: bool = False,
+                                  description: str | None = None, notes: dict[str, Any] | None = None) -> Settlement:
+        return self._money(notes, lambda: Settlement.from_raw({
+            "id": f"setlod_{next(_ids):014d}", "amount_requested": amount, "amount_settled": 0, "fees": 3, "tax": 1,
+            "currency": "INR", "status": "created", "notes": notes or []}))  # fmt: skip
+
+    def create_refund(self, payment_id: str, amount: int | None, *, speed: str | None = None,
+                      notes: dict[str, Any] | None = None, receipt: str | None = None,
+                      idempotency_key: str | None = None) -> Refund:  # fmt: skip
+        return self._money(notes, lambda: Refund.from_raw({
+            "id": f"rfnd_{next(_ids):014d}", "amount": amount, "currency": "INR", "payment_id": payment_id,
+            "receipt": receipt, "notes": notes or [], "status": "processed"}))  # fmt: skip
+
+    def _page(self, kind: type, count: int, skip: int) -> Page[Any]:
+        items = [e for e in reversed(self.entities) if isinstance(e, kind)] if self.listed else []
+        return Page[kind](items=items[skip: skip + count], requested_count=count, skip=skip)  # type: ignore[valid-type]
+
+    def list_instant_settlements(self, *, count: int = 100, skip: int = 0) -> Page[Settlement]:
+        return self._page(Settlement, count, skip)
+
+    def list_refunds_for_payment(self, payment_id: str, *, count: int = 100, skip: int = 0) -> Page[Refund]:
+        return self._page(Refund, count, skip)
+
+    def stamped(self, sik: str) -> list[str]:
+        return [e.id for e in self.entities if e.carries_stamp(sik)]
+
+
+@dataclass
+class World:
+    settings: Settings
+    clock: Clock
+    rail: ScriptedRail
+    mandate: Mandate
+    path: Path
+
+    def runtime(self, owner: str = "rail:A", *, take_lease: bool = True) -> RailRuntime:
+        rt = RailRuntime(settings=self.settings, ledger_path=self.path, ledger=open_ledger(self.path),
+                         mandates=MandateStore({AGENT: self.mandate}), rail=self.rail,  # type: ignore[arg-type]
+                         redis=NoRedis(), owner=owner)  # type: ignore[arg-type]  # fmt: skip
+        if take_lease:
+            with transaction(rt.ledger):
+                rt.lease = leases.acquire(rt.ledger, leases.RAIL_WORKER_LEASE, owner, now=self.clock(),
+                                          ttl_ms=self.settings.lease_ttl_ms)  # fmt: skip
+        return rt
+
+    def reconciler(self, mandate: Mandate | None = None) -> Reconciler:
+        return Reconciler(settings=self.settings, ledger=open_ledger(self.path), rail=self.rail, redis=None,
+                          owner="reconciler:1", mandates=MandateStore({AGENT: mandate or self.mandate}))  # fmt: skip
+
+    def authorized(self, tool: str = SETTLEMENT, *, sik: str = "S" * 32, amount: int = 50000) -> Intent:
+        conn = open_ledger(self.path)
+        subject = "balance" if tool == SETTLEMENT else "pay_SEND0000001"
+        with transaction(conn):
+            intents.insert_intent(
+                conn, merchant_id=MERCHANT, sik=sik, tool=tool, subject_id=subject, amount_minor=amount,
+                currency="INR", params={"amount": amount, "notes": {}}, params_hash="ph", agent_id=AGENT,
+                mandate_id=self.mandate.mandate_id, mandate_hash=self.mandate.mandate_hash, operation_ref=None,
+                distinct_reason=None, now=self.clock(),
+            )  # fmt: skip
+            return intents.transition(conn, MERCHANT, sik, Event.GATES_PASSED, now=self.clock())
+
+    def intent(self, sik: str = "S" * 32) -> Intent:
+        return intents.require_intent(open_ledger(self.path), MERCHANT, sik)
+
+    def attempts(self, sik: str = "S" * 32) -> list[tuple[int, str | None]]:
+        rows = open_ledger(self.path).execute(
+            "SELECT attempt_seq, outcome FROM intent_attempts WHERE sik = ? ORDER BY attempt_seq", (sik,))
+        return [(r[0], r[1]) for r in rows]
+
+
+def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **timings: int) -> World:
+    settings = load_settings(ledger=tmp_path / "ledger.sqlite3", **{
+        "rail_timeout_ms": 1000, "lease_ttl_ms": 3000, "reconcile_min_delay_ms": 500, **timings})  # fmt: skip
+    clock = Clock(T0)
+    for module in (execute_module, lease_module, reconciler_module):
+        monkeypatch.setattr(module, "now_ms", clock)
+    mandate = make_mandate({"issued_at": T0 - 86_400_000, "expires_at": T0 + 30 * 86_400_000,
+                            "limits.fee_budgets": {}, "approval.hold_above_minor": None})  # fmt: skip
+    assert settings.ledger is not None
+    return World(settings, clock, ScriptedRail(), mandate, settings.ledger)

@@ -1,0 +1,339 @@
+"""The send-side rule (ADR 0005, issue 13): a request leaves only while both leases outlive it by the call's
+deadline, an unfinished attempt is abandoned no earlier than its own lease plus that deadline, and evidence of
+an applied attempt is never outvoted. One test per defect, named after what broke (repros in shared/repro)."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from interlock.errors import OperatorRefused, StaleLease
+from interlock.fees import DEFAULT_FEE_RATE
+from interlock.messages import Decision, IntentTerms, Verdict
+from ledger import intents, leases, operator
+from ledger.db import open_ledger, transaction
+from ledger.limits import reassert
+from ledger.states import Event, State
+from rail_worker import lease as lease_module
+from rail_worker.admit import admit
+from rail_worker.execute import execute
+from rails.razorpay import RailError, RailErrorKind
+from tests.engine.send_world import REFUND, SETTLEMENT, World, make_world
+from tests.ledger.helpers import put_intent
+from tests.mandates import AGENT, MERCHANT, make_mandate
+
+SIK = "S" * 32
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
+    return make_world(tmp_path, monkeypatch)
+
+
+def _standby_takes_over(world: World, owner: str = "rail:B") -> object:
+    standby = world.runtime(owner, take_lease=False)
+    lease_module.boot(standby)
+    return standby
+
+
+# -- defect 1: a superseded attempt's APPLIED was forgotten, then sent again ----------------------------------------
+
+
+def test_a_fenced_applied_answer_settles_the_intent_instead_of_a_second_settlement(world: World) -> None:
+    world.authorized(SETTLEMENT)
+    a = world.runtime("rail:A")
+
+    def worker_a_looks_dead() -> None:
+        # While A's request is out (the rail has not applied it yet) A stalls for 3 TTLs: B takes the lease and
+        # the reconciler, paging a list that does not show the settlement yet, re-authorizes a retry.
+        world.clock.advance(3 * world.settings.lease_ttl_ms)
+        _standby_takes_over(world)
+        world.rail.listed = False
+        world.reconciler().sweep()
+        world.rail.listed = True
+        assert world.intent().state is State.AUTHORIZED
+
+    world.rail.during_call = worker_a_looks_dead
+    execute(a, MERCHANT, SIK, request_id=None)  # A wakes up with the rail's APPLIED answer: fenced
+    b = world.runtime("rail:B", take_lease=False)
+    b.lease = leases.get_lease(b.ledger, leases.RAIL_WORKER_LEASE)
+    execute(b, MERCHANT, SIK, request_id=None)  # the retry the reconciler enqueued
+    assert len(world.rail.calls) == 1, "one settlement for one SIK"
+    intent = world.intent()
+    assert (intent.state, intent.rail_entity_id) == (State.APPLIED, world.rail.stamped(SIK)[0])
+    assert world.attempts() == [(1, "FENCED_APPLIED")]
+
+
+def test_a_retry_consults_earlier_attempts_evidence_before_it_sends(world: World) -> None:
+    world.authorized(SETTLEMENT)
+    conn = open_ledger(world.path)
+    with transaction(conn):  # attempt 1 went UNKNOWN and was (wrongly) confirmed absent ...
+        intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
+                              lease_expires_at=world.clock() + 3000, request={})  # fmt: skip
+        intents.transition(conn, MERCHANT, SIK, Event.RAIL_AMBIGUOUS, now=world.clock())
+        intents.begin_reconcile(conn, MERCHANT, SIK, now=world.clock(), owner="r", lease_expires_at=world.clock() + 1)
+        intents.transition(conn, MERCHANT, SIK, Event.RECONCILE_CONFIRMED_ABSENT, now=world.clock())
+        # ... its stamped answer is on its attempt row (kept by a superseded worker), and a retry is authorized.
+        intents.finish_attempt(conn, MERCHANT, SIK, 1, now=world.clock(), outcome="FENCED_APPLIED",
+                               rail_entity_id="setlod_EARLIER0000001")  # fmt: skip
+        intent = intents.require_intent(conn, MERCHANT, SIK)
+        check = reassert(conn, intent, world.mandate, now_ms=world.clock(), rate=DEFAULT_FEE_RATE)
+        intents.transition(conn, MERCHANT, SIK, Event.RETRY_AUTHORIZED, now=world.clock(), reasserted=check)
+    execute(world.runtime(), MERCHANT, SIK, request_id=None)
+    assert world.rail.calls == [], "attempt 2 must not leave while attempt 1 is known to have applied"
+    assert (world.intent().state, world.intent().rail_entity_id) == (State.APPLIED, "setlod_EARLIER0000001")
+
+
+# -- defect 2: a standby's boot and the reconciler gave up on a row whose lease had not run out ----------------------
+
+
+def test_a_standby_does_not_abandon_a_row_whose_own_lease_still_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = make_world(tmp_path, monkeypatch, rail_timeout_ms=5000, lease_ttl_ms=30_000, reconcile_min_delay_ms=2000)
+    world.authorized(SETTLEMENT)
+    a = world.runtime("rail:A")
+    world.clock.advance(9_900)  # A commits IN_FLIGHT (renewing its lease) just before its next heartbeat
+    seen: dict[str, object] = {}
+
+    def stall_after_commit(name: str) -> None:
+        if name != "rail.after_wal_before_call":
+            return
+        # A pauses just past its lease: B may take over, but A's row lease plus the call's deadline still runs.
+        world.clock.advance(world.settings.lease_ttl_ms + 1)
+        _standby_takes_over(world)
+        world.clock.advance(500)
+        world.reconciler().sweep()
+        seen["state"] = world.intent().state
+
+    monkeypatch.setattr("rail_worker.execute.failpoint", stall_after_commit)
+    execute(a, MERCHANT, SIK, request_id=None)
+    assert seen["state"] is State.IN_FLIGHT, "nobody may abandon the attempt before its row lease + deadline"
+    assert world.rail.calls == [], "A woke past its worker lease: it must not send"
+    assert world.attempts() == [(1, "NOT_SENT")]
+    assert world.intent().state is State.UNKNOWN
+
+
+def test_boot_takes_an_earlier_epochs_row_once_its_lease_and_deadline_are_over(world: World) -> None:
+    world.authorized(SETTLEMENT)
+    world.runtime("rail:A")  # epoch 1, the epoch the row below is written under
+    conn = open_ledger(world.path)
+    with transaction(conn):
+        intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
+                              lease_expires_at=world.clock() + 3000, request={})  # fmt: skip
+    world.clock.advance(3000 + 1000 - 1)  # one ms before the row lease plus the call's deadline
+    with transaction(conn):
+        conn.execute("UPDATE leases SET expires_at = 0")  # the old worker's lease is long gone
+    _standby_takes_over(world, "rail:B")
+    assert world.intent().state is State.IN_FLIGHT
+    world.clock.advance(1)
+    with transaction(conn):
+        conn.execute("UPDATE leases SET expires_at = 0")
+    _standby_takes_over(world, "rail:C")
+    assert world.intent().state is State.UNKNOWN
+
+
+def test_an_unfinished_attempt_is_not_reconciled_before_its_lease_deadline_and_delay(world: World) -> None:
+    world.authorized(SETTLEMENT)
+    conn = open_ledger(world.path)
+    with transaction(conn):
+        intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
+                              lease_expires_at=world.clock() + 3000, request={})  # fmt: skip
+        intents.transition(conn, MERCHANT, SIK, Event.LEASE_EXPIRED, now=world.clock())
+    rec = world.reconciler()
+    world.clock.advance(3000 + 1000 + 500 - 1)  # attempt lease + call deadline + min delay, less one ms
+    assert rec._due(world.clock()) == []
+    world.clock.advance(1)
+    assert rec._due(world.clock()) == [(MERCHANT, SIK)]
+
+
+# -- defect 3: `now` read before the write lock; an expired lease accepted; `lost` never consulted -------------------
+
+
+def test_a_lock_wait_past_the_lease_starts_no_attempt_and_sends_nothing(world: World) -> None:
+    world.authorized(SETTLEMENT)
+    a = world.runtime("rail:A")
+    holder = open_ledger(world.path)
+    holder.execute("BEGIN IMMEDIATE")  # someone holds the write lock ...
+    release = threading.Timer(0.3, lambda: (world.clock.advance(4000), holder.execute("COMMIT")))
+    release.start()  # ... for longer than A's lease: A's wait for the lock is a pause
+    with pytest.raises(StaleLease):
+        execute(a, MERCHANT, SIK, request_id=None)
+    release.join()
+    assert world.rail.calls == []
+    assert world.intent().state is State.AUTHORIZED and world.attempts() == []
+
+
+def test_an_expired_lease_fails_the_holder_check_even_when_nobody_took_it(world: World) -> None:
+    a = world.runtime("rail:A")
+    conn = open_ledger(world.path)
+    assert a.lease is not None
+    leases.assert_holder(conn, a.lease, now=world.clock())
+    with pytest.raises(StaleLease, match="expired"):
+        leases.assert_holder(conn, a.lease, now=a.lease.expires_at)
+
+
+def test_a_lost_lease_stops_the_request_after_the_commit(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    world.authorized(SETTLEMENT)
+    a = world.runtime("rail:A")
+    monkeypatch.setattr("rail_worker.execute.failpoint",
+                        lambda name: a.lease_lost.set() if name == "rail.after_wal_before_call" else None)
+    execute(a, MERCHANT, SIK, request_id=None)
+    assert world.rail.calls == []
+    assert world.attempts() == [(1, "NOT_SENT")]
+
+
+def test_a_request_leaves_only_while_both_leases_outlive_the_call_deadline(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world.authorized(SETTLEMENT)
+    a = world.runtime("rail:A")
+    # A pause after the commit that leaves less than one call deadline on the row's lease: no send.
+    monkeypatch.setattr("rail_worker.execute.failpoint", lambda name: world.clock.advance(
+        world.settings.lease_ttl_ms - world.settings.rail_timeout_ms) if name == "rail.after_wal_before_call" else None)
+    execute(a, MERCHANT, SIK, request_id=None)
+    assert world.rail.calls == [] and world.attempts() == [(1, "NOT_SENT")]
+
+
+# -- defect 5: re-entering AUTHORIZED skipped G3 --------------------------------------------------------------------
+
+
+def test_a_hold_released_after_its_window_filled_is_refused(tmp_path: Path) -> None:
+    conn = open_ledger(tmp_path / "l.sqlite3")
+    hour, now = 3_600_000, 1_900_000_000_000
+    mandate = make_mandate({"limits.windows": [{"window_ms": hour, "max_calls": 2}], "limits.fee_budgets": {}})
+    held = put_intent(conn, "H" * 32, "HELD", amount=1000, now=now - 3 * hour)
+    put_intent(conn, "A" * 32, "APPLIED", amount=1000, now=now - 10_000)
+    put_intent(conn, "B" * 32, "APPLIED", amount=1000, now=now - 5_000)
+    with pytest.raises(OperatorRefused, match="G3_WINDOW_CALLS"), transaction(conn):
+        operator.release_hold(conn, held, approver="ops", reason="ok", approved_terms={}, now=now, mandate=mandate)
+    assert intents.require_intent(conn, MERCHANT, "H" * 32).state is State.HELD
+
+
+def test_reauthorizing_without_a_reassertion_is_illegal(tmp_path: Path) -> None:
+    from interlock.errors import IllegalTransition
+
+    conn = open_ledger(tmp_path / "l.sqlite3")
+    put_intent(conn, "H" * 32, "HELD", amount=1000)
+    with pytest.raises(IllegalTransition, match="re-assertion"), transaction(conn):
+        intents.transition(conn, MERCHANT, "H" * 32, Event.HOLD_RELEASED, now=5)
+
+
+def test_a_retry_is_not_authorized_once_the_window_is_full(world: World) -> None:
+    full = make_mandate({"issued_at": world.mandate.issued_at, "expires_at": world.mandate.expires_at,
+                         "limits.windows": [{"window_ms": 3_600_000, "max_calls": 1}], "limits.fee_budgets": {},
+                         "approval.hold_above_minor": None})  # fmt: skip
+    world.mandate = full
+    world.authorized(SETTLEMENT)
+    world.rail.reject = RailError(RailErrorKind.AMBIGUOUS, "504", method="POST", path="/x", http_status=504)
+    execute(world.runtime(), MERCHANT, SIK, request_id=None)
+    world.rail.reject = None
+    world.rail.entities.clear()  # the 504 did not apply
+    put_intent(open_ledger(world.path), "T" * 32, "APPLIED", amount=100, now=world.clock() + 1,
+               tool=SETTLEMENT, subject="balance")  # another call filled the window meanwhile
+    world.clock.advance(5000)
+    world.reconciler(full).sweep()
+    assert world.intent().state is State.CONFIRMED_NOT_APPLIED, "the retry must not pass G3's window"
+
+
+# -- defect 6: a definitive 4xx on a retry was trusted as FAILED_TERMINAL --------------------------------------------
+
+
+def _retry_after_a_false_absent(world: World) -> None:
+    world.authorized(REFUND)
+    world.rail.reject = RailError(RailErrorKind.AMBIGUOUS, "504", method="POST", path="/x", http_status=504)
+    world.rail.apply_then_fail = True
+    a = world.runtime()
+    execute(a, MERCHANT, SIK, request_id=None)  # attempt 1: the rail applied it, but answered 504
+    world.rail.apply_then_fail = False
+    world.rail.listed = False  # the list lags: the reconciler wrongly confirms absence
+    world.clock.advance(5000)
+    world.reconciler().sweep()
+    assert world.intent().state is State.AUTHORIZED
+    world.rail.reject = RailError(RailErrorKind.REJECTED, "400 fully refunded", method="POST", path="/x",
+                                  http_status=400, code="BAD_REQUEST_ERROR",
+                                  description="The payment has been fully refunded already")  # fmt: skip
+    execute(world.runtime("rail:B"), MERCHANT, SIK, request_id=None)  # attempt 2, by the worker holding the lease now
+
+
+def test_a_rejected_retry_is_reconciled_by_stamp_before_any_terminal_state(world: World) -> None:
+    _retry_after_a_false_absent(world)
+    assert world.intent().state is State.UNKNOWN, "a 4xx on attempt 2 may describe attempt 1's apply"
+    world.rail.listed = True
+    world.clock.advance(5000)
+    world.reconciler().sweep()
+    intent = world.intent()
+    assert (intent.state, intent.rail_entity_id) == (State.APPLIED, world.rail.entities[0].id)
+
+
+def test_a_rejected_retry_with_the_stamp_confirmed_absent_is_terminal(world: World) -> None:
+    _retry_after_a_false_absent(world)
+    world.rail.entities.clear()  # this time nothing of ours is on the rail
+    world.rail.listed = True
+    world.clock.advance(5000)
+    world.reconciler().sweep()
+    intent = world.intent()
+    assert (intent.state, intent.reason_code) == (State.FAILED_TERMINAL, "RAIL_REJECTED")
+
+
+# -- item 9: a replaced or expired mandate stops an AUTHORIZED intent before it sends ----------------------------------
+
+
+def test_a_replaced_mandate_withdraws_an_authorized_intent_without_sending(world: World) -> None:
+    world.authorized(SETTLEMENT)
+    rt = world.runtime()
+    replaced = make_mandate({"issued_at": world.mandate.issued_at, "expires_at": world.mandate.expires_at,
+                             "purpose": "a different mandate"})  # fmt: skip
+    rt.mandates = type(rt.mandates)({AGENT: replaced})
+    execute(rt, MERCHANT, SIK, request_id=None)
+    assert world.rail.calls == []
+    intent = world.intent()
+    assert (intent.state, intent.reason_code) == (State.CONFIRMED_NOT_APPLIED, "G1_MANDATE_CHANGED")
+
+
+def test_an_expired_mandate_blocks_an_authorized_intent_without_sending(world: World) -> None:
+    world.authorized(SETTLEMENT)
+    rt = world.runtime()
+    world.clock.ms = world.mandate.expires_at
+    with transaction(rt.ledger):  # keep the worker's own lease alive at the new time
+        rt.lease = leases.acquire(rt.ledger, leases.RAIL_WORKER_LEASE, rt.owner, now=world.clock(), ttl_ms=3000)
+    execute(rt, MERCHANT, SIK, request_id=None)
+    assert world.rail.calls == []
+    assert (world.intent().state, world.intent().reason_code) == (State.BLOCKED, "G1_MANDATE_EXPIRED")
+
+
+# -- items 9 and 10: admission is fenced by the lease; a refused call does not burn its operation_ref ------------------
+
+
+def _decision(world: World, sik: str, *, verdict: str = "ALLOW", amount: int = 50000,
+              operation_ref: str | None = None) -> Decision:  # fmt: skip
+    terms = IntentTerms(merchant_id=MERCHANT, tool=SETTLEMENT, subject="balance", amount_minor=amount, currency="INR")
+    return Decision(
+        request_id=f"req-{sik[:4]}-{verdict}", agent_id=AGENT, merchant_id=MERCHANT, tool=SETTLEMENT, sik=sik,
+        terms=terms, params={"amount": amount, "notes": {}}, params_hash="ph", verdict=Verdict(verdict),
+        reason_code="ALLOWED" if verdict == "ALLOW" else "G2_ABOVE_MAX", results=[],
+        mandate_id=world.mandate.mandate_id, mandate_hash=world.mandate.mandate_hash, operation_ref=operation_ref,
+        window=1, decided_at_ms=world.clock(),
+    )  # fmt: skip
+
+
+def test_a_refused_call_does_not_burn_its_operation_ref(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rail_worker.admit.now_ms", world.clock)
+    rt = world.runtime()
+    refused = admit(rt, _decision(world, "R" * 32, verdict="BLOCK", operation_ref="ticket_42"))
+    assert refused.outcome is not None and refused.outcome.state == "BLOCKED"
+    admitted = admit(rt, _decision(world, "Q" * 32, operation_ref="ticket_42"))
+    assert admitted.execute is not None, "the ref was never bound to the refused call's SIK"
+    conflict = admit(rt, _decision(world, "P" * 32, operation_ref="ticket_42"))
+    assert conflict.outcome is not None and conflict.outcome.reason_code == "KEY_CONFLICT"
+
+
+def test_an_expired_rail_worker_lease_admits_nothing(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rail_worker.admit.now_ms", world.clock)
+    rt = world.runtime()
+    world.clock.advance(world.settings.lease_ttl_ms)
+    with pytest.raises(StaleLease):
+        admit(rt, _decision(world, "Q" * 32))
+    assert open_ledger(world.path).execute("SELECT COUNT(*) FROM intents").fetchone()[0] == 0
