@@ -31,7 +31,9 @@ from interlock.queues import ADMIT_JOB, rail_queue, rq_queue, shard_for_merchant
 from interlock.redis_conn import connect
 from interlock.tools import current_pins
 from ledger.db import open_ledger
+from ledger.queries import SETTLEMENT_TOOL
 from rails.base import RAIL_MCP_UPSTREAM, make_rail
+from rails.mcp_upstream import FETCH_BALANCE
 from rails.razorpay import RailError
 from rails.upstream_manifest import ManifestCache, ToolLister
 
@@ -80,6 +82,19 @@ class GateRuntime:
         return GateContext(mandate=mandate, now_ms=now, ledger=self.ledger, tool_hashes=hashes,
                            upstream_tools=frozenset(hashes))  # fmt: skip
 
+    def missing_balance_read(self) -> str | None:
+        """What the rail lacks when it is known to offer no balance read: in proxy mode, an upstream that
+        lists no balance tool (razorpay-mcp-server has none). An unreadable manifest is not such knowledge."""
+        if self.upstream is None:
+            return None
+        try:
+            tools = self.upstream.tools()
+        except RailError:
+            return None  # the read itself then fails as an outage, and G6 fails closed
+        if FETCH_BALANCE in tools:
+            return None
+        return f"a balance read: the upstream MCP server lists no {FETCH_BALANCE!r} tool"
+
 
 def _open_when_present(path: Path, wait_s: float) -> sqlite3.Connection:
     # The rail worker creates the ledger; a gate worker started first waits for it rather than creating it.
@@ -127,7 +142,11 @@ def evaluate_proposal(proposal_json: str) -> dict[str, Any]:
 def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
     now = now_ms()
     mandate = rt.mandates.get(proposal.agent_id)
-    action = resolve(proposal, rt.rail, rt.ledger, mandate, now)
+    # The window is the call's own time (the ingress's received_at_ms), not when this worker got to it:
+    # a job redelivered or picked up late must key the same settlement the same way (ADR 0009).
+    missing = rt.missing_balance_read() if proposal.tool == SETTLEMENT_TOOL else None
+    action = resolve(proposal, rt.rail, rt.ledger, mandate, proposal.received_at_ms,
+                     grace_ms=rt.settings.settlement_window_grace_ms, balance_read_missing=missing)  # fmt: skip
     ctx = rt.gate_context(mandate, now)
     return build_decision(action, ctx, mandate)
 
@@ -145,5 +164,5 @@ def build_decision(action: ResolvedAction, ctx: GateContext, mandate: Mandate | 
         verdict=outcome.verdict, reason_code=outcome.reason_code, results=outcome.results,
         mandate_id=mandate.mandate_id if mandate else None, mandate_hash=mandate.mandate_hash if mandate else None,
         operation_ref=action.operation_ref, distinct_reason=action.distinct_reason, window=action.window,
-        decided_at_ms=ctx.now_ms,
+        grace_sik=action.grace_sik, decided_at_ms=ctx.now_ms,
     )  # fmt: skip

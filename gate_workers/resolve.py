@@ -14,15 +14,21 @@ from typing import Protocol
 
 from gate_workers.context import ResolvedAction
 from interlock.arguments import MoneyCall, parse_money_call
+from interlock.config import DEFAULT_SETTLEMENT_GRACE_MS
 from interlock.errors import InvalidInput
 from interlock.mandate import Mandate
 from interlock.messages import Proposal
 from interlock.sik import SETTLEMENT_SUBJECT, compute_sik, window_bucket
-from ledger.queries import earlier_full_request, is_unsettled, money_in_motion_for_subject
+from ledger.queries import earlier_full_request, intent_state, money_committed_for_subject
+from ledger.states import UNSETTLED
 from rails.models import Balance, Payment
-from rails.razorpay import RailError
+from rails.razorpay import RailError, RailErrorKind
 
 logger = logging.getLogger(__name__)
+
+# The rail has no way to read the balance (not an outage): settlements cannot be judged by G2 (issue 13, item 11).
+BALANCE_UNREADABLE = "G2_BALANCE_UNREADABLE"
+_NO_SUCH_URL = "requested url was not found"
 
 
 class RailReader(Protocol):
@@ -32,8 +38,12 @@ class RailReader(Protocol):
 
 
 def resolve(
-    proposal: Proposal, rail: RailReader, ledger: sqlite3.Connection, mandate: Mandate | None, now_ms: int
+    proposal: Proposal, rail: RailReader, ledger: sqlite3.Connection, mandate: Mandate | None, at_ms: int, *,
+    grace_ms: int = DEFAULT_SETTLEMENT_GRACE_MS, balance_read_missing: str | None = None,
 ) -> ResolvedAction:
+    """Resolve the call's referent. *at_ms* is when the call was made — the Proposal's received_at_ms, the
+    ingress's clock — and picks a settlement's idempotency window, so a job picked up late is keyed the same.
+    *balance_read_missing* says what the rail lacks when it is known to have no balance read (proxy mode)."""
     base = ResolvedAction(
         request_id=proposal.request_id, agent_id=proposal.agent_id, merchant_id=proposal.merchant_id,
         tool=proposal.tool, arguments=proposal.arguments, operation_ref=proposal.operation_ref,
@@ -44,7 +54,7 @@ def resolve(
         return _unresolved(base, "G0_MALFORMED_CALL", field=exc.field, error=str(exc))
     if call.tool == "create_refund":
         return _resolve_refund(base, call, rail, ledger)
-    return _resolve_settlement(base, call, rail, ledger, mandate, now_ms)
+    return _resolve_settlement(base, call, rail, ledger, mandate, at_ms, grace_ms, balance_read_missing)
 
 
 def _unresolved(base: ResolvedAction, reason: str, **detail: object) -> ResolvedAction:
@@ -78,8 +88,8 @@ def _resolve_refund(
         if earlier is not None:
             amount = earlier[1]  # the repeat of a full refund is that refund, whatever is refundable now
         else:
-            # Full refund: what the rail still allows minus what Interlock already has in motion on it.
-            in_motion = money_in_motion_for_subject(ledger, base.merchant_id, payment.id, exclude_sik="")
+            # Full refund: what the rail still allows minus what Interlock already has in motion (or held) on it.
+            in_motion = money_committed_for_subject(ledger, base.merchant_id, payment.id, exclude_sik="")
             amount = payment.amount - payment.amount_refunded - in_motion
         if amount <= 0:
             return _replace(_unresolved(base, "G2_EXCEEDS_REFUNDABLE", refundable=max(amount, 0)),
@@ -96,41 +106,80 @@ def _resolve_refund(
 
 def _resolve_settlement(
     base: ResolvedAction, call: MoneyCall, rail: RailReader, ledger: sqlite3.Connection, mandate: Mandate | None,
-    now_ms: int,
+    at_ms: int, grace_ms: int, balance_read_missing: str | None,
 ) -> ResolvedAction:
+    if balance_read_missing is not None:
+        return _unresolved(base, BALANCE_UNREADABLE, lookup="balance", missing=balance_read_missing)
     try:
         balance = rail.fetch_balance()
     except RailError as exc:
-        return _rail_failure(base, exc, "balance")
+        if not _no_balance_read(exc):
+            return _rail_failure(base, exc, "balance")
+        missing = f"a balance read (the rail answered {exc.method} {exc.path}: {exc.http_status} {exc.description})"
+        return _unresolved(base, BALANCE_UNREADABLE, lookup="balance", missing=missing, error=str(exc))
+    return _key_settlement(base, call, balance, ledger, mandate, at_ms, grace_ms)
+
+
+def _key_settlement(
+    base: ResolvedAction, call: MoneyCall, balance: Balance, ledger: sqlite3.Connection, mandate: Mandate | None,
+    at_ms: int, grace_ms: int,
+) -> ResolvedAction:
+    """Key a settlement in its idempotency window, with the grace rule of ADR 0009."""
     window_ms = mandate.window_ms(base.tool) if mandate is not None else None
     if window_ms is None:
         # SPEC §4: a settlement without a mandate window has no defined identity; G1 refuses such a mandate.
         return _replace(_unresolved(base, "G1_NO_IDEMPOTENCY_WINDOW"), balance=balance)
-    window = window_bucket(now_ms, window_ms)
-    assert window is not None
+    bucket = window_bucket(at_ms, window_ms)
+    assert bucket is not None
+    window: int = bucket
+    # Capped at half the window, so every window keeps a part where an identical call is a new operation.
+    in_grace = window > 0 and at_ms - window * window_ms < min(grace_ms, window_ms // 2)
+
+    def key(bucket: int, amount: int) -> str:
+        return compute_sik(merchant_id=base.merchant_id, tool=base.tool, subject=SETTLEMENT_SUBJECT,
+                           amount_minor=amount, currency=balance.currency, extra=None, window=bucket,
+                           distinct=call.distinct_reason)  # fmt: skip
+
+    def previous_intent(amount: int) -> str | None:
+        """The previous window's SIK when this call is a repeat of that intent: within grace in any state
+        (it may be APPLIED by now); later only while it is unsettled (the caller was told to repeat)."""
+        if window == 0:
+            return None
+        sik = key(window - 1, amount)
+        state = intent_state(ledger, base.merchant_id, sik)
+        return sik if state is not None and (in_grace or state in UNSETTLED) else None
+
     params: dict[str, object] = {"notes": call.notes}
     amount = call.amount
     if amount is None:
         params["full"] = True
         earlier = earlier_full_request(ledger, base.merchant_id, base.tool, SETTLEMENT_SUBJECT, call.distinct_reason,
                                        since_ms=(window - 1) * window_ms)  # fmt: skip
-        amount = earlier[1] if earlier is not None else balance.balance
+        # The repeat of a full-balance settlement is that settlement, whatever the balance is now — if it is
+        # one this call lands on; an earlier window's, outside the grace rule, is another day's operation.
+        repeated = earlier is not None and earlier[0] in (key(window, earlier[1]), previous_intent(earlier[1]))
+        amount = earlier[1] if earlier is not None and repeated else balance.balance
     if amount <= 0:
         return _replace(_unresolved(base, "G2_EXCEEDS_BALANCE", balance=balance.balance), balance=balance)
     params["amount"] = amount
     if call.description is not None:
         params["description"] = call.description
 
-    def key(bucket: int) -> str:
-        return compute_sik(merchant_id=base.merchant_id, tool=base.tool, subject=SETTLEMENT_SUBJECT,
-                           amount_minor=amount, currency=balance.currency, extra=None, window=bucket,
-                           distinct=call.distinct_reason)  # fmt: skip
-
-    sik = key(window)
-    if is_unsettled(ledger, base.merchant_id, key(window - 1)):
-        # A retry that crossed into the next window while the first call is still unsettled is that call,
-        # not a new settlement: answer it with the earlier intent.
-        window, sik = window - 1, key(window - 1)
+    sik = key(window, amount)
+    grace_sik: str | None = key(window - 1, amount) if in_grace else key(window + 1, amount)
+    previous = None if intent_state(ledger, base.merchant_id, sik) is not None else previous_intent(amount)
+    if previous is not None:
+        # A repeat that crossed into the next window is that call, not a new settlement: answer it with the
+        # earlier intent, even once that one is APPLIED (the caller was promised it cannot pay twice).
+        window, sik, grace_sik = window - 1, previous, None
     return _replace(base, subject=SETTLEMENT_SUBJECT, amount_minor=amount, currency=balance.currency,
-                    requested_amount=call.amount, balance=balance, sik=sik, window=window,
+                    requested_amount=call.amount, balance=balance, sik=sik, window=window, grace_sik=grace_sik,
                     distinct_reason=call.distinct_reason, params=params)  # fmt: skip
+
+
+def _no_balance_read(exc: RailError) -> bool:
+    """The rail answered that it has no balance endpoint (Razorpay: 400 "The requested URL was not found on
+    the server."; others 404/405): a repeat gets the same answer, so this is not an outage to wait out."""
+    if exc.http_status in (404, 405):
+        return True
+    return exc.kind is RailErrorKind.REJECTED and _NO_SUCH_URL in (exc.description or "").lower()

@@ -74,7 +74,7 @@ async def call_money_tool(
     outcome = await _wait(ingress, proposal.request_id)
     if outcome is None:
         return results.in_progress()
-    return results.success(outcome.structured())
+    return results.money_outcome(outcome.structured())
 
 
 def proposal_job_id(request_id: str) -> str:

@@ -28,6 +28,33 @@ def success(structured: dict[str, Any]) -> CallToolResult:
     )
 
 
+# Reason codes an agent cannot act on from the code alone: said in words, as a text block after the JSON
+# (the structured content keeps the output schema's shape).
+EXPLANATIONS: dict[str, str] = {
+    "G2_BALANCE_UNREADABLE": (
+        "Interlock cannot read this merchant's settlement balance on the rail, so G2 cannot check that a "
+        "settlement fits, and none is made. What is missing: a balance read — Razorpay's REST API has no "
+        "GET /v1/balance (only Interlock's sandbox rail offers one), and an upstream MCP server needs a "
+        "fetch_balance tool. Nothing was paid. Repeating the call gets the same answer: an operator must "
+        "connect Interlock to a rail that can report the balance."
+    ),
+    "G2_RAIL_UNAVAILABLE": (
+        "The rail could not be read just now (an outage, not a refusal). Nothing was paid; repeating the "
+        "same call is safe and will not pay twice."
+    ),
+}
+
+
+def money_outcome(structured: dict[str, Any]) -> CallToolResult:
+    """A money call's outcome (SPEC §10), with the words for a reason code that needs them."""
+    result = success(structured)
+    explanation = EXPLANATIONS.get(str(structured.get("reason_code")))
+    if explanation is None:
+        return result
+    return CallToolResult(content=[*result.content, TextContent(text=explanation)],
+                          structured_content=structured, is_error=False)  # fmt: skip
+
+
 def in_progress() -> CallToolResult:
     """Nothing recorded for this call within the deadline: repeating the same call is safe (the SIK dedups)."""
     return success(

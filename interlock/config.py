@@ -15,6 +15,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from interlock.errors import ConfigError
 
 ENV_PREFIX = "INTERLOCK_"
+# ADR 0009. 15 min covers the longest a caller may still hold a RETRY_SAME_CALL for its first call: the
+# ingress wait (15 s) plus reconciliation up to INTERLOCK_RECONCILE_MAX_AGE_MS (10 min), with margin.
+DEFAULT_SETTLEMENT_GRACE_MS = 900_000
 
 
 class Settings(BaseSettings):
@@ -43,6 +46,11 @@ class Settings(BaseSettings):
     reconcile_max_passes: int = Field(default=20, gt=0, description="inconclusive passes before QUARANTINED")
     reconcile_max_age_ms: int = Field(default=600_000, gt=0, description="age of UNKNOWN before QUARANTINED")
     lease_ttl_ms: int = Field(default=30_000, gt=0, description="rail worker lease and IN_FLIGHT lease")
+    settlement_window_grace_ms: int = Field(
+        default=DEFAULT_SETTLEMENT_GRACE_MS, ge=0,
+        description="after an idempotency window's boundary, how long a repeat of a settlement still lands on "
+        "the previous window's intent (capped at half the window)",
+    )  # fmt: skip
     shard: str = Field(default="0", pattern=r"^[A-Za-z0-9_-]{1,32}$", description="ledger shard served")
     agent_id: str | None = Field(default=None, description="trusted agent id for the stdio ingress")
     merchant_id: str | None = Field(default=None, description="trusted merchant id (else the mandate's)")

@@ -1,5 +1,5 @@
 """`interlock status`: the first thing an operator runs — intents by state, the oldest UNKNOWN,
-queue depths and who holds the rail worker's lease."""
+queue depths, who holds the rail worker's lease, and the timing bounds the money path relies on."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import click
 import redis
 
 from interlock.clock import now_ms
-from interlock.config import load_settings
+from interlock.config import Settings, env_name, load_settings
 from interlock.queues import gates_queue, rail_queue, reconcile_hint_key, rq_queue
 from ledger import leases
 from ledger.db import open_ledger
@@ -43,6 +43,25 @@ def collect(ledger_path: Path, redis_url: str | None, shard: str) -> dict[str, A
     return report
 
 
+# What each bound protects. Settlements have no rail-side idempotency key, so the first two are where a
+# rail that applies late, or lists late, could still be paid twice (ADR 0010); the operator must see them.
+_BOUNDS: tuple[tuple[str, str], ...] = (
+    ("rail_timeout_ms", "a money call is given up after this; a settlement the rail applies later than this plus "
+                        "the reconcile delay may be paid twice (ADR 0010)"),
+    ("reconcile_min_delay_ms", "an absent stamp is believed only this long after the call gave up; a rail whose "
+                               "lists lag longer may see a settlement paid twice (ADR 0010)"),
+    ("lease_ttl_ms", "a dead rail worker's IN_FLIGHT call counts as abandoned only after this lease plus the "
+                     "rail timeout"),
+    ("settlement_window_grace_ms", "a settlement repeated this soon after its window's boundary lands on the "
+                                   "previous window's intent (ADR 0009)"),
+)  # fmt: skip
+
+
+def timing_bounds(settings: Settings) -> dict[str, dict[str, Any]]:
+    """The configured bounds, by environment variable, each with the one line that says what it bounds."""
+    return {env_name(name): {"ms": getattr(settings, name), "bounds": text} for name, text in _BOUNDS}
+
+
 def _queue_depths(redis_url: str | None, shard: str) -> dict[str, Any]:
     if not redis_url:
         return {"error": "REDIS_URL is not set"}
@@ -62,6 +81,7 @@ def status_command(ledger: Path | None, as_json: bool) -> None:
     """Intents by state, oldest UNKNOWN age, queue depths and the rail worker's lease."""
     settings = load_settings()
     report = collect(ledger or settings.require("ledger"), settings.redis_url, settings.shard)
+    report["timing_bounds"] = timing_bounds(settings)
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True))
         return
@@ -77,3 +97,6 @@ def status_command(ledger: Path | None, as_json: bool) -> None:
         click.echo(f"rail worker lease: {lease['owner']} epoch {lease['epoch']} "
                    f"({'live' if lease['live'] else 'EXPIRED'}, heartbeat {lease['heartbeat_age_ms']} ms ago)")
     click.echo("queues: " + ", ".join(f"{k}={v}" for k, v in report["queues"].items()))
+    click.echo("timing bounds:")
+    for variable, bound in report["timing_bounds"].items():
+        click.echo(f"  {variable}={bound['ms']} ms: {bound['bounds']}")

@@ -30,6 +30,28 @@ def money_in_motion_for_subject(
     return int(row[0])
 
 
+# G2's money in motion (issue 13 item 7): what may still move, plus HELD — a person may release it at any
+# moment, so a second call must not be judged as if that money were still there.
+_G2_COUNTED: frozenset[State] = MAY_MOVE_MONEY | {State.HELD}
+
+
+def money_committed_for_subject(
+    conn: sqlite3.Connection, merchant_id: str, subject_id: str, *, exclude_sik: str, currency: str | None = None
+) -> int:
+    """Minor units of this subject's *other* intents that may still move money or are HELD (G2's ceiling).
+
+    For a refund the subject is the payment; for a settlement it is "balance", and APPLIED settlements are
+    left out because the rail's balance already reflects them. *currency* narrows it (a balance has one)."""
+    marks, states = _placeholders(_G2_COUNTED)
+    row = conn.execute(
+        f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents
+            WHERE merchant_id = ? AND subject_id = ? AND sik <> ? AND state IN ({marks})
+              AND (? IS NULL OR currency = ?)""",
+        (merchant_id, subject_id, exclude_sik, *states, currency, currency),
+    ).fetchone()
+    return int(row[0])
+
+
 @dataclass(frozen=True, slots=True)
 class WindowUsage:
     calls: int
@@ -97,3 +119,9 @@ def earlier_full_request(
 def is_unsettled(conn: sqlite3.Connection, merchant_id: str, sik: str) -> bool:
     row = conn.execute("SELECT state FROM intents WHERE merchant_id = ? AND sik = ?", (merchant_id, sik)).fetchone()
     return row is not None and State(row["state"]) in UNSETTLED
+
+
+def intent_state(conn: sqlite3.Connection, merchant_id: str, sik: str) -> State | None:
+    """The intent's state, or None when the SIK has no intent."""
+    row = conn.execute("SELECT state FROM intents WHERE merchant_id = ? AND sik = ?", (merchant_id, sik)).fetchone()
+    return None if row is None else State(row["state"])

@@ -2,10 +2,11 @@
 
 An approval is valid only (a) from an approver the intent's own mandate names, (b) while that mandate is
 still the configured one (same mandate_hash) and active, (c) before the hold expires, and (d) for the
-exact terms the approver was shown (sik, amount, subject, mandate_hash). It releases that one intent —
-HELD -> AUTHORIZED in one transaction with an audit record naming who and why — and hands it to the rail
-worker through the normal execute job. A changed amount is a different SIK, so it is a different intent
-and needs its own approval: approving never lets anything else through.
+exact terms the approver was shown (sik, amount, subject, mandate_hash), (e) while the amount still fits G2
+on a fresh rail read (the payment or the balance, less the other intents in motion or held). It releases
+that one intent — HELD -> AUTHORIZED in one transaction with an audit record naming who and why — and
+hands it to the rail worker through the normal execute job. A changed amount is a different SIK, so it is
+a different intent and needs its own approval: approving never lets anything else through.
 """
 
 from __future__ import annotations
@@ -19,14 +20,19 @@ import redis
 
 from interlock.canonical import canonical_hash
 from interlock.clock import now_ms
-from interlock.errors import InterlockError, OperatorRefused
+from interlock.errors import ConfigError, InterlockError, OperatorRefused
 from interlock.mandate import MandateStore
 from interlock.queues import EXECUTE_JOB, rail_queue, rq_queue
 from ledger import operator
 from ledger.db import transaction
 from ledger.intents import Intent
+from ledger.queries import money_committed_for_subject
 from ledger.states import State
 from ops.context import OpsContext
+from ops.format import format_minor
+from ops.rail_check import REFUND_TOOL
+from rails.models import Balance, Payment
+from rails.razorpay import RailError
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +102,7 @@ def approve(
 ) -> Released:  # fmt: skip
     now = now if now is not None else now_ms()
     mandates = ctx.mandates()
+    rail_view = _read_referent(ctx, sik, merchant_id)  # before the write lock: a rail call may take seconds
     with ctx.ledger() as conn:
         with transaction(conn):  # every check reads the row under the write lock it is released under
             intent = find_intent(conn, sik, merchant_id)
@@ -105,7 +112,8 @@ def approve(
                 problem: str | None = (f"the hold expired at {intent.hold_expires_at} (now {now}); the call is now "
                                        "BLOCKED with reason HOLD_EXPIRED — the agent must make a new call")
             else:
-                problem = _approval_problem(mandates, intent, approver, expected or Expected(), now)
+                problem = (_approval_problem(mandates, intent, approver, expected or Expected(), now)
+                           or _value_problem(conn, intent, rail_view))  # fmt: skip
                 if problem is None:
                     intent = operator.release_hold(conn, intent, approver=approver, reason=reason,
                                                    approved_terms=terms_of(intent), now=now,
@@ -114,6 +122,61 @@ def approve(
         raise OperatorRefused(sik, problem)
     logger.info("hold on %s released by %s: %s", sik, approver, reason)
     return Released(intent, _enqueue_execute(ctx, intent))
+
+
+@dataclass(frozen=True, slots=True)
+class _RailView:
+    """G2's referent as the rail reports it at approval time, or why it could not be read."""
+
+    payment: Payment | None = None
+    balance: Balance | None = None
+    problem: str | None = None
+
+
+def _read_referent(ctx: OpsContext, sik: str, merchant_id: str | None) -> _RailView:
+    with ctx.ledger(readonly=True) as conn:
+        intent = find_intent(conn, sik, merchant_id)
+    if intent.state is not State.HELD:
+        return _RailView()  # refused under the lock as not HELD; nothing to read
+    what = f"payment {intent.subject_id}" if intent.tool == REFUND_TOOL else "settlement balance"
+    try:
+        with ctx.rail() as rail:
+            if intent.tool == REFUND_TOOL:
+                return _RailView(payment=rail.fetch_payment(intent.subject_id))
+            return _RailView(balance=rail.fetch_balance())
+    except (RailError, ConfigError) as exc:
+        # Fail closed: an approval is judged against the rail as it is now, never against the gate's old read.
+        return _RailView(problem=f"could not re-read the {what} on the rail to re-run G2 ({exc}); nothing was "
+                                 "released — approve again once the rail answers")  # fmt: skip
+
+
+def _value_problem(conn: sqlite3.Connection, intent: Intent, view: _RailView) -> str | None:
+    """G2 again, against the fresh rail read and the ledger inside the release transaction: money moved or
+    held since the call was held (another refund, a settlement) may leave no room for it any more."""
+    if view.problem is not None:
+        return view.problem
+    amount, currency = intent.amount_minor, intent.currency
+    others = money_committed_for_subject(conn, intent.merchant_id, intent.subject_id, exclude_sik=intent.sik,
+                                         currency=currency)  # fmt: skip
+    if view.payment is not None:
+        pay = view.payment
+        room = pay.amount - pay.amount_refunded - others
+        basis = (f"payment {pay.id}: captured {format_minor(pay.amount, currency)} - refunded "
+                 f"{format_minor(pay.amount_refunded, currency)} - other intents in motion or held "
+                 f"{format_minor(others, currency)}")  # fmt: skip
+        code = "G2_EXCEEDS_REFUNDABLE"
+    elif view.balance is not None:
+        room = view.balance.balance - others
+        basis = (f"balance {format_minor(view.balance.balance, view.balance.currency)} - other settlements in "
+                 f"motion or held {format_minor(others, currency)}")  # fmt: skip
+        code = "G2_EXCEEDS_BALANCE"
+    else:  # not read because it was not HELD then; fail closed rather than release unchecked
+        return "it was not HELD when the rail was read for G2; approve again"
+    if amount <= room:
+        return None
+    return (f"{code}: the held {format_minor(amount, currency)} no longer fits ({basis} = "
+            f"{format_minor(max(room, 0), currency)} left, read from the rail now); reject it — the agent can make "
+            "a new call for what is left")  # fmt: skip
 
 
 def reject(ctx: OpsContext, sik: str, *, approver: str, reason: str, merchant_id: str | None = None,

@@ -1,15 +1,18 @@
 """G2 value: the amount is judged against the real referent on the rail and the mandate's per-call range.
 
 Ceiling for a refund = captured amount - amount already refunded - money of this payment's *other*
-intents that may still move (AUTHORIZED, IN_FLIGHT, UNKNOWN, RECONCILING). The proposal's own SIK
-is excluded so a retry is not counted against itself.
+intents that may still move (AUTHORIZED, IN_FLIGHT, UNKNOWN, RECONCILING) or are HELD (a person may
+release one at any moment). For a settlement = the balance read now - the merchant's other settlements
+that may still move or are HELD; an APPLIED one is already out of the balance the rail reports. The
+proposal's own SIK is excluded so a retry is not counted against itself.
 """
 
 from __future__ import annotations
 
 from gate_workers.context import GateContext, ResolvedAction
+from interlock.sik import SETTLEMENT_SUBJECT
 from interlock.verdicts import GateResult, allow, block, hold
-from ledger.queries import money_in_motion_for_subject
+from ledger.queries import money_committed_for_subject
 
 NAME = "G2"
 CAPTURED_STATUSES = frozenset({"captured", "refunded"})
@@ -24,14 +27,19 @@ def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
         payment = action.payment
         if not payment.captured or payment.status not in CAPTURED_STATUSES:
             return block("G2_NOT_CAPTURED", payment_id=payment.id, status=payment.status)
-        in_motion = money_in_motion_for_subject(ctx.ledger, action.merchant_id, payment.id, exclude_sik=action.sik)
+        in_motion = money_committed_for_subject(ctx.ledger, action.merchant_id, payment.id, exclude_sik=action.sik)
         ceiling = payment.amount - payment.amount_refunded - in_motion
         if amount > ceiling:
             return block("G2_EXCEEDS_REFUNDABLE", amount_minor=amount, refundable_minor=max(ceiling, 0),
                          captured_minor=payment.amount, refunded_minor=payment.amount_refunded,
                          in_motion_minor=in_motion)  # fmt: skip
-    elif action.balance is not None and amount > action.balance.balance:
-        return block("G2_EXCEEDS_BALANCE", amount_minor=amount, balance_minor=action.balance.balance)
+    elif action.balance is not None:
+        balance = action.balance
+        in_motion = money_committed_for_subject(ctx.ledger, action.merchant_id, SETTLEMENT_SUBJECT,
+                                                exclude_sik=action.sik, currency=balance.currency)  # fmt: skip
+        if amount > balance.balance - in_motion:
+            return block("G2_EXCEEDS_BALANCE", amount_minor=amount, balance_minor=balance.balance,
+                         in_motion_minor=in_motion, available_minor=max(balance.balance - in_motion, 0))  # fmt: skip
     return _check_mandate_range(action.tool, amount, currency, ctx)
 
 

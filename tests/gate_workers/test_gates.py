@@ -75,8 +75,8 @@ def test_g2_resolution_errors_block_with_their_reason(ledger: sqlite3.Connection
     assert (result.verdict, result.reason_code) == (B, "G2_PAYMENT_NOT_FOUND")
 
 
-@pytest.mark.parametrize("state", ["AUTHORIZED", "IN_FLIGHT", "UNKNOWN", "RECONCILING"])
-def test_g2_other_intents_in_motion_reduce_the_ceiling(ledger: sqlite3.Connection, state: str) -> None:
+@pytest.mark.parametrize("state", ["AUTHORIZED", "IN_FLIGHT", "UNKNOWN", "RECONCILING", "HELD"])
+def test_g2_other_intents_in_motion_or_held_reduce_the_ceiling(ledger: sqlite3.Connection, state: str) -> None:
     put_intent(ledger, "O" * 32, state, amount=100000)
     assert g2_value.check(refund_action(89900), context(ledger)).verdict == A
     result = g2_value.check(refund_action(89901), context(ledger))
@@ -84,8 +84,8 @@ def test_g2_other_intents_in_motion_reduce_the_ceiling(ledger: sqlite3.Connectio
     assert result.detail["in_motion_minor"] == 100000
 
 
-@pytest.mark.parametrize("state", ["APPLIED", "BLOCKED", "FAILED_TERMINAL", "HELD"])
-def test_g2_settled_or_held_intents_do_not_reduce_the_ceiling(ledger: sqlite3.Connection, state: str) -> None:
+@pytest.mark.parametrize("state", ["APPLIED", "BLOCKED", "FAILED_TERMINAL"])
+def test_g2_settled_intents_do_not_reduce_the_ceiling(ledger: sqlite3.Connection, state: str) -> None:
     # APPLIED money is already in the payment's amount_refunded, read from the rail itself.
     put_intent(ledger, "O" * 32, state, amount=100000)
     assert g2_value.check(refund_action(189900), context(ledger)).verdict == A

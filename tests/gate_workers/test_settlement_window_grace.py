@@ -1,0 +1,194 @@
+"""ADR 0009: a settlement repeated just after its idempotency window's boundary is the same settlement —
+at the gate, and authoritatively at admit when two gate workers race or one stalls."""
+
+from __future__ import annotations
+
+import sqlite3
+
+import pytest
+
+from gate_workers.context import GateContext, ResolvedAction
+from gate_workers.jobs import GateRuntime, build_decision, decide
+from gate_workers.resolve import resolve
+from interlock.clock import now_ms
+from interlock.config import Settings
+from interlock.mandate import Mandate, MandateStore
+from interlock.messages import Decision, Proposal, Verdict
+from interlock.sik import compute_sik
+from interlock.tools import current_pins
+from ledger.db import open_ledger
+from ledger.intents import get_intent
+from rail_worker.admit import admit
+from rail_worker.runtime import RailRuntime
+from rails.models import Balance, Payment
+from tests.ledger.helpers import put_intent
+from tests.mandates import AGENT, MERCHANT, make_mandate
+
+DAY = 86_400_000
+BOUNDARY = 20_000 * DAY  # a midnight UTC inside the example mandate's validity
+GRACE = 900_000
+TOOL = "create_instant_settlement"
+
+
+class BalanceRail:
+    """The rail's read side as the gate sees it: a balance, and no payments."""
+
+    def __init__(self, balance: int = 900_000) -> None:
+        self.balance = balance
+
+    def fetch_balance(self) -> Balance:
+        result: Balance = Balance.from_raw({"balance": self.balance, "currency": "INR"})
+        return result
+
+    def fetch_payment(self, payment_id: str) -> Payment:
+        raise AssertionError("a settlement reads no payment")
+
+
+def proposal(request_id: str, *, received_at_ms: int = 0, **arguments: object) -> Proposal:
+    arguments = arguments if "settle_full_balance" in arguments else {"amount": 30_000, **arguments}
+    return Proposal(request_id=request_id, agent_id=AGENT, merchant_id=MERCHANT, tool=TOOL, arguments=arguments,
+                    received_at_ms=received_at_ms)  # fmt: skip
+
+
+def sik_in(window: int, amount: int = 30_000, distinct: str | None = None) -> str:
+    return compute_sik(merchant_id=MERCHANT, tool=TOOL, subject="balance", amount_minor=amount, currency="INR",
+                       window=window, distinct=distinct)  # fmt: skip
+
+
+def settle_at(ledger: sqlite3.Connection, at_ms: int, *, grace_ms: int = GRACE, mandate: Mandate | None = None,
+              balance: int = 900_000, **extra: object) -> ResolvedAction:  # fmt: skip
+    return resolve(proposal("r", **extra), BalanceRail(balance), ledger, mandate or make_mandate(), at_ms,
+                   grace_ms=grace_ms)  # fmt: skip
+
+
+def put_settlement(ledger: sqlite3.Connection, sik: str, state: str) -> None:
+    put_intent(ledger, sik, state, amount=30_000, subject="balance", tool=TOOL)
+
+
+PREVIOUS, CURRENT = BOUNDARY // DAY - 1, BOUNDARY // DAY
+
+
+@pytest.mark.parametrize("state", ["APPLIED", "UNKNOWN", "HELD", "FAILED_TERMINAL", "BLOCKED"])
+def test_a_repeat_10_s_after_the_boundary_lands_on_the_first_intent_in_any_state(
+    ledger: sqlite3.Connection, state: str
+) -> None:
+    # The repro: the first call began 5 s before midnight, was told RETRY_SAME_CALL, and has since APPLIED.
+    first = settle_at(ledger, BOUNDARY - 5_000)
+    assert (first.sik, first.window) == (sik_in(PREVIOUS), PREVIOUS)
+    put_settlement(ledger, sik_in(PREVIOUS), state)
+    repeat = settle_at(ledger, BOUNDARY + 10_000)
+    assert (repeat.sik, repeat.window, repeat.grace_sik) == (first.sik, PREVIOUS, None)
+
+
+def test_after_the_grace_a_settled_first_intent_no_longer_captures_the_call(ledger: sqlite3.Connection) -> None:
+    put_settlement(ledger, sik_in(PREVIOUS), "APPLIED")
+    last_in_grace = settle_at(ledger, BOUNDARY + GRACE - 1)
+    assert last_in_grace.sik == sik_in(PREVIOUS)
+    later = settle_at(ledger, BOUNDARY + GRACE)
+    assert (later.sik, later.window) == (sik_in(CURRENT), CURRENT), "a new day's identical settlement is new"
+
+
+def test_after_the_grace_an_unsettled_first_intent_still_captures_its_repeat(ledger: sqlite3.Connection) -> None:
+    # The caller was told RETRY_SAME_CALL and still is: its repeat hours later must not pay again.
+    put_settlement(ledger, sik_in(PREVIOUS), "UNKNOWN")
+    assert settle_at(ledger, BOUNDARY + 6 * 3_600_000).sik == sik_in(PREVIOUS)
+
+
+def test_the_grace_is_configurable_and_at_most_half_the_window(ledger: sqlite3.Connection) -> None:
+    put_settlement(ledger, sik_in(PREVIOUS), "APPLIED")
+    assert settle_at(ledger, BOUNDARY + 10_000, grace_ms=0).sik == sik_in(CURRENT)
+    assert settle_at(ledger, BOUNDARY + 10_000, grace_ms=5_000).sik == sik_in(CURRENT)
+    assert settle_at(ledger, BOUNDARY + 10_000, grace_ms=20_000).sik == sik_in(PREVIOUS)
+    # A one-minute window keeps its second half for new operations, whatever the configured grace.
+    minute = make_mandate({"idempotency.create_instant_settlement.window_ms": 60_000})
+    minute_sik = compute_sik(merchant_id=MERCHANT, tool=TOOL, subject="balance", amount_minor=30_000,
+                             currency="INR", window=BOUNDARY // 60_000 - 1)  # fmt: skip
+    put_settlement(ledger, minute_sik, "APPLIED")
+    assert settle_at(ledger, BOUNDARY + 29_999, mandate=minute).sik == minute_sik
+    assert settle_at(ledger, BOUNDARY + 30_000, mandate=minute).sik != minute_sik
+
+
+def test_a_distinct_reason_right_after_the_boundary_is_a_new_operation(ledger: sqlite3.Connection) -> None:
+    put_settlement(ledger, sik_in(PREVIOUS), "APPLIED")
+    second = settle_at(ledger, BOUNDARY + 10_000, interlock_distinct_reason="second payout for the new day")
+    assert second.sik == sik_in(CURRENT, distinct="second payout for the new day")
+
+
+def test_a_full_balance_repeat_after_the_grace_settles_the_balance_now(ledger: sqlite3.Connection) -> None:
+    first = settle_at(ledger, BOUNDARY - 5_000, settle_full_balance=True)
+    assert first.sik is not None and first.amount_minor == 900_000
+    put_intent(ledger, first.sik, "APPLIED", amount=900_000, subject="balance", tool=TOOL, now=BOUNDARY - 4_000,
+               params=first.params)  # fmt: skip
+    # The balance is lower now (the first one paid out); its repeat is still that settlement.
+    repeat = settle_at(ledger, BOUNDARY + 10_000, balance=400_000, settle_full_balance=True)
+    assert (repeat.sik, repeat.amount_minor) == (first.sik, 900_000)
+    # Next day, past the grace: "everything" is today's balance read, not yesterday's amount.
+    later = settle_at(ledger, BOUNDARY + 2 * GRACE, balance=400_000, settle_full_balance=True)
+    assert (later.amount_minor, later.window) == (400_000, CURRENT)
+
+
+def test_a_decision_names_the_same_call_in_the_adjacent_window(ledger: sqlite3.Connection) -> None:
+    assert settle_at(ledger, BOUNDARY + 10_000).grace_sik == sik_in(PREVIOUS)  # a repeat that may race its first
+    assert settle_at(ledger, BOUNDARY - 5_000).grace_sik == sik_in(CURRENT)  # a first call that may stall
+
+
+def gate_runtime(ledger: sqlite3.Connection) -> GateRuntime:
+    mandate = make_mandate()
+    return GateRuntime(settings=Settings(), mandates=MandateStore({AGENT: mandate}), rail=BalanceRail(),
+                       ledger=ledger, redis=None, tool_hashes=current_pins())  # type: ignore[arg-type]
+
+
+def test_the_window_is_the_calls_received_time_not_the_gate_workers_clock(ledger: sqlite3.Connection) -> None:
+    # Received 5 s before a boundary long past; the gate worker only gets to it now (days later).
+    decision = decide(proposal("r_late", received_at_ms=BOUNDARY - 5_000), gate_runtime(ledger))
+    assert decision.verdict is Verdict.ALLOW, decision.reason_code
+    assert (decision.sik, decision.window) == (sik_in(PREVIOUS), PREVIOUS)
+    assert decision.decided_at_ms >= now_ms() - 60_000  # the gates themselves judged by the worker's clock
+
+
+# -- admit: the rail worker's answer when two gate workers raced, with a real ledger file ------------------
+
+
+def gated(rt: RailRuntime, request_id: str, at_ms: int) -> Decision:
+    """What a gate worker decides for the call received at *at_ms*, reading the ledger as it is now."""
+    gate_ledger = open_ledger(rt.ledger_path, readonly=True)
+    try:
+        mandate = rt.mandates.require(AGENT)
+        action = resolve(proposal(request_id, received_at_ms=at_ms), BalanceRail(), gate_ledger, mandate, at_ms)
+        ctx = GateContext(mandate=mandate, now_ms=now_ms(), ledger=gate_ledger, tool_hashes=current_pins())
+        return build_decision(action, ctx, mandate)
+    finally:
+        gate_ledger.close()
+
+
+def intent_count(rt: RailRuntime) -> int:
+    return int(rt.ledger.execute("SELECT COUNT(*) FROM intents").fetchone()[0])
+
+
+def test_admit_answers_a_raced_repeat_with_the_previous_windows_intent(rail_rt: RailRuntime) -> None:
+    first = gated(rail_rt, "r_first", BOUNDARY - 5_000)
+    repeat = gated(rail_rt, "r_repeat", BOUNDARY + 10_000)  # resolved before the first call was admitted
+    assert (first.sik, repeat.sik, repeat.grace_sik) == (sik_in(PREVIOUS), sik_in(CURRENT), sik_in(PREVIOUS))
+    admitted = admit(rail_rt, first)
+    assert admitted.execute is not None and admitted.execute.sik == first.sik
+    answer = admit(rail_rt, repeat)
+    assert answer.execute is None and answer.outcome is not None
+    assert (answer.outcome.sik, answer.outcome.replayed, answer.outcome.state) == (first.sik, True, "AUTHORIZED")
+    assert get_intent(rail_rt.ledger, MERCHANT, sik_in(CURRENT)) is None and intent_count(rail_rt) == 1
+
+
+def test_admit_answers_a_stalled_first_call_with_the_intent_its_repeat_made(rail_rt: RailRuntime) -> None:
+    # The first call's gate worker stalled past the boundary; the agent's repeat was keyed and admitted first.
+    first = gated(rail_rt, "r_first", BOUNDARY - 5_000)
+    repeat = gated(rail_rt, "r_repeat", BOUNDARY + 10_000)
+    assert admit(rail_rt, repeat).execute is not None
+    late = admit(rail_rt, first)
+    assert late.execute is None and late.outcome is not None
+    assert (late.outcome.sik, late.outcome.replayed) == (repeat.sik, True)
+    assert get_intent(rail_rt.ledger, MERCHANT, sik_in(PREVIOUS)) is None and intent_count(rail_rt) == 1
+
+
+def test_admit_creates_the_new_windows_intent_when_there_is_no_earlier_one(rail_rt: RailRuntime) -> None:
+    fresh = gated(rail_rt, "r_new", BOUNDARY + 10_000)
+    admitted = admit(rail_rt, fresh)
+    assert admitted.execute is not None and admitted.execute.sik == sik_in(CURRENT)

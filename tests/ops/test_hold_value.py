@@ -1,0 +1,73 @@
+"""Approving a hold re-runs G2 against a fresh rail read (issue 13, item 7): money that moved or was held
+since the call was held may leave no room for it, and then nothing is released."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from interlock.errors import OperatorRefused
+from ledger.states import State
+from ops import holds
+from rails.razorpay import RazorpayClient
+from tests.ops.conftest import APPROVER, HELD_AMOUNT, Operated, ops_context_for
+
+
+def refund_outside_interlock(operated: Operated, payment_id: str, amount: int) -> None:
+    """Someone refunds on the rail directly (the dashboard, another system): no stamp of ours."""
+    rail = operated.engine.rail
+    with RazorpayClient(rail.url, rail.key_id, rail.key_secret, timeout_ms=5000) as client:
+        client.create_refund(payment_id, amount, notes=None, receipt=None, idempotency_key=None)
+
+
+def test_a_hold_that_no_longer_fits_the_payment_is_not_released(operated: Operated) -> None:
+    pid, sik = operated.held()  # 3,500.00 of a 5,000.00 payment
+    refund_outside_interlock(operated, pid, 200_000)
+    with pytest.raises(OperatorRefused, match=r"G2_EXCEEDS_REFUNDABLE: the held 3,500.00 INR no longer fits .*"
+                                              r"refunded 2,000.00 INR .* = 3,000.00 INR left"):  # fmt: skip
+        holds.approve(operated.ops, sik, approver=APPROVER, reason="checked")
+    assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
+    assert operated.engine.rail.count_stamped(sik) == 0
+
+
+def test_other_held_calls_on_the_payment_count_at_the_gate_and_at_approval(operated: Operated) -> None:
+    pid, first = operated.held(payment_amount=700_000)
+    # G2 at the gate: the first hold's 3,500.00 is counted, so only 3,500.00 is left for anything else.
+    over = operated.engine.outcome(operated.engine.propose({"payment_id": pid, "amount": HELD_AMOUNT + 1}))
+    assert (over.state, over.reason_code) == ("BLOCKED", "G2_EXCEEDS_REFUNDABLE")
+    second = operated.engine.outcome(operated.engine.propose({"payment_id": pid, "amount": HELD_AMOUNT,
+                                                              "interlock_distinct_reason": "second duplicate charge"}))
+    assert second.state == "HELD" and second.sik not in (None, first)
+    refund_outside_interlock(operated, pid, 1)
+    # 7,000.00 - 0.01 refunded - 3,500.00 held by the second call leaves 3,499.99: the first no longer fits.
+    with pytest.raises(OperatorRefused, match=r"other intents in motion or held 3,500.00 INR = 3,499.99 INR left"):
+        holds.approve(operated.ops, first, approver=APPROVER, reason="checked")
+    holds.reject(operated.ops, second.sik, approver=APPROVER, reason="the same charge")  # type: ignore[arg-type]
+    # With the second call refused, the first fits again; it is not counted against itself.
+    holds.approve(operated.ops, first, approver=APPROVER, reason="checked again")
+    operated.engine.settle(first, {"APPLIED"})
+    assert operated.engine.rail.count_stamped(first) == 1
+
+
+def test_a_held_settlement_is_judged_against_the_balance_now(operated: Operated) -> None:
+    operated.engine.rail.set_balance(900_000)
+    held = operated.engine.outcome(operated.engine.propose({"amount": HELD_AMOUNT}, tool="create_instant_settlement"))
+    assert held.state == "HELD" and held.sik is not None
+    operated.engine.rail.set_balance(300_000)
+    with pytest.raises(OperatorRefused, match=r"G2_EXCEEDS_BALANCE: .*balance 3,000.00 INR"):
+        holds.approve(operated.ops, held.sik, approver=APPROVER, reason="checked")
+    assert operated.engine.intent(held.sik).state is State.HELD  # type: ignore[union-attr]
+
+
+def test_an_approval_when_the_rail_cannot_be_read_releases_nothing(
+    operated: Operated, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, sik = operated.held()
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    blind = ops_context_for(operated.engine, monkeypatch, INTERLOCK_RAIL_URL=f"http://127.0.0.1:{port}")
+    with pytest.raises(OperatorRefused, match="could not re-read the payment .* on the rail to re-run G2"):
+        holds.approve(blind, sik, approver=APPROVER, reason="checked")
+    assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
