@@ -44,9 +44,10 @@ test: lint browser
 bench: install
 	$(BIN)/interlock bench scenarios && $(BIN)/interlock bench perf
 
-# The full SIGKILL matrix (51 cells x 10 trials) and 30 random-kill trials; both rewrite RESULTS.md.
+# The full SIGKILL matrix (51 cells x 10 trials), 30 random-kill trials and the SIGSTOP pause cells
+# (24 cells x 5 trials); each rewrites its own section of RESULTS.md.
 chaos: install
-	$(BIN)/interlock chaos --trials 10 && $(BIN)/interlock chaos --random 30
+	$(BIN)/interlock chaos --trials 10 && $(BIN)/interlock chaos --random 30 && $(BIN)/interlock chaos --pause --trials 5
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

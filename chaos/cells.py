@@ -3,6 +3,11 @@
 A fault is paired with a kill point only when the fault can change what happens at that point. The
 faults a reconciler kill point needs to be reached at all (an ambiguous money call, a deep list)
 are added underneath and named in the cell.
+
+The pause cells are a second family: the rail worker is SIGSTOPped (not killed) at a point of its
+money call, a standby takes its lease, and it is woken — late, once the intent has been settled
+without it, or early, the moment the standby's retry has started — for refunds and for instant
+settlements, whose only defence against a second send is the fence.
 """
 
 from __future__ import annotations
@@ -33,6 +38,22 @@ AMBIGUOUS = {"ambiguous_504", "slow", "dup_response", "partition"}
 RAIL_POINTS = {p for p in KILL_POINTS if p.startswith("rail.")}
 RECONCILER_POINTS = {"reconciler.mid_pagination", "reconciler.after_finding_before_commit"}
 
+# Money tools a trial can call, by the short name used in cell keys.
+TOOLS = {"refund": "create_refund", "settlement": "create_instant_settlement"}
+# Where a stalled rail worker hurts: the request is out (during_call), or IN_FLIGHT is committed and the
+# request not yet sent (after_wal_before_call: on waking it must not send). The faults are the ones
+# that make the first call's fate unclear (ambiguous_504, slow) or the reconciler's read stale (replica_lag).
+PAUSE_POINTS = ["rail.after_wal_before_call", "rail.during_call"]
+PAUSE_FAULTS = ["ambiguous_504", "slow", "replica_lag"]
+# When the stopped worker is woken. "late": past lease TTL + reconcile min delay, once the intent is definite
+# without it. "early": the moment the standby has started its retry, while that retry may still be in flight.
+WAKES = ["late", "early"]
+# An early wake only tests the send-side rule if the stopped worker's lease can run out (heartbeats every
+# TTL/3, so as soon as TTL*2/3 after its commit) before a stall check keyed to the commit (TTL - rail timeout)
+# would stop it sending: that needs a rail timeout well under TTL/3. With the trial's TTL of 2500 ms, 250 ms
+# leaves a window in roughly half the trials, depending on where the commit falls between two heartbeats.
+EARLY_TIMINGS = {"INTERLOCK_RAIL_TIMEOUT_MS": "250"}
+
 
 @dataclass(frozen=True)
 class Cell:
@@ -41,10 +62,17 @@ class Cell:
     faults: list[dict[str, Any]] = field(default_factory=list)
     prior_refunds: int = 0  # unstamped refunds already on the payment (pushes ours past page one)
     note: str = ""
+    action: str = "kill"  # "kill": SIGKILL at the point; "pause": SIGSTOP there, SIGCONT after a takeover
+    tool: str = TOOLS["refund"]
+    wake: str = "late"  # pause cells: see WAKES
+    timings: dict[str, str] = field(default_factory=dict)  # overrides of the trial's TIMINGS
 
     @property
     def key(self) -> str:
-        return f"{self.point}|{self.fault}"
+        if self.action == "kill":
+            return f"{self.point}|{self.fault}"
+        short = next(name for name, tool in TOOLS.items() if tool == self.tool)
+        return f"{self.action}|{self.point}|{self.fault}|{short}|{self.wake}"
 
 
 def _skip_reason(point: str, fault: str) -> str | None:
@@ -93,5 +121,20 @@ def build_cells() -> tuple[list[Cell], list[tuple[str, str, str]]]:
     return cells, skipped
 
 
-def select(cells: list[Cell], points: list[str] | None, faults: list[str] | None) -> list[Cell]:
-    return [c for c in cells if (not points or c.point in points) and (not faults or c.fault in faults)]
+def build_pause_cells() -> list[Cell]:
+    """Every pause point × fault × money tool × wake. Nothing is skipped: each can leave the paused
+    worker holding a request it might still send, or an answer it might still record."""
+    return [
+        Cell(point, fault, list(PROFILES[fault]), action="pause", tool=tool, wake=wake,
+             timings=dict(EARLY_TIMINGS) if wake == "early" else {})  # fmt: skip
+        for wake in WAKES
+        for tool in TOOLS.values()
+        for point in PAUSE_POINTS
+        for fault in PAUSE_FAULTS
+    ]
+
+
+def select(cells: list[Cell], points: list[str] | None, faults: list[str] | None,
+           tools: list[str] | None = None, wakes: list[str] | None = None) -> list[Cell]:  # fmt: skip
+    return [c for c in cells if (not points or c.point in points) and (not faults or c.fault in faults)
+            and (not tools or c.tool in tools) and (not wakes or c.wake in wakes)]  # fmt: skip

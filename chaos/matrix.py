@@ -12,7 +12,8 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from chaos.cells import Cell
+from chaos.cells import WAKES, Cell
+from chaos.pause import run_pause_trial
 from chaos.trial import TrialResult, run_trial
 
 
@@ -26,8 +27,8 @@ def run_matrix(cells: list[Cell], trials: int, seed: int, out: Path, *, parallel
                TextColumn("{task.fields[last]}"))  # fmt: skip
     with Progress(*columns, disable=not progress) as bar, ThreadPoolExecutor(max_workers=parallel) as pool:
         task = bar.add_task("trials", total=len(plan), last="")
-        futures = {pool.submit(run_trial, cell, t, seeds[(cell.key, t)], out / "trials", mutation=mutation,
-                               proxy=proxy): cell for cell, t in plan}  # fmt: skip
+        futures = {pool.submit(run_pause_trial if cell.action == "pause" else run_trial, cell, t, seeds[(cell.key, t)],
+                               out / "trials", mutation=mutation, proxy=proxy): cell for cell, t in plan}  # fmt: skip
         for future in as_completed(futures):
             result = future.result()
             results.append(result)
@@ -93,6 +94,68 @@ def summarise(results: list[TrialResult], skipped: list[tuple[str, str, str]], *
         lines += ["", "Pairs not run, and why:", ""]
         lines += [f"- {p} × {f}: {why}" for p, f, why in skipped]
     return "\n".join(lines)
+
+
+def summarise_pause(results: list[TrialResult], *, command: str, seed: int, wall_s: float, commit: str,
+                    mutation: str | None = None) -> str:  # fmt: skip
+    by_cell: dict[str, list[TrialResult]] = defaultdict(list)
+    for r in results:
+        by_cell[r.cell].append(r)
+    violations = sum(len(r.violations) > 0 for r in results)
+    lines = [
+        "## Chaos: a paused rail worker (SIGSTOP, takeover, SIGCONT)",
+        "",
+        "Evidence class: **real process** × **sandbox rail** × **scripted agent**. A kill is not a pause: here the",
+        "rail worker is SIGSTOPped at its failpoint (INTERLOCK_PAUSE_AT) in the middle of a money call, as a GC",
+        "pause, VM steal or I/O stall would stop it. A standby `rail-worker --wait-lease` takes the lease once it",
+        "has expired, and the stopped worker is woken with SIGCONT: **late** — past the lease TTL plus the",
+        "reconciler's minimum delay, once the intent is definite without it — or **early** — the moment the",
+        "standby's retry has started (early cells run with a 250 ms rail timeout, so that the worker's lease can",
+        "run out before a stall check keyed to its commit would stop it sending). Each trial has a fresh data",
+        "directory and its own real processes; the agent is a real MCP client over streamable HTTP.",
+        "",
+        f"- command: `{command}`",
+        f"- seed: {seed}; commit: {commit}; date: {time.strftime('%Y-%m-%d')}; wall time: {wall_s / 60:.1f} min",
+        f"- **trials: {len(results)}; trials with a violation: {violations}; pauses landed: "
+        f"{sum(r.kill_landed for r in results)}; pre-empted: {sum(r.preempted is not None for r in results)}**",
+    ]
+    if mutation:
+        lines.append(f"- **MUTATED BUILD** (INTERLOCK_MUTATION={mutation}): violations are expected here")
+    lines += [
+        "",
+        "Expected in every cell, besides the kill matrix's checks (never two entities, nothing left unsettled,",
+        "ledger APPLIED ⇔ entity, audit chain intact): a standby took the lease; the woken worker stopped, made no",
+        "ledger write, and nothing it sent after waking became a second stamped entity. `lease out / woke` are",
+        "mean ms from the stalled attempt's IN_FLIGHT commit to the stopped worker's lease running out and to its",
+        "SIGCONT; `woke with` is the intent's state#attempt at SIGCONT; `old attempts` are the woken worker's",
+        "attempt rows (FENCED_NOT_SENT: it did not send).",
+        "",
+        "| wake | tool | pause point | fault | trials | lease out / woke ms | woke with | old attempts | "
+        "woken worker exit | after retry | violations | paused / pre-empted | s/trial |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(by_cell, key=lambda k: (WAKES.index(k.split("|")[4]), k)):
+        rs = by_cell[key]
+        _, point, fault, tool, wake = key.split("|")[:5]
+        lines.append(
+            f"| {wake} | {tool} | {point} | {fault} | {len(rs)} | {_mean(rs, 'lease_left_ms')} / "
+            f"{_mean(rs, 'stalled_ms')} | "
+            f"{_mode([str(r.pause.get('woke_with', '-')) for r in rs])} | "
+            f"{_mode([' '.join(r.pause.get('old_attempts', [])) or '-' for r in rs])} | "
+            f"{_mode([str(r.pause.get('exit_code', '-')) for r in rs])} | {_mode([r.after_retry for r in rs])} | "
+            f"{sum(len(r.violations) > 0 for r in rs)} | {sum(r.kill_landed for r in rs)} / "
+            f"{sum(r.preempted is not None for r in rs)} | {sum(r.seconds for r in rs) / len(rs):.1f} |"
+        )
+    bad = [r for r in results if r.violations]
+    if bad:
+        lines += ["", "Violations (first 20):", ""]
+        lines += [f"- {r.cell} #{r.trial} (seed {r.seed}): {'; '.join(r.violations)[:300]}" for r in bad[:20]]
+    return "\n".join(lines)
+
+
+def _mean(results: list[TrialResult], name: str) -> str:
+    values = [float(r.pause[name]) for r in results if name in r.pause]
+    return f"{sum(values) / len(values):.0f}" if values else "-"
 
 
 def _mode(values: list[str]) -> str:

@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import redis as redis_lib
 
@@ -23,6 +23,7 @@ from interlock.agent_client import SandboxControl, mcp_client, structured
 from interlock.errors import LedgerError
 from interlock.queues import gates_queue, rail_queue, rq_queue
 from interlock.redis_conn import EmbeddedRedis
+from interlock.sik import SETTLEMENT_SUBJECT
 from interlock.stack import Stack, StackError, wait_for
 from ledger import audit
 from ledger.db import open_ledger
@@ -57,24 +58,32 @@ class TrialResult:
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
     data_dir: str = ""
+    pause: dict[str, Any] = field(default_factory=dict)  # what a pause trial saw happen (chaos/pause.py)
+
+
+class Body(Protocol):
+    """What a trial does with its stack, between setting up the data directory and killing everything."""
+
+    def __call__(self, stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult, *,
+                 proxy: bool) -> None: ...  # fmt: skip
 
 
 def run_trial(cell: Cell, trial: int, seed: int, base: Path, *, mutation: str | None = None,
-              keep: bool = False, proxy: bool = False) -> TrialResult:  # fmt: skip
+              keep: bool = False, proxy: bool = False, body: Body | None = None) -> TrialResult:  # fmt: skip
     started = time.monotonic()
-    data = base / (f"{cell.point}-{cell.fault}-{trial}".replace(".", "_") + ("-proxy" if proxy else ""))
+    data = base / (f"{cell.key}-{trial}".replace("|", "-").replace(".", "_") + ("-proxy" if proxy else ""))
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir(parents=True)
     tokens = data / "tokens.yaml"
     tokens.write_text(f"agents:\n  {AGENT}: {{token_sha256: {token_sha256(TOKEN)}}}\n", encoding="utf-8")
-    env = {"INTERLOCK_MANDATE": str(MANDATE), **TIMINGS}
+    env = {"INTERLOCK_MANDATE": str(MANDATE), **TIMINGS, **cell.timings}
     if mutation:
         env["INTERLOCK_MUTATION"] = mutation
     stack = Stack(data, env=env)
     result = TrialResult(cell.key + ("|proxy" if proxy else ""), trial, seed, False, None, "", "", "",
                          data_dir=str(data))  # fmt: skip
     try:
-        _run(stack, cell, seed, tokens, result, proxy=proxy)
+        (body or _run)(stack, cell, seed, tokens, result, proxy=proxy)
     except (StackError, TimeoutError, OSError) as exc:
         result.violations.append(f"HARNESS: {exc}"[:500])
     finally:
@@ -165,10 +174,10 @@ def _go_through_upstream(stack: Stack) -> None:
     stack.env["INTERLOCK_MANDATE"] = str(path)
 
 
-async def _call(url: str, arguments: dict[str, Any]) -> dict[str, Any]:
+async def _call(url: str, arguments: dict[str, Any], tool: str = "create_refund") -> dict[str, Any]:
     try:
         async with mcp_client(url, TOKEN, timeout_s=30) as client:
-            return structured(await client.call_tool("create_refund", arguments))
+            return structured(await client.call_tool(tool, arguments))
     except Exception as exc:  # noqa: BLE001 - the ingress may die under us: that is the experiment
         return {"error": type(exc).__name__}
 
@@ -179,9 +188,9 @@ def _preemption(first: dict[str, Any]) -> str | None:
     return None
 
 
-def _restart_the_dead(stack: Stack, tokens: Path) -> None:
+def _restart_the_dead(stack: Stack, tokens: Path, *, leave: frozenset[str] = frozenset()) -> None:
     for name, actor in list(stack.actors.items()):
-        if actor.alive():
+        if actor.alive() or name in leave:
             continue
         if name == "ingress":
             port = int(actor.args[actor.args.index("--port") + 1])
@@ -241,12 +250,12 @@ def _intents(stack: Stack, payment_ids: list[str]) -> list[dict[str, Any]]:
 
 def _observe_all(stack: Stack, control: SandboxControl, payment_ids: list[str], *,
                  partition: bool = False) -> Observation:  # fmt: skip
+    """*payment_ids* are the intents' subjects: payment ids, or SETTLEMENT_SUBJECT for the balance."""
     stamped: dict[str, list[str]] = {}
     for record in control.entities():
         entity = record["entity"]
-        notes = entity.get("notes") if isinstance(entity.get("notes"), dict) else {}
-        sik = notes.get("interlock_sik") or (entity.get("receipt") or "").removeprefix("ilk_") or None
-        if sik and entity.get("payment_id") in payment_ids:
+        sik = entity_stamp(entity)
+        if sik and subject_of(record) in payment_ids:
             stamped.setdefault(sik, []).append(entity["id"])
     bad = None
     if stack.ledger_path.exists():
@@ -256,6 +265,21 @@ def _observe_all(stack: Stack, control: SandboxControl, payment_ids: list[str], 
         finally:
             conn.close()
     return Observation(_intents(stack, payment_ids), stamped, bad, partition)
+
+
+def entity_stamp(entity: dict[str, Any]) -> str | None:
+    """The SIK a rail entity carries (notes.interlock_sik, or a refund's ilk_ receipt), or None."""
+    notes = entity.get("notes")
+    stamp = notes.get("interlock_sik") if isinstance(notes, dict) else None
+    return stamp or (entity.get("receipt") or "").removeprefix("ilk_") or None
+
+
+def subject_of(record: dict[str, Any]) -> str | None:
+    """The intent subject a sandbox journal record belongs to: its payment, or the balance a settlement draws."""
+    if record.get("kind") == "settlement":
+        return SETTLEMENT_SUBJECT
+    payment_id: str | None = record["entity"].get("payment_id")
+    return payment_id
 
 
 class _RedisKiller(threading.Thread):

@@ -50,3 +50,33 @@ def judge(obs: Observation) -> list[str]:
     if obs.chain_bad_seq is not None:
         violations.append(f"AUDIT_CHAIN: broken at seq {obs.chain_bad_seq}")
     return violations
+
+
+@dataclass
+class PauseEvidence:
+    """What a rail worker that was SIGSTOPped at its failpoint did once it woke (SIGCONT)."""
+
+    stopped: bool  # it reached the stopped state at its failpoint
+    took_over: bool  # a standby took the lease while it was stopped
+    exit_code: int | None  # after waking; None: it was still running when we stopped waiting
+    born_after_wake: dict[str, list[str]]  # sik -> stamped rail entities created after it woke
+    writes_after_wake: list[str]  # intent transitions it made after waking (its fence must refuse all)
+
+
+def judge_pause(ev: PauseEvidence, obs: Observation) -> list[str]:
+    """The pause-specific verdict, on top of judge(): a worker that slept through its lease must be fenced
+    — it stops, its writes are refused, and nothing it sends after waking becomes a second entity."""
+    violations = []
+    if ev.stopped and not ev.took_over:
+        violations.append("NO_TAKEOVER: no standby took the lease while the worker was stopped")
+    for sik, ids in ev.born_after_wake.items():
+        # Which send made which entity the rail cannot say (a standby's retry may land after the wake too);
+        # that one stamp is on more than one entity, some created only after the stopped worker woke, is the point.
+        if len(obs.stamped.get(sik, [])) > 1:
+            violations.append(f"PAID_AFTER_WAKING: {len(obs.stamped[sik])} entities carry stamp {sik}, and "
+                              f"{', '.join(ids)} appeared only after the paused worker woke")  # fmt: skip
+    for write in ev.writes_after_wake:
+        violations.append(f"NOT_FENCED: the paused worker wrote after waking: {write}")
+    if ev.stopped and ev.exit_code is None:
+        violations.append("NOT_STOPPED: the paused worker was still running after waking without its lease")
+    return violations

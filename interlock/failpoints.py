@@ -1,6 +1,9 @@
 """Named failpoints: `failpoint("rail.before_wal")` SIGKILLs its own process when INTERLOCK_KILL_AT
-names that point, and is a no-op otherwise. The chaos matrix uses them to kill real processes at
-exact places; SIGKILL (not an exception) so no cleanup, finally-block or atexit hook can run.
+names that point, SIGSTOPs it when INTERLOCK_PAUSE_AT does, and is a no-op otherwise. The chaos
+matrix uses them to kill real processes at exact places; SIGKILL (not an exception) so no cleanup,
+finally-block or atexit hook can run. A pause is what a kill is not — a GC, VM steal or I/O stall:
+every thread stops where it is, the process keeps its sockets and state, and it carries on from the
+same line when someone sends SIGCONT (the chaos pause cells do, after its lease has run out).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import sys
 import threading
 
 KILL_AT_ENV = "INTERLOCK_KILL_AT"
+PAUSE_AT_ENV = "INTERLOCK_PAUSE_AT"
 
 # In the order a money call meets them.
 POINTS: tuple[str, ...] = (
@@ -26,13 +30,18 @@ POINTS: tuple[str, ...] = (
 )
 KNOWN_POINTS = frozenset(POINTS)
 
+# A pause happens once per process: the experiment is one stall, not a worker that stalls on every call.
+_paused: set[str] = set()
+_paused_lock = threading.Lock()
+
 
 def arm(name: str, delay_ms: int) -> threading.Timer | None:
     """Fire *name* from a timer thread after *delay_ms*, while the caller is blocked elsewhere (e.g. a
-    rail call in flight: `rail.during_call`). Returns None unless INTERLOCK_KILL_AT names the point."""
+    rail call in flight: `rail.during_call`). Returns None unless INTERLOCK_KILL_AT or INTERLOCK_PAUSE_AT
+    names the point."""
     if name not in KNOWN_POINTS:
         raise ValueError(f"unknown failpoint {name!r}")
-    if os.environ.get(KILL_AT_ENV) != name:
+    if name not in (os.environ.get(KILL_AT_ENV), os.environ.get(PAUSE_AT_ENV)):
         return None
     timer = threading.Timer(delay_ms / 1000, failpoint, args=(name,))
     timer.daemon = True
@@ -43,10 +52,22 @@ def arm(name: str, delay_ms: int) -> threading.Timer | None:
 def failpoint(name: str) -> None:
     if name not in KNOWN_POINTS:
         raise ValueError(f"unknown failpoint {name!r}")
-    target = os.environ.get(KILL_AT_ENV)
-    if not target or target != name:
-        return
-    # Say where we died on stderr (never stdout: stdio ingress stdout is JSON-RPC only).
-    sys.stderr.write(f"failpoint {name}: SIGKILL pid {os.getpid()}\n")
+    if os.environ.get(KILL_AT_ENV) == name:
+        _say(f"failpoint {name}: SIGKILL pid {os.getpid()}")
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif os.environ.get(PAUSE_AT_ENV) == name:
+        with _paused_lock:
+            if name in _paused:
+                return
+            _paused.add(name)
+        _say(f"failpoint {name}: SIGSTOP pid {os.getpid()}")
+        # Aimed at this thread (a stop always stops the whole process): it is the thread at the point, and it
+        # must stop on this line, not a few lines later while another thread takes the signal.
+        signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # returns once SIGCONT arrives
+        _say(f"failpoint {name}: SIGCONT pid {os.getpid()}, carrying on")
+
+
+def _say(line: str) -> None:
+    # stderr, never stdout: the stdio ingress's stdout is JSON-RPC only.
+    sys.stderr.write(line + "\n")
     sys.stderr.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
