@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ from interlock.config import Settings, load_settings
 from interlock.errors import LedgerError
 from interlock.failpoints import failpoint
 from interlock.mandate import Mandate, MandateStore
-from interlock.messages import Decision, IntentTerms, Proposal
+from interlock.messages import Decision, IntentTerms, Proposal, Trace, trace_now
 from interlock.queues import ADMIT_JOB, rail_queue, rq_queue, shard_for_merchant
 from interlock.redis_conn import connect
 from interlock.tools import current_pins
@@ -50,6 +50,14 @@ class GateRuntime:
     tool_hashes: dict[str, str]
     # Proxy mode: the upstream's manifest, which G6 judges instead of Interlock's own catalogue.
     upstream: ManifestCache | None = None
+    rail_queues: dict[str, Any] = field(default_factory=dict)
+
+    def rail_queue(self, shard: str) -> Any:
+        """The shard's RQ rail queue, built once per worker rather than once per job."""
+        queue = self.rail_queues.get(shard)
+        if queue is None:
+            queue = self.rail_queues[shard] = rq_queue(rail_queue(shard), self.redis)
+        return queue
 
     @classmethod
     def from_settings(cls, settings: Settings, *, wait_for_ledger_s: float = 60.0) -> GateRuntime:
@@ -126,14 +134,19 @@ def runtime() -> GateRuntime:
 
 def evaluate_proposal(proposal_json: str) -> dict[str, Any]:
     """RQ job entry point (interlock.queues.GATE_JOB)."""
+    dequeued = trace_now()
     rt = runtime()
     proposal = Proposal.from_json(proposal_json)
+    proposal.trace["gate_dequeued"] = dequeued
     decision = decide(proposal, rt)
     failpoint("gate.after_resolve")
-    shard = shard_for_merchant(proposal.merchant_id)
-    rq_queue(rail_queue(shard), rt.redis).enqueue(
-        ADMIT_JOB, decision.to_json(), job_id=f"decision-{proposal.request_id}", result_ttl=600, failure_ttl=86400
-    )
+    queue = rt.rail_queue(shard_for_merchant(proposal.merchant_id))
+    # One pipeline, one round trip: RQ's own enqueue spends a second one registering the queue name.
+    pipe = rt.redis.pipeline()
+    decision.trace["decision_enqueued"] = trace_now()  # serialised just below: the stamp travels with it
+    queue.enqueue(ADMIT_JOB, decision.to_json(), job_id=f"decision-{proposal.request_id}", result_ttl=600,
+                  failure_ttl=86400, pipeline=pipe)  # fmt: skip
+    pipe.execute()
     logger.info("request %s: %s %s (%s) sik=%s", proposal.request_id, proposal.tool, decision.verdict,
                 decision.reason_code, decision.sik)  # fmt: skip
     return {"verdict": decision.verdict.value, "reason_code": decision.reason_code, "sik": decision.sik}
@@ -147,11 +160,15 @@ def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
     missing = rt.missing_balance_read() if proposal.tool == SETTLEMENT_TOOL else None
     action = resolve(proposal, rt.rail, rt.ledger, mandate, proposal.received_at_ms,
                      grace_ms=rt.settings.settlement_window_grace_ms, balance_read_missing=missing)  # fmt: skip
+    trace = {**proposal.trace, "rail_read_done": trace_now()}
     ctx = rt.gate_context(mandate, now)
-    return build_decision(action, ctx, mandate)
+    return build_decision(action, ctx, mandate, trace=trace)
 
 
-def build_decision(action: ResolvedAction, ctx: GateContext, mandate: Mandate | None) -> Decision:
+def build_decision(action: ResolvedAction, ctx: GateContext, mandate: Mandate | None, *,
+                   trace: Trace | None = None) -> Decision:  # fmt: skip
+    """The ladder's verdict on *action*, as the Decision the rail worker admits; *trace* is the call's per-hop
+    trace so far (interlock.messages.Trace), carried on."""
     outcome = evaluate(action, ctx)
     terms = None
     if action.sik is not None:
@@ -164,5 +181,15 @@ def build_decision(action: ResolvedAction, ctx: GateContext, mandate: Mandate | 
         verdict=outcome.verdict, reason_code=outcome.reason_code, results=outcome.results,
         mandate_id=mandate.mandate_id if mandate else None, mandate_hash=mandate.mandate_hash if mandate else None,
         operation_ref=action.operation_ref, distinct_reason=action.distinct_reason, window=action.window,
-        grace_sik=action.grace_sik, decided_at_ms=ctx.now_ms,
+        grace_sik=action.grace_sik, rail_basis_minor=_rail_basis(action), rail_read_at_ms=ctx.now_ms,
+        decided_at_ms=ctx.now_ms, trace=dict(trace or {}),
     )  # fmt: skip
+
+
+def _rail_basis(action: ResolvedAction) -> int | None:
+    """G2's basis as read on the rail: what the payment still allows, or the settlement balance."""
+    if action.payment is not None:
+        return action.payment.amount - action.payment.amount_refunded
+    if action.balance is not None:
+        return action.balance.balance
+    return None

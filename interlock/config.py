@@ -46,6 +46,9 @@ class Settings(BaseSettings):
     reconcile_max_passes: int = Field(default=20, gt=0, description="inconclusive passes before QUARANTINED")
     reconcile_max_age_ms: int = Field(default=600_000, gt=0, description="age of UNKNOWN before QUARANTINED")
     lease_ttl_ms: int = Field(default=30_000, gt=0, description="rail worker lease and IN_FLIGHT lease")
+    rail_concurrency: int = Field(
+        default=64, ge=1, le=1024, description="money calls the rail worker keeps in flight at once (1: one at a time)"
+    )
     settlement_window_grace_ms: int = Field(
         default=DEFAULT_SETTLEMENT_GRACE_MS, ge=0,
         description="after an idempotency window's boundary, how long a repeat of a settlement still lands on "

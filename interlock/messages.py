@@ -4,6 +4,7 @@ boundary, serialised as JSON, never pickled (a queue message is a delivery, not 
 
 from __future__ import annotations
 
+import time
 from enum import StrEnum
 from typing import Any
 
@@ -22,6 +23,16 @@ class CallerAction(StrEnum):
     WAIT_FOR_APPROVAL = "WAIT_FOR_APPROVAL"
     DO_NOT_RETRY = "DO_NOT_RETRY"
     ESCALATE_TO_OPERATOR = "ESCALATE_TO_OPERATOR"
+
+
+# Per-hop timestamps (epoch microseconds, time.time_ns() // 1000) carried through the messages of one call, for
+# the performance bench's breakdown: ingress_received, enqueued, gate_dequeued, rail_read_done,
+# decision_enqueued, admitted, request_sent, answer_received, recorded (and ingress_answered at the ingress).
+Trace = dict[str, int]
+
+
+def trace_now() -> int:
+    return time.time_ns() // 1000
 
 
 class _Message(BaseModel):
@@ -45,6 +56,7 @@ class Proposal(_Message):
     arguments: dict[str, Any]
     operation_ref: str | None = None
     received_at_ms: int
+    trace: Trace = Field(default_factory=dict)
 
 
 class GateResultModel(_Message):
@@ -87,7 +99,12 @@ class Decision(_Message):
     # call is within grace after a boundary, else the next one. The rail worker answers with that intent
     # when `sik` has none, because a racing or stalled gate worker may have keyed the other call first.
     grace_sik: str | None = None
+    # What the gate read on the rail for G2: refundable (captured - refunded) or the balance, and when. The rail
+    # worker re-checks G2 against it inside the admitting transaction (SPEC §8 step 6).
+    rail_basis_minor: int | None = None
+    rail_read_at_ms: int | None = None
     decided_at_ms: int
+    trace: Trace = Field(default_factory=dict)
 
 
 class Outcome(_Message):
@@ -101,9 +118,10 @@ class Outcome(_Message):
     reason_code: str | None = None
     caller_action: CallerAction
     replayed: bool = False
+    trace: Trace = Field(default_factory=dict)
 
     def structured(self) -> dict[str, Any]:
-        body = self.model_dump(mode="json", exclude={"request_id"})
+        body = self.model_dump(mode="json", exclude={"request_id", "trace"})
         return body
 
 

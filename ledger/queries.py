@@ -52,6 +52,21 @@ def money_committed_for_subject(
     return int(row[0])
 
 
+def applied_since(
+    conn: sqlite3.Connection, merchant_id: str, subject_id: str, *, since_ms: int, exclude_sik: str,
+    currency: str | None = None,
+) -> int:
+    """Minor units of this subject's other intents that became APPLIED at or after *since_ms*: money a rail
+    read taken at *since_ms* may not show yet, so a ceiling computed from that read must count it."""
+    row = conn.execute(
+        """SELECT COALESCE(SUM(amount_minor), 0) FROM intents
+           WHERE merchant_id = ? AND subject_id = ? AND sik <> ? AND state = 'APPLIED' AND updated_at >= ?
+             AND (? IS NULL OR currency = ?)""",
+        (merchant_id, subject_id, exclude_sik, since_ms, currency, currency),
+    ).fetchone()
+    return int(row[0])
+
+
 @dataclass(frozen=True, slots=True)
 class WindowUsage:
     calls: int

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 
 from interlock.clock import now_ms
 from interlock.errors import KeyConflict
-from interlock.mandate import Mandate
+from interlock.mandate import REFUND_TOOL, Mandate
 from interlock.messages import CallerAction, Decision, IntentTerms, Outcome, Verdict
 from ledger import intents, leases
-from ledger.db import transaction
 from ledger.intents import Intent
 from ledger.limits import check_limits, reassert
+from ledger.queries import applied_since, money_committed_for_subject
 from ledger.states import Event, State
 from ledger.views import outcome_from_intent
 from rail_worker.runtime import RailRuntime
@@ -42,71 +42,95 @@ class Admission:
 
 
 def admit(rt: RailRuntime, decision: Decision) -> Admission:
-    with transaction(rt.ledger) as conn:
-        now = now_ms()  # under the write lock, like every time this worker writes
-        # Fence: a superseded or expired rail worker admits nothing (it may not even be the one to execute).
-        leases.assert_holder(conn, rt.current_lease(), now=now)
-        if intents.decision_exists(conn, decision.request_id):
-            return _redelivered(rt, decision)
-        if decision.sik is None or decision.terms is None:
-            _record(conn, decision, now, verdict=decision.verdict, reason=decision.reason_code)
-            return Admission(_unkeyed(decision), None)
-        mandate = rt.mandates.get(decision.agent_id)
-        verdict, reason = decision.verdict, decision.reason_code
-        if mandate is None or mandate.mandate_hash != decision.mandate_hash:
-            # The mandate changed between the gate and here: judge nothing against a stale policy.
-            verdict, reason = Verdict.BLOCK, "G1_MANDATE_CHANGED"
-        elif not mandate.is_active(now) or mandate.grant(decision.tool) is None:
-            # G1 again at admission: a mandate that expired (or stopped granting) since the gate allows nothing.
-            verdict = Verdict.BLOCK
-            reason = "G1_MANDATE_EXPIRED" if not mandate.is_active(now) else "G1_TOOL_NOT_GRANTED"
-        existing = intents.get_intent(conn, decision.merchant_id, decision.sik)
-        if existing is None and decision.grace_sik is not None:
-            # ADR 0009: a racing or stalled gate worker keyed this same call in the adjacent window: it is that intent.
-            existing = intents.get_intent(conn, decision.merchant_id, decision.grace_sik)
-        if decision.operation_ref is not None:
-            landing = existing.sik if existing is not None else decision.sik
-            bound = intents.sik_for_operation_ref(conn, decision.merchant_id, decision.operation_ref)
-            if bound is not None and bound != landing:
-                _record(conn, decision, now, verdict=Verdict.BLOCK, reason="KEY_CONFLICT")
-                conflict = KeyConflict(decision.operation_ref, bound, landing)
-                return Admission(_key_conflict(decision, conflict), None)
-        if verdict is not Verdict.BLOCK and mandate is not None:
-            limits = check_limits(
-                conn, mandate, merchant_id=decision.merchant_id, agent_id=decision.agent_id,
-                sik=existing.sik if existing is not None else decision.sik,
-                tool=decision.tool, amount_minor=decision.terms.amount_minor, currency=decision.terms.currency,
-                now_ms=now, rate=rt.fee_rate,
-            )  # fmt: skip
-            if limits.verdict is Verdict.BLOCK:
-                verdict, reason = Verdict.BLOCK, limits.reason_code
-        _record(conn, decision, now, verdict=verdict, reason=reason)
-        if existing is not None:
-            _bind_ref(conn, decision, existing.sik, now)
-            return _repeat(rt, conn, decision, existing, verdict, mandate, now)
-        if verdict is Verdict.BLOCK:
-            # A refusal records the decision, not an intent: BLOCKED is absorbing, and a refund has no SIK
-            # window, so an intent would refuse this refund forever — even after the limit that stopped it
-            # slides out or a person re-pins a tool. Nothing moved; the repeat is judged afresh.
-            return Admission(_refused(decision, reason), None)
-        intent = intents.insert_intent(
-            conn, merchant_id=decision.merchant_id, sik=decision.sik, tool=decision.tool,
-            subject_id=decision.terms.subject, amount_minor=decision.terms.amount_minor,
-            currency=decision.terms.currency, params=decision.params, params_hash=decision.params_hash,
-            agent_id=decision.agent_id, mandate_id=decision.mandate_id or "", mandate_hash=decision.mandate_hash or "",
-            operation_ref=decision.operation_ref, distinct_reason=decision.distinct_reason, now=now,
+    """Admit one Decision in its own transaction (grouped with whatever else commits alongside)."""
+    return rt.write(lambda conn: _admit(rt, conn, decision))
+
+
+def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Admission:
+    now = now_ms()  # under the write lock, like every time this worker writes
+    # Fence: a superseded or expired rail worker admits nothing (it may not even be the one to execute).
+    leases.assert_holder(conn, rt.current_lease(), now=now)
+    if intents.decision_exists(conn, decision.request_id):
+        return _redelivered(conn, decision)
+    if decision.sik is None or decision.terms is None:
+        _record(conn, decision, now, verdict=decision.verdict, reason=decision.reason_code)
+        return Admission(_unkeyed(decision), None)
+    mandate = rt.mandates.get(decision.agent_id)
+    verdict, reason = decision.verdict, decision.reason_code
+    if mandate is None or mandate.mandate_hash != decision.mandate_hash:
+        # The mandate changed between the gate and here: judge nothing against a stale policy.
+        verdict, reason = Verdict.BLOCK, "G1_MANDATE_CHANGED"
+    elif not mandate.is_active(now) or mandate.grant(decision.tool) is None:
+        # G1 again at admission: a mandate that expired (or stopped granting) since the gate allows nothing.
+        verdict = Verdict.BLOCK
+        reason = "G1_MANDATE_EXPIRED" if not mandate.is_active(now) else "G1_TOOL_NOT_GRANTED"
+    existing = intents.get_intent(conn, decision.merchant_id, decision.sik)
+    if existing is None and decision.grace_sik is not None:
+        # ADR 0009: a racing or stalled gate worker keyed this same call in the adjacent window: it is that intent.
+        existing = intents.get_intent(conn, decision.merchant_id, decision.grace_sik)
+    if decision.operation_ref is not None:
+        landing = existing.sik if existing is not None else decision.sik
+        bound = intents.sik_for_operation_ref(conn, decision.merchant_id, decision.operation_ref)
+        if bound is not None and bound != landing:
+            _record(conn, decision, now, verdict=Verdict.BLOCK, reason="KEY_CONFLICT")
+            conflict = KeyConflict(decision.operation_ref, bound, landing)
+            return Admission(_key_conflict(decision, conflict), None)
+    if verdict is not Verdict.BLOCK and mandate is not None:
+        limits = check_limits(
+            conn, mandate, merchant_id=decision.merchant_id, agent_id=decision.agent_id,
+            sik=existing.sik if existing is not None else decision.sik,
+            tool=decision.tool, amount_minor=decision.terms.amount_minor, currency=decision.terms.currency,
+            now_ms=now, rate=rt.fee_rate,
         )  # fmt: skip
-        assert intent is not None  # we hold the write lock and saw no row
-        _bind_ref(conn, decision, decision.sik, now)  # only now: a refused call must not burn the ref
-        fields: dict[str, object] = {"reason_code": None if verdict is Verdict.ALLOW else reason}
-        if verdict is Verdict.HOLD and mandate is not None:
-            fields["hold_expires_at"] = now + mandate.approval.hold_expiry_ms
-        intent = intents.transition(conn, decision.merchant_id, decision.sik, _EVENT_FOR_VERDICT[verdict], now=now,
-                                    detail={"request_id": decision.request_id, "reason_code": reason},
-                                    set_fields=fields)  # fmt: skip
+        if limits.verdict is Verdict.BLOCK:
+            verdict, reason = Verdict.BLOCK, limits.reason_code
+    if verdict is not Verdict.BLOCK:
+        exceeded = _exceeds_rail_basis(conn, decision, existing.sik if existing is not None else decision.sik)
+        if exceeded is not None:
+            verdict, reason = Verdict.BLOCK, exceeded
+    _record(conn, decision, now, verdict=verdict, reason=reason)
+    if existing is not None:
+        _bind_ref(conn, decision, existing.sik, now)
+        return _repeat(rt, conn, decision, existing, verdict, mandate, now)
+    if verdict is Verdict.BLOCK:
+        # A refusal records the decision, not an intent: BLOCKED is absorbing, and a refund has no SIK
+        # window, so an intent would refuse this refund forever — even after the limit that stopped it
+        # slides out or a person re-pins a tool. Nothing moved; the repeat is judged afresh.
+        return Admission(_refused(decision, reason), None)
+    intent = intents.insert_intent(
+        conn, merchant_id=decision.merchant_id, sik=decision.sik, tool=decision.tool,
+        subject_id=decision.terms.subject, amount_minor=decision.terms.amount_minor,
+        currency=decision.terms.currency, params=decision.params, params_hash=decision.params_hash,
+        agent_id=decision.agent_id, mandate_id=decision.mandate_id or "", mandate_hash=decision.mandate_hash or "",
+        operation_ref=decision.operation_ref, distinct_reason=decision.distinct_reason, now=now,
+    )  # fmt: skip
+    assert intent is not None  # we hold the write lock and saw no row
+    _bind_ref(conn, decision, decision.sik, now)  # only now: a refused call must not burn the ref
+    fields: dict[str, object] = {"reason_code": None if verdict is Verdict.ALLOW else reason}
+    if verdict is Verdict.HOLD and mandate is not None:
+        fields["hold_expires_at"] = now + mandate.approval.hold_expiry_ms
+    intent = intents.transition(conn, decision.merchant_id, decision.sik, _EVENT_FOR_VERDICT[verdict], now=now,
+                                detail={"request_id": decision.request_id, "reason_code": reason},
+                                set_fields=fields)  # fmt: skip
     if intent.state is State.AUTHORIZED:
         return Admission(None, intent)
     return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=False), None)
+
+
+def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str) -> str | None:
+    """G2 again, authoritatively: the gate's rail read less every other intent on the subject that may move
+    money, is held, or applied since that read — counted under the write lock, so calls admitted together
+    can never pass the refundable amount or the balance together (SPEC §8 step 6)."""
+    terms = decision.terms
+    if decision.rail_basis_minor is None or terms is None:
+        return None
+    others = money_committed_for_subject(conn, decision.merchant_id, terms.subject, exclude_sik=sik,
+                                         currency=terms.currency)  # fmt: skip
+    others += applied_since(conn, decision.merchant_id, terms.subject, since_ms=decision.rail_read_at_ms or 0,
+                            exclude_sik=sik, currency=terms.currency)  # fmt: skip
+    if terms.amount_minor <= decision.rail_basis_minor - others:
+        return None
+    return "G2_EXCEEDS_REFUNDABLE" if decision.tool == REFUND_TOOL else "G2_EXCEEDS_BALANCE"
 
 
 def _record(conn: object, decision: Decision, now: int, *, verdict: Verdict, reason: str) -> None:
@@ -143,10 +167,10 @@ def _repeat(
     return Admission(outcome_from_intent(existing, request_id=decision.request_id, replayed=True), None)
 
 
-def _redelivered(rt: RailRuntime, decision: Decision) -> Admission:
+def _redelivered(conn: sqlite3.Connection, decision: Decision) -> Admission:
     intent = None
     for sik in (decision.sik, decision.grace_sik):  # the first answer may have come from the grace intent
-        intent = intent or (intents.get_intent(rt.ledger, decision.merchant_id, sik) if sik else None)
+        intent = intent or (intents.get_intent(conn, decision.merchant_id, sik) if sik else None)
     if intent is None:
         return Admission(_unkeyed(decision), None)
     return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=True), None)

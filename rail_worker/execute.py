@@ -13,17 +13,18 @@ worker's answer is kept as evidence and, when it carries our stamp, settles the 
 from __future__ import annotations
 
 import logging
+import sqlite3
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from interlock import mutations
 from interlock.clock import now_ms
 from interlock.errors import IllegalTransition, StaleLease
 from interlock.failpoints import arm, failpoint
-from interlock.messages import Outcome
+from interlock.messages import Outcome, Trace, trace_now
 from interlock.sik import idempotency_key_for, receipt_for, stamp_notes
 from ledger import audit, intents, leases
-from ledger.db import transaction
 from ledger.intents import Intent
 from ledger.states import Event, State
 from ledger.views import outcome_from_intent
@@ -37,32 +38,65 @@ logger = logging.getLogger(__name__)
 DURING_CALL_DELAY_MS = 5
 
 
-def execute(rt: RailRuntime, merchant_id: str, sik: str, *, request_id: str | None) -> Outcome | None:
+@dataclass(frozen=True, slots=True)
+class Started:
+    """An attempt whose IN_FLIGHT row is committed: what the call needs once it leaves the transaction."""
+
+    intent: Intent
+    request: dict[str, Any]
+    lease_epoch: int
+    request_id: str | None
+    trace: Trace = field(default_factory=dict)
+
+
+def execute(rt: RailRuntime, merchant_id: str, sik: str, *, request_id: str | None,
+            trace: Trace | None = None) -> Outcome | None:  # fmt: skip
     """Run one attempt if the intent is AUTHORIZED; returns the Outcome to publish (None: nothing to say)."""
+    begun = begin_attempt(rt, merchant_id, sik, request_id=request_id, trace=trace)
+    return complete(rt, begun) if isinstance(begun, Started) else begun
+
+
+def begin_attempt(rt: RailRuntime, merchant_id: str, sik: str, *, request_id: str | None,
+                  trace: Trace | None = None) -> Started | Outcome | None:  # fmt: skip
+    """The transaction before the call: ATTEMPT_STARTED → IN_FLIGHT committed (I2), or the Outcome to answer
+    with when there is nothing to send."""
     failpoint("rail.before_wal")
-    with transaction(rt.ledger) as conn:
-        now = now_ms()  # read under the write lock: a wait for the lock must not age the leases we write
-        # Fence and renew in one step: a superseded or already expired lease starts no attempt.
-        lease = leases.heartbeat(conn, rt.current_lease(), now=now, ttl_ms=rt.settings.lease_ttl_ms)
-        rt.lease = lease
-        intent = intents.require_intent(conn, merchant_id, sik)
-        if intent.state is not State.AUTHORIZED:
-            # Someone already executed it (a redelivered job): report, never call again.
-            return outcome_from_intent(intent, request_id=request_id, replayed=True) if request_id else None
-        settled = intents.settle_from_evidence(conn, merchant_id, sik, now=now, actor=rt.owner)
-        if settled is not None:
-            # An earlier attempt's answer carried our stamp: it applied. Sending again would pay twice.
-            logger.warning("intent %s: attempt evidence shows %s applied; not sending again", sik,
-                           settled.rail_entity_id)  # fmt: skip
-            return outcome_from_intent(settled, request_id=request_id, replayed=False) if request_id else None
-        withdrawn = _mandate_withdrawn(rt, conn, intent, now)
-        if withdrawn is not None:
-            return outcome_from_intent(withdrawn, request_id=request_id, replayed=False) if request_id else None
-        request = rail_request(intent)
-        intent = intents.start_attempt(
-            conn, merchant_id, sik, now=now, lease_owner=rt.owner, lease_epoch=lease.epoch,
-            lease_expires_at=now + rt.settings.lease_ttl_ms, request=request,
-        )  # fmt: skip
+    begun = rt.write(lambda conn: _begin(rt, conn, merchant_id, sik, request_id=request_id))
+    if isinstance(begun, Started) and trace is not None:
+        begun.trace.update(trace)
+    return begun
+
+
+def _begin(rt: RailRuntime, conn: sqlite3.Connection, merchant_id: str, sik: str, *,
+           request_id: str | None) -> Started | Outcome | None:  # fmt: skip
+    now = now_ms()  # read under the write lock: a wait for the lock must not age the leases we write
+    # Fence and renew in one step: a superseded or already expired lease starts no attempt.
+    lease = leases.heartbeat(conn, rt.current_lease(), now=now, ttl_ms=rt.settings.lease_ttl_ms)
+    rt.lease = lease
+    intent = intents.require_intent(conn, merchant_id, sik)
+    if intent.state is not State.AUTHORIZED:
+        # Someone already executed it (a redelivered job): report, never call again.
+        return outcome_from_intent(intent, request_id=request_id, replayed=True) if request_id else None
+    settled = intents.settle_from_evidence(conn, merchant_id, sik, now=now, actor=rt.owner)
+    if settled is not None:
+        # An earlier attempt's answer carried our stamp: it applied. Sending again would pay twice.
+        logger.warning("intent %s: attempt evidence shows %s applied; not sending again", sik,
+                       settled.rail_entity_id)  # fmt: skip
+        return outcome_from_intent(settled, request_id=request_id, replayed=False) if request_id else None
+    withdrawn = _mandate_withdrawn(rt, conn, intent, now)
+    if withdrawn is not None:
+        return outcome_from_intent(withdrawn, request_id=request_id, replayed=False) if request_id else None
+    request = rail_request(intent)
+    intent = intents.start_attempt(
+        conn, merchant_id, sik, now=now, lease_owner=rt.owner, lease_epoch=lease.epoch,
+        lease_expires_at=now + rt.settings.lease_ttl_ms, request=request,
+    )  # fmt: skip
+    return Started(intent, request, lease.epoch, request_id)
+
+
+def complete(rt: RailRuntime, started: Started) -> Outcome | None:
+    """The call and its record: sent only inside the send window of ADR 0005, recorded fenced."""
+    intent, request, trace = started.intent, started.request, started.trace
     # Committed: the IN_FLIGHT row is on disk before any byte goes to the rail (I2).
     failpoint("rail.after_wal_before_call")
     send_by = _send_by(rt, intent)
@@ -73,24 +107,31 @@ def execute(rt: RailRuntime, merchant_id: str, sik: str, *, request_id: str | No
         result = Classified(Event.RAIL_AMBIGUOUS, "NOT_SENT", reason_code="RAIL_NOT_SENT_STALE",
                             detail={"late_ms": late_ms, "lease_lost": rt.lease_lost.is_set()})  # fmt: skip
     else:
+        trace["request_sent"] = trace_now()
         with send_window(send_by):
             result = call_rail(rt, intent, request)
+        trace["answer_received"] = trace_now()
     if result.event is Event.RAIL_AMBIGUOUS and mutations.active("blind_retry"):
         # The defect I3 forbids, for the chaos matrix's self-test: a fresh key, the same money, again.
         request = {**request, "idempotency_key": f"mut_{intent.attempt_seq}_{now_ms()}", "receipt": None}
         result = call_rail(rt, intent, request)
     failpoint("rail.after_call_before_commit")
     try:
-        intent = record(rt, intent, result, lease_epoch=lease.epoch)
+        intent = rt.write(lambda conn: record(rt, conn, intent, result, lease_epoch=started.lease_epoch))
     except (StaleLease, IllegalTransition) as exc:
-        logger.error("outcome of %s attempt %d refused (fenced): %s", sik, intent.attempt_seq, exc)
+        logger.error("outcome of %s attempt %d refused (fenced): %s", intent.sik, intent.attempt_seq, exc)
         record_fenced(rt, intent, result)
         return None
+    trace["recorded"] = trace_now()
     failpoint("rail.after_commit_before_ack")
     if intent.state is State.UNKNOWN:
-        rt.hint_reconciler(merchant_id, sik)
-    logger.info("intent %s attempt %d: %s %s", sik, intent.attempt_seq, intent.state, intent.rail_entity_id or "")
-    return outcome_from_intent(intent, request_id=request_id, replayed=False) if request_id else None
+        rt.hint_reconciler(intent.merchant_id, intent.sik)
+    logger.info("intent %s attempt %d: %s %s", intent.sik, intent.attempt_seq, intent.state,
+                intent.rail_entity_id or "")  # fmt: skip
+    if started.request_id is None:
+        return None
+    return outcome_from_intent(intent, request_id=started.request_id, replayed=False).model_copy(
+        update={"trace": trace})
 
 
 def _send_by(rt: RailRuntime, intent: Intent) -> float:
@@ -165,50 +206,54 @@ def call_rail(rt: RailRuntime, intent: Intent, request: dict[str, Any]) -> Class
             timer.join()  # the during_call kill lands while the request is out, never after we record
 
 
-def record(rt: RailRuntime, intent: Intent, result: Classified, *, lease_epoch: int) -> Intent:
+def record(rt: RailRuntime, conn: sqlite3.Connection, intent: Intent, result: Classified, *,
+           lease_epoch: int) -> Intent:  # fmt: skip
+    """The attempt's outcome, fenced on (lease_epoch, attempt_seq): a superseded worker's write is refused."""
     now = now_ms()
-    with transaction(rt.ledger) as conn:
-        intents.finish_attempt(
-            conn, intent.merchant_id, intent.sik, intent.attempt_seq, now=now, outcome=result.outcome,
-            rail_entity_id=result.rail_entity_id, http_status=result.http_status, fee_minor=result.fee_minor,
-            tax_minor=result.tax_minor, error_code=result.error_code, response=result.response,
-        )  # fmt: skip
-        fields: dict[str, Any] = {"reason_code": result.reason_code}
-        if result.rail_entity_id is not None:
-            fields["rail_entity_id"] = result.rail_entity_id
-        recorded = intents.transition(
-            conn, intent.merchant_id, intent.sik, result.event, now=now, actor=rt.owner,
-            detail={"attempt_seq": intent.attempt_seq, **result.detail}, expect_epoch=lease_epoch,
-            expect_attempt_seq=intent.attempt_seq, set_fields=fields,
-        )  # fmt: skip
-        earlier = intents.applied_evidence(conn, intent.merchant_id, intent.sik)
-        if result.event is Event.RAIL_APPLIED and earlier is not None and earlier[1] != result.rail_entity_id:
-            # Must not happen under ADR 0005; if it does, say so loudly and on the chain, for a person to reverse.
-            logger.critical("intent %s has two stamped entities: %s (attempt %d) and %s (attempt %d)", intent.sik,
-                            earlier[1], earlier[0], result.rail_entity_id, intent.attempt_seq)  # fmt: skip
-            audit.append(conn, "DUPLICATE_ENTITIES", {
-                "merchant_id": intent.merchant_id, "sik": intent.sik, "entities": [earlier[1], result.rail_entity_id],
-            }, now)  # fmt: skip
-        return recorded
+    intents.finish_attempt(
+        conn, intent.merchant_id, intent.sik, intent.attempt_seq, now=now, outcome=result.outcome,
+        rail_entity_id=result.rail_entity_id, http_status=result.http_status, fee_minor=result.fee_minor,
+        tax_minor=result.tax_minor, error_code=result.error_code, response=result.response,
+    )  # fmt: skip
+    fields: dict[str, Any] = {"reason_code": result.reason_code}
+    if result.rail_entity_id is not None:
+        fields["rail_entity_id"] = result.rail_entity_id
+    recorded = intents.transition(
+        conn, intent.merchant_id, intent.sik, result.event, now=now, actor=rt.owner,
+        detail={"attempt_seq": intent.attempt_seq, **result.detail}, expect_epoch=lease_epoch,
+        expect_attempt_seq=intent.attempt_seq, set_fields=fields,
+    )  # fmt: skip
+    earlier = intents.applied_evidence(conn, intent.merchant_id, intent.sik)
+    if result.event is Event.RAIL_APPLIED and earlier is not None and earlier[1] != result.rail_entity_id:
+        # Must not happen under ADR 0005; if it does, say so loudly and on the chain, for a person to reverse.
+        logger.critical("intent %s has two stamped entities: %s (attempt %d) and %s (attempt %d)", intent.sik,
+                        earlier[1], earlier[0], result.rail_entity_id, intent.attempt_seq)  # fmt: skip
+        audit.append(conn, "DUPLICATE_ENTITIES", {
+            "merchant_id": intent.merchant_id, "sik": intent.sik, "entities": [earlier[1], result.rail_entity_id],
+        }, now)  # fmt: skip
+    return recorded
 
 
 def record_fenced(rt: RailRuntime, intent: Intent, result: Classified) -> None:
     """A superseded worker may not write its outcome, but what the rail told it is evidence: keep it on the
     attempt row and in the audit log. An answer that carries our stamp settles the intent as APPLIED if it
     is not in flight again (ADR 0005): a later "absent" from a list read must never outvote it."""
-    now = now_ms()
+
+    def keep(conn: sqlite3.Connection) -> None:
+        now = now_ms()
+        intents.finish_attempt(
+            conn, intent.merchant_id, intent.sik, intent.attempt_seq, now=now, outcome=f"FENCED_{result.outcome}",
+            rail_entity_id=result.rail_entity_id, http_status=result.http_status, fee_minor=result.fee_minor,
+            tax_minor=result.tax_minor, error_code=result.error_code, response=result.response,
+        )  # fmt: skip
+        audit.append(conn, "FENCED_OUTCOME", {
+            "merchant_id": intent.merchant_id, "sik": intent.sik, "attempt_seq": intent.attempt_seq,
+            "outcome": result.outcome, "rail_entity_id": result.rail_entity_id, "worker": rt.owner,
+        }, now)  # fmt: skip
+        if result.event is Event.RAIL_APPLIED:
+            intents.settle_from_evidence(conn, intent.merchant_id, intent.sik, now=now, actor=rt.owner)
+
     try:
-        with transaction(rt.ledger) as conn:
-            intents.finish_attempt(
-                conn, intent.merchant_id, intent.sik, intent.attempt_seq, now=now, outcome=f"FENCED_{result.outcome}",
-                rail_entity_id=result.rail_entity_id, http_status=result.http_status, fee_minor=result.fee_minor,
-                tax_minor=result.tax_minor, error_code=result.error_code, response=result.response,
-            )  # fmt: skip
-            audit.append(conn, "FENCED_OUTCOME", {
-                "merchant_id": intent.merchant_id, "sik": intent.sik, "attempt_seq": intent.attempt_seq,
-                "outcome": result.outcome, "rail_entity_id": result.rail_entity_id, "worker": rt.owner,
-            }, now)  # fmt: skip
-            if result.event is Event.RAIL_APPLIED:
-                intents.settle_from_evidence(conn, intent.merchant_id, intent.sik, now=now, actor=rt.owner)
+        rt.write(keep)
     except Exception:  # noqa: BLE001 - best effort: the reconciler finds the entity by its stamp regardless
         logger.exception("could not keep the fenced outcome of %s", intent.sik)

@@ -1,60 +1,42 @@
 """RQ entry points on the rail queue (interlock.queues.ADMIT_JOB / EXECUTE_JOB).
 
-The runtime is installed by `interlock rail-worker` at boot, after it took the lease; a job that
-finds no runtime refuses to run rather than build one without the lease.
+The runtime and its dispatcher are installed by `interlock rail-worker` at boot, after it took the lease;
+a job that finds none refuses to run rather than build one without the lease. A job ends once its call
+is dispatched: the ledger, not the queue, owns the outcome (ADR 0007, ADR 0011).
 """
 
 from __future__ import annotations
 
 import logging
 
-import redis
-
-from interlock.messages import Decision, Outcome
-from interlock.outcomes import publish
-from rail_worker.admit import admit
-from rail_worker.execute import execute
+from interlock.messages import Decision
+from rail_worker.dispatch import Dispatcher
 from rail_worker.runtime import RailRuntime
 
 logger = logging.getLogger(__name__)
 
-_runtime: RailRuntime | None = None
+_dispatcher: Dispatcher | None = None
 
 
-def install_runtime(runtime: RailRuntime | None) -> None:
-    global _runtime
-    _runtime = runtime
+def install(dispatcher: Dispatcher | None) -> None:
+    global _dispatcher
+    _dispatcher = dispatcher
 
 
-def runtime() -> RailRuntime:
-    if _runtime is None or _runtime.lease is None:
+def install_runtime(runtime: RailRuntime | None, concurrency: int = 1) -> None:
+    """Install a runtime with an inline dispatcher (concurrency 1), as tests and tools drive it."""
+    install(None if runtime is None else Dispatcher(runtime, concurrency))
+
+
+def dispatcher() -> Dispatcher:
+    if _dispatcher is None or _dispatcher.rt.lease is None:
         raise RuntimeError("rail jobs run only inside `interlock rail-worker`, after it took the lease")
-    return _runtime
+    return _dispatcher
 
 
 def handle_decision(decision_json: str) -> str:
-    rt = runtime()
-    decision = Decision.from_json(decision_json)
-    admission = admit(rt, decision)
-    outcome = admission.outcome
-    if admission.execute is not None:
-        outcome = execute(rt, admission.execute.merchant_id, admission.execute.sik, request_id=decision.request_id)
-    _publish(rt, outcome)
-    return outcome.state if outcome else "NO_OUTCOME"
+    return dispatcher().handle_decision(Decision.from_json(decision_json))
 
 
 def execute_intent(merchant_id: str, sik: str, request_id: str | None = None) -> str:
-    rt = runtime()
-    outcome = execute(rt, merchant_id, sik, request_id=request_id)
-    _publish(rt, outcome)
-    return outcome.state if outcome else "NO_OUTCOME"
-
-
-def _publish(rt: RailRuntime, outcome: Outcome | None) -> None:
-    if outcome is None or outcome.request_id is None:
-        return
-    try:
-        publish(rt.redis, outcome)
-    except redis.RedisError as exc:
-        # The ledger holds the answer; the agent's retry of the same call reads it from there.
-        logger.warning("could not publish the outcome of %s: %s", outcome.request_id, exc)
+    return dispatcher().execute(merchant_id, sik, request_id)

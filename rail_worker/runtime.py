@@ -6,8 +6,10 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 import redis
 from redis import Redis
@@ -17,11 +19,14 @@ from interlock.config import Settings
 from interlock.fees import DEFAULT_FEE_RATE, FeeRate
 from interlock.mandate import MandateStore
 from interlock.queues import reconcile_hint_key
-from ledger.db import open_ledger
+from ledger.db import open_ledger, transaction
 from ledger.leases import Lease
+from rail_worker.writer import LedgerWriter
 from rails.base import Rail, make_rail
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -37,6 +42,8 @@ class RailRuntime:
     fee_rate: FeeRate = field(default=DEFAULT_FEE_RATE)
     # Set by the heartbeat the moment the lease is found superseded or expired: no request may leave after.
     lease_lost: threading.Event = field(default_factory=threading.Event)
+    # With calls in flight on several threads, one writer owns the ledger connection (group commit).
+    writer: LedgerWriter | None = None
 
     @classmethod
     def build(cls, settings: Settings, redis_client: Redis) -> RailRuntime:
@@ -60,6 +67,13 @@ class RailRuntime:
     def current_lease(self) -> Lease:
         assert self.lease is not None, "the rail worker has not taken its lease"
         return self.lease
+
+    def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run *fn* in a BEGIN IMMEDIATE transaction of the ledger and return once it has committed."""
+        if self.writer is not None:
+            return self.writer.write(fn)
+        with transaction(self.ledger) as conn:
+            return fn(conn)
 
     def hint_reconciler(self, merchant_id: str, sik: str) -> None:
         try:

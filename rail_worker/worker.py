@@ -19,11 +19,11 @@ from interlock.errors import LeaseHeld
 from interlock.queues import rail_queue, rq_queue
 from interlock.redis_conn import connect
 from ledger import leases
-from ledger.db import transaction
 from rail_worker import jobs
-from rail_worker.execute import execute
+from rail_worker.dispatch import Dispatcher
 from rail_worker.lease import Heartbeat, boot
 from rail_worker.runtime import RailRuntime
+from rail_worker.writer import LedgerWriter
 
 logger = logging.getLogger(__name__)
 
@@ -37,24 +37,28 @@ def rail_worker_command(burst: bool, wait_lease: float) -> None:
     settings = load_settings()
     rt = RailRuntime.build(settings, connect(settings.redis_url))
     stranded = _boot_when_free(rt, wait_lease)  # LeaseHeld / AuditChainBroken stop us with a clear message
+    rt.writer = LedgerWriter(rt.ledger).start()  # from here on only the writer thread touches rt.ledger
     lost = rt.lease_lost
     heartbeat = Heartbeat(rt)
     heartbeat.start()
     threading.Thread(target=_stop_when_lost, args=(lost,), daemon=True, name="lease-watch").start()
-    jobs.install_runtime(rt)
+    dispatcher = Dispatcher(rt, settings.rail_concurrency)
+    jobs.install(dispatcher)
     try:
         for merchant_id, sik in stranded:
             logger.info("executing intent %s left AUTHORIZED by a previous worker", sik)
-            execute(rt, merchant_id, sik, request_id=None)
+            dispatcher.execute(merchant_id, sik, None)
         queue = rq_queue(rail_queue(settings.shard), rt.redis)
         worker = SimpleWorker([queue], connection=rt.redis, serializer=JSONSerializer)
-        logger.info("rail worker %s (epoch %d) consuming %s", rt.owner, rt.current_lease().epoch, queue.name)
+        logger.info("rail worker %s (epoch %d) consuming %s with up to %d calls in flight", rt.owner,
+                    rt.current_lease().epoch, queue.name, settings.rail_concurrency)  # fmt: skip
         worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
     finally:
+        dispatcher.drain()  # every call already out is recorded (or fenced) while the lease still beats
         heartbeat.stopping.set()
         if not lost.is_set():
-            with transaction(rt.ledger):
-                leases.release(rt.ledger, rt.current_lease(), now=now_ms())
+            rt.write(lambda conn: leases.release(conn, rt.current_lease(), now=now_ms()))
+        rt.writer.stop()
     if lost.is_set():
         sys.exit(3)
 

@@ -22,6 +22,7 @@ from ledger.states import Event
 from rail_worker import execute as execute_module
 from rail_worker import lease as lease_module
 from rail_worker.runtime import RailRuntime
+from rail_worker.writer import LedgerWriter
 from rails.models import Page, Refund, Settlement
 from rails.razorpay import RailError
 from reconciler import loop as reconciler_module
@@ -113,6 +114,8 @@ class World:
     rail: ScriptedRail
     mandate: Mandate
     path: Path
+    group_commit: bool = False  # write through a LedgerWriter, as the rail worker process does
+    writers: list[LedgerWriter] = field(default_factory=list)
 
     def runtime(self, owner: str = "rail:A", *, take_lease: bool = True) -> RailRuntime:
         rt = RailRuntime(settings=self.settings, ledger_path=self.path, ledger=open_ledger(self.path),
@@ -122,7 +125,14 @@ class World:
             with transaction(rt.ledger):
                 rt.lease = leases.acquire(rt.ledger, leases.RAIL_WORKER_LEASE, owner, now=self.clock(),
                                           ttl_ms=self.settings.lease_ttl_ms)  # fmt: skip
+        if self.group_commit:
+            rt.writer = LedgerWriter(rt.ledger).start()
+            self.writers.append(rt.writer)
         return rt
+
+    def close(self) -> None:
+        for writer in self.writers:
+            writer.stop()
 
     def reconciler(self, mandate: Mandate | None = None) -> Reconciler:
         return Reconciler(settings=self.settings, ledger=open_ledger(self.path), rail=self.rail, redis=None,
@@ -143,13 +153,18 @@ class World:
     def intent(self, sik: str = "S" * 32) -> Intent:
         return intents.require_intent(open_ledger(self.path), MERCHANT, sik)
 
+    def attempts_by_sik(self) -> list[tuple[str, str | None]]:
+        rows = open_ledger(self.path).execute("SELECT sik, outcome FROM intent_attempts ORDER BY sik")
+        return [(r[0], r[1]) for r in rows]
+
     def attempts(self, sik: str = "S" * 32) -> list[tuple[int, str | None]]:
         rows = open_ledger(self.path).execute(
             "SELECT attempt_seq, outcome FROM intent_attempts WHERE sik = ? ORDER BY attempt_seq", (sik,))
         return [(r[0], r[1]) for r in rows]
 
 
-def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **timings: int) -> World:
+def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, group_commit: bool = False,
+               **timings: int) -> World:  # fmt: skip
     settings = load_settings(ledger=tmp_path / "ledger.sqlite3", **{
         "rail_timeout_ms": 1000, "lease_ttl_ms": 3000, "reconcile_min_delay_ms": 500, **timings})  # fmt: skip
     clock = Clock(T0)
@@ -158,4 +173,4 @@ def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **timings: int) 
     mandate = make_mandate({"issued_at": T0 - 86_400_000, "expires_at": T0 + 30 * 86_400_000,
                             "limits.fee_budgets": {}, "approval.hold_above_minor": None})  # fmt: skip
     assert settings.ledger is not None
-    return World(settings, clock, ScriptedRail(), mandate, settings.ledger)
+    return World(settings, clock, ScriptedRail(), mandate, settings.ledger, group_commit)

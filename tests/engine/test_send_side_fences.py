@@ -5,6 +5,7 @@ an applied attempt is never outvoted. One test per defect, named after what brok
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,9 @@ from ledger.limits import reassert
 from ledger.states import Event, State
 from rail_worker import lease as lease_module
 from rail_worker.admit import admit
+from rail_worker.dispatch import Dispatcher
 from rail_worker.execute import execute
+from rail_worker.writer import LedgerWriter
 from rails.razorpay import RailError, RailErrorKind
 from tests.engine.send_world import REFUND, SETTLEMENT, World, make_world
 from tests.ledger.helpers import put_intent
@@ -27,9 +30,11 @@ from tests.mandates import AGENT, MERCHANT, make_mandate
 SIK = "S" * 32
 
 
-@pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> World:
-    return make_world(tmp_path, monkeypatch)
+@pytest.fixture(params=[False, True], ids=["one-transaction-each", "group-commit"])
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[World]:
+    made = make_world(tmp_path, monkeypatch, group_commit=request.param)
+    yield made
+    made.close()
 
 
 def _standby_takes_over(world: World, owner: str = "rail:B") -> object:
@@ -337,3 +342,44 @@ def test_an_expired_rail_worker_lease_admits_nothing(world: World, monkeypatch: 
     with pytest.raises(StaleLease):
         admit(rt, _decision(world, "Q" * 32))
     assert open_ledger(world.path).execute("SELECT COUNT(*) FROM intents").fetchone()[0] == 0
+
+
+# -- with many calls in flight (issue 14): the rule holds per call ----------------------------------------------------
+
+
+def test_after_the_lease_is_lost_no_queued_call_leaves(world: World) -> None:
+    siks = [f"{i:032d}" for i in range(32)]
+    for sik in siks:
+        world.authorized(SETTLEMENT, sik=sik, amount=1000 + int(sik))
+    rt = world.runtime()
+    if rt.writer is None:
+        rt.writer = LedgerWriter(rt.ledger).start()
+        world.writers.append(rt.writer)
+    out, release = threading.Semaphore(0), threading.Event()
+
+    def hold_the_call() -> None:
+        out.release()
+        release.wait(10)
+
+    world.rail.during_call = None
+    original = world.rail._money
+
+    def blocking_money(notes: object, make: object) -> object:
+        hold_the_call()
+        return original(notes, make)  # type: ignore[arg-type]
+
+    world.rail._money = blocking_money  # type: ignore[method-assign]
+    dispatcher = Dispatcher(rt, 16)
+    feeder = threading.Thread(target=lambda: [dispatcher.execute(MERCHANT, s, None) for s in siks])
+    feeder.start()
+    for _ in range(16):
+        assert out.acquire(timeout=10), "16 calls should be out at once"
+    assert not out.acquire(timeout=0.2), "a 17th call left while 16 slots were taken"
+    rt.lease_lost.set()  # the heartbeat found the lease gone
+    release.set()
+    feeder.join(10)
+    dispatcher.drain()
+    assert len(world.rail.calls) == 16, "no request may leave after the lease is lost"
+    outcomes = dict(world.attempts_by_sik())
+    assert sorted(outcomes.values()).count("NOT_SENT") == 16
+    assert sorted(outcomes.values()).count("APPLIED") == 16
