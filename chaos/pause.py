@@ -34,17 +34,16 @@ from chaos.trial import (
     _restart_the_dead,
     _settle_all,
     entity_stamp,
+    ledger_rows,
     run_trial,
     subject_of,
 )
 from chaos.verdict import PauseEvidence, judge, judge_pause
 from interlock.agent_client import SandboxControl
 from interlock.clock import now_ms
-from interlock.errors import LedgerError
 from interlock.failpoints import KILL_AT_ENV, PAUSE_AT_ENV
 from interlock.sik import SETTLEMENT_SUBJECT
 from interlock.stack import Actor, Stack, StackError, wait_for
-from ledger.db import open_ledger
 from ledger.leases import RAIL_WORKER_LEASE
 
 PAUSED, STANDBY = "rail", "rail-standby"
@@ -136,7 +135,7 @@ def _pause_takeover_wake(stack: Stack, paused: Actor, cell: Cell, subject: str,
     stopped_at = time.monotonic()
     evidence.stopped = f"failpoint {cell.point}: SIGSTOP" in paused.log()
     old = _rail_lease(stack) or {"owner": "?", "epoch": 0, "expires_at": 0}
-    [stalled] = _query(stack, "SELECT attempt_seq, started_at FROM intent_attempts WHERE lease_epoch = ? "
+    [stalled] = ledger_rows(stack, "SELECT attempt_seq, started_at FROM intent_attempts WHERE lease_epoch = ? "
                        "ORDER BY attempt_seq DESC LIMIT 1", (old["epoch"],)) or [{"attempt_seq": 0, "started_at": 0}]
     # A standby, as a supervisor would keep one: it takes over once the stopped worker's heartbeat is stale.
     standby = stack.actor(STANDBY, ["rail-worker", "--wait-lease", "60"], {KILL_AT_ENV: "", PAUSE_AT_ENV: ""})
@@ -204,26 +203,14 @@ def _born_after(control: SandboxControl, subject: str, woke_ms: int) -> dict[str
     return born
 
 
-def _query(stack: Stack, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
-    if not stack.ledger_path.exists():
-        return []
-    try:
-        conn = open_ledger(stack.ledger_path, readonly=True)
-    except LedgerError:
-        return []
-    try:
-        return [dict(r) for r in conn.execute(sql, params)]
-    finally:
-        conn.close()
-
-
 def _rail_lease(stack: Stack) -> dict[str, Any] | None:
-    rows = _query(stack, "SELECT owner, epoch, expires_at FROM leases WHERE name = ?", (RAIL_WORKER_LEASE,))
+    rows = ledger_rows(stack, "SELECT owner, epoch, expires_at FROM leases WHERE name = ?", (RAIL_WORKER_LEASE,))
     return rows[0] if rows else None
 
 
 def _subject_intents(stack: Stack, subject: str) -> list[dict[str, Any]]:
-    return _query(stack, "SELECT sik, state, attempt_seq FROM intents WHERE subject_id = ? ORDER BY sik", (subject,))
+    sql = "SELECT sik, state, attempt_seq FROM intents WHERE subject_id = ? ORDER BY sik"
+    return ledger_rows(stack, sql, (subject,))
 
 
 def _writes_after(stack: Stack, owner: str, woke_ms: int) -> list[str]:
@@ -231,7 +218,8 @@ def _writes_after(stack: Stack, owner: str, woke_ms: int) -> list[str]:
     FENCED_OUTCOME on its own attempt row, and (ADR 0005) settling the intent APPLIED from a stamped answer
     (EARLIER_ATTEMPT_APPLIED) — whether that entity is right, the ledger ⇔ rail verdict judges."""
     writes = []
-    for row in _query(stack, "SELECT seq, kind, payload_json FROM audit_log WHERE ts >= ? ORDER BY seq", (woke_ms,)):
+    sql = "SELECT seq, kind, payload_json FROM audit_log WHERE ts >= ? ORDER BY seq"
+    for row in ledger_rows(stack, sql, (woke_ms,)):
         payload = json.loads(row["payload_json"])
         if owner in (payload.get("actor"), payload.get("owner")) and row["kind"] not in EVIDENCE_KINDS and \
                 payload.get("event") not in EVIDENCE_EVENTS:
@@ -240,6 +228,6 @@ def _writes_after(stack: Stack, owner: str, woke_ms: int) -> list[str]:
 
 
 def _attempt_outcomes(stack: Stack, epoch: int) -> list[str]:
-    rows = _query(stack, "SELECT attempt_seq, outcome FROM intent_attempts WHERE lease_epoch = ? ORDER BY attempt_seq",
-                  (epoch,))  # fmt: skip
+    sql = "SELECT attempt_seq, outcome FROM intent_attempts WHERE lease_epoch = ? ORDER BY attempt_seq"
+    rows = ledger_rows(stack, sql, (epoch,))
     return [f"#{r['attempt_seq']} {r['outcome']}" for r in rows]

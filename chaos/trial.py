@@ -232,7 +232,8 @@ def _settle_all(stack: Stack, payment_ids: list[str], *, partition: bool = False
     return stable >= 3
 
 
-def _intents(stack: Stack, payment_ids: list[str]) -> list[dict[str, Any]]:
+def ledger_rows(stack: Stack, sql: str, params: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    """Rows of a read-only query on the stack's ledger; none while the ledger does not exist yet."""
     if not stack.ledger_path.exists():
         return []
     try:
@@ -240,12 +241,15 @@ def _intents(stack: Stack, payment_ids: list[str]) -> list[dict[str, Any]]:
     except LedgerError:
         return []
     try:
-        marks = ",".join("?" for _ in payment_ids)
-        rows = conn.execute(f"SELECT sik, state, rail_entity_id FROM intents WHERE subject_id IN ({marks})",
-                            payment_ids)  # fmt: skip
-        return [dict(r) for r in rows]
+        return [dict(r) for r in conn.execute(sql, params)]
     finally:
         conn.close()
+
+
+def _intents(stack: Stack, payment_ids: list[str]) -> list[dict[str, Any]]:
+    marks = ",".join("?" for _ in payment_ids)
+    return ledger_rows(stack, f"SELECT sik, state, rail_entity_id FROM intents WHERE subject_id IN ({marks})",
+                       tuple(payment_ids))
 
 
 def _observe_all(stack: Stack, control: SandboxControl, payment_ids: list[str], *,

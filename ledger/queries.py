@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from interlock.fees import FeeRate
-from ledger.states import COUNTS_AGAINST_LIMITS, MAY_MOVE_MONEY, UNSETTLED, State
+from ledger.states import COUNTS_AGAINST_LIMITS, MAY_MOVE_MONEY, State
 
 SETTLEMENT_TOOL = "create_instant_settlement"
 
@@ -15,19 +15,6 @@ SETTLEMENT_TOOL = "create_instant_settlement"
 def _placeholders(states: Iterable[State]) -> tuple[str, list[str]]:
     values = sorted(s.value for s in states)
     return ", ".join("?" for _ in values), values
-
-
-def money_in_motion_for_subject(
-    conn: sqlite3.Connection, merchant_id: str, subject_id: str, *, exclude_sik: str
-) -> int:
-    """Minor units of this subject's *other* intents that may still move money (G2 ceiling)."""
-    marks, states = _placeholders(MAY_MOVE_MONEY)
-    row = conn.execute(
-        f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents
-            WHERE merchant_id = ? AND subject_id = ? AND sik <> ? AND state IN ({marks})""",
-        (merchant_id, subject_id, exclude_sik, *states),
-    ).fetchone()
-    return int(row[0])
 
 
 # G2's money in motion (issue 13 item 7): what may still move, plus HELD — a person may release it at any
@@ -130,10 +117,6 @@ def earlier_full_request(
     ).fetchone()
     return None if row is None else (str(row["sik"]), int(row["amount_minor"]))
 
-
-def is_unsettled(conn: sqlite3.Connection, merchant_id: str, sik: str) -> bool:
-    row = conn.execute("SELECT state FROM intents WHERE merchant_id = ? AND sik = ?", (merchant_id, sik)).fetchone()
-    return row is not None and State(row["state"]) in UNSETTLED
 
 
 def intent_state(conn: sqlite3.Connection, merchant_id: str, sik: str) -> State | None:

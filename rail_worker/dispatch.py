@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 
 import redis
 
@@ -26,6 +29,11 @@ from rail_worker.runtime import RailRuntime
 logger = logging.getLogger(__name__)
 
 DISPATCHED = "DISPATCHED"
+
+
+@dataclass
+class _Slot:
+    handed_off: bool = False  # a pool thread owns the slot now and releases it when the call is recorded
 
 
 class Dispatcher:
@@ -42,39 +50,41 @@ class Dispatcher:
 
     def handle_decision(self, decision: Decision) -> str:
         """Admit a Decision and, when it authorizes an intent, dispatch its call. Returns what happened."""
-        self._slots.acquire()
-        handed_off = False
-        try:
+        with self._slot() as slot:
             admission = admit(self.rt, decision)
             trace: Trace = {**decision.trace, "admitted": trace_now()}
             if admission.execute is None:
                 self._publish(admission.outcome, trace)
                 return admission.outcome.state if admission.outcome else "NO_OUTCOME"
             intent = admission.execute
-            begun = begin_attempt(self.rt, intent.merchant_id, intent.sik, request_id=decision.request_id,
-                                  trace=trace)  # fmt: skip
-            if not isinstance(begun, Started):
-                self._publish(begun, trace)
-                return begun.state if begun else "NO_OUTCOME"
-            handed_off = self._dispatch(begun)
-            return DISPATCHED if handed_off else "DONE"
-        finally:
-            if not handed_off:
-                self._slots.release()
+            return self._start(slot, intent.merchant_id, intent.sik, decision.request_id, trace)
 
     def execute(self, merchant_id: str, sik: str, request_id: str | None) -> str:
         """An execute job (a retry the reconciler authorized, a released hold, a stranded intent)."""
+        with self._slot() as slot:
+            return self._start(slot, merchant_id, sik, request_id, {})
+
+    def _start(self, slot: _Slot, merchant_id: str, sik: str, request_id: str | None, trace: Trace) -> str:
+        begun = begin_attempt(self.rt, merchant_id, sik, request_id=request_id, trace=trace)
+        if not isinstance(begun, Started):
+            self._publish(begun, trace)
+            return begun.state if begun else "NO_OUTCOME"
+        if self._pool is None:
+            self._complete(started=begun, slot=None)  # concurrency 1: inline, the job keeps its slot
+            return "DONE"
+        slot.handed_off = True
+        self._pool.submit(self._complete, begun, slot)
+        return DISPATCHED
+
+    @contextmanager
+    def _slot(self) -> Iterator[_Slot]:
+        """A call slot, taken before anything is written; released here unless a pool thread took it over."""
         self._slots.acquire()
-        handed_off = False
+        slot = _Slot()
         try:
-            begun = begin_attempt(self.rt, merchant_id, sik, request_id=request_id)
-            if not isinstance(begun, Started):
-                self._publish(begun, {})
-                return begun.state if begun else "NO_OUTCOME"
-            handed_off = self._dispatch(begun)
-            return DISPATCHED if handed_off else "DONE"
+            yield slot
         finally:
-            if not handed_off:
+            if not slot.handed_off:
                 self._slots.release()
 
     def drain(self) -> None:
@@ -82,15 +92,7 @@ class Dispatcher:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def _dispatch(self, started: Started) -> bool:
-        """Run the call inline (concurrency 1: False, the caller keeps the slot) or on the pool (True)."""
-        if self._pool is None:
-            self._complete(started, release=False)
-            return False
-        self._pool.submit(self._complete, started, True)
-        return True
-
-    def _complete(self, started: Started, release: bool) -> None:
+    def _complete(self, started: Started, slot: _Slot | None) -> None:
         with self._lock:
             self.in_flight += 1
         try:
@@ -101,7 +103,7 @@ class Dispatcher:
         finally:
             with self._lock:
                 self.in_flight -= 1
-            if release:
+            if slot is not None:
                 self._slots.release()
 
     def _publish(self, outcome: Outcome | None, trace: Trace) -> None:
