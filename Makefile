@@ -44,10 +44,12 @@ test: lint browser
 bench: install
 	$(BIN)/interlock bench scenarios && $(BIN)/interlock bench perf
 
-# The full SIGKILL matrix (51 cells x 10 trials), 30 random-kill trials and the SIGSTOP pause cells
-# (24 cells x 5 trials); each rewrites its own section of RESULTS.md.
+# The full SIGKILL matrix (51 cells x 10 trials), 30 random-kill trials, the SIGSTOP pause cells
+# (24 cells x 5 trials) and the burst cells (12 cells x 2 trials: the rail worker SIGKILLed with at least
+# 32 of 40 concurrent money calls in flight); each rewrites its own section of RESULTS.md.
 chaos: install
-	$(BIN)/interlock chaos --trials 10 && $(BIN)/interlock chaos --random 30 && $(BIN)/interlock chaos --pause --trials 5
+	$(BIN)/interlock chaos --trials 10 && $(BIN)/interlock chaos --random 30 && $(BIN)/interlock chaos --pause --trials 5 \
+	  && $(BIN)/interlock chaos --burst --trials 2
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

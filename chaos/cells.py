@@ -8,6 +8,11 @@ The pause cells are a second family: the rail worker is SIGSTOPped (not killed) 
 money call, a standby takes its lease, and it is woken — late, once the intent has been settled
 without it, or early, the moment the standby's retry has started — for refunds and for instant
 settlements, whose only defence against a second send is the fence.
+
+The burst cells are a third: the rail worker runs with 64 call slots, the agents fire a burst of distinct
+money calls at once over a rail that takes its time to answer, and the worker is SIGKILLed at a point of a
+call only once at least 32 calls are in flight (INTERLOCK_KILL_IN_FLIGHT), leaving every one of them for
+recovery to settle.
 """
 
 from __future__ import annotations
@@ -55,6 +60,30 @@ WAKES = ["late", "early"]
 EARLY_TIMINGS = {"INTERLOCK_RAIL_TIMEOUT_MS": "250"}
 
 
+# The burst cells: where a kill leaves many calls at once with their fate unknown (the request is out, or the
+# answer is in hand and not recorded), under no fault, an ambiguous answer, and a rail slower than the deadline.
+BURST_POINTS = ["rail.during_call", "rail.after_call_before_commit"]
+BURST_FAULTS = ["none", "ambiguous_504", "slow"]
+BURST_CALLS, BURST_IN_FLIGHT, BURST_CONCURRENCY = 40, 32, 64
+# Calls pile up only if the rail holds each one longer than the stack takes to dispatch 32 of them: about 0.5 s on
+# an idle machine, but up to 2 s on two busy CPUs, where the first calls through a fresh stack are the slowest. So
+# a 3000 ms rail under a 4000 ms call deadline ("none" is still answered in time), with the lease (and each
+# IN_FLIGHT row's lease) long enough that every call leaves inside its send window (TTL - deadline, ADR 0005).
+BURST_TIMINGS = {
+    "INTERLOCK_RAIL_CONCURRENCY": str(BURST_CONCURRENCY),
+    "INTERLOCK_RAIL_TIMEOUT_MS": "4000",
+    "INTERLOCK_LEASE_TTL_MS": "7000",
+}
+RAIL_LATENCY: dict[str, Any] = {"name": "slow", "rate": 1.0, "scope": "money", "params": {"delay_ms": 3000}}
+BURST_PROFILES: dict[str, list[dict[str, Any]]] = {
+    "none": [RAIL_LATENCY],
+    # Applied after the latency, then answered 504: every call of the burst is ambiguous.
+    "ambiguous_504": [RAIL_LATENCY, *PROFILES["ambiguous_504"]],
+    # Applied after 5 s, past the 4 s deadline: the worker gives up on calls the rail still applies.
+    "slow": [{"name": "slow", "rate": 1.0, "scope": "money", "params": {"delay_ms": 5000}}],
+}
+
+
 @dataclass(frozen=True)
 class Cell:
     point: str
@@ -62,16 +91,22 @@ class Cell:
     faults: list[dict[str, Any]] = field(default_factory=list)
     prior_refunds: int = 0  # unstamped refunds already on the payment (pushes ours past page one)
     note: str = ""
-    action: str = "kill"  # "kill": SIGKILL at the point; "pause": SIGSTOP there, SIGCONT after a takeover
+    # "kill": SIGKILL at the point; "pause": SIGSTOP there, SIGCONT after a takeover; "burst": SIGKILL at the
+    # point once kill_in_flight calls of a burst of `calls` are in flight
+    action: str = "kill"
     tool: str = TOOLS["refund"]
     wake: str = "late"  # pause cells: see WAKES
     timings: dict[str, str] = field(default_factory=dict)  # overrides of the trial's TIMINGS
+    calls: int = 1  # burst cells: distinct money calls fired at once
+    kill_in_flight: int = 0  # burst cells: the kill waits for this many calls in flight
 
     @property
     def key(self) -> str:
         if self.action == "kill":
             return f"{self.point}|{self.fault}"
         short = next(name for name, tool in TOOLS.items() if tool == self.tool)
+        if self.action == "burst":
+            return f"burst|{self.point}|{self.fault}|{short}"
         return f"{self.action}|{self.point}|{self.fault}|{short}|{self.wake}"
 
 
@@ -131,6 +166,21 @@ def build_pause_cells() -> list[Cell]:
         for tool in TOOLS.values()
         for point in PAUSE_POINTS
         for fault in PAUSE_FAULTS
+    ]
+
+
+def build_burst_cells(calls: int = BURST_CALLS, in_flight: int = BURST_IN_FLIGHT) -> list[Cell]:
+    """Every burst point × fault × money tool: nothing is skipped, each leaves a different mix of requests
+    out, answers unrecorded and entities the rail applied after the worker died."""
+    if not 1 <= in_flight <= min(calls, BURST_CONCURRENCY):
+        raise ValueError(f"the kill waits for {in_flight} calls in flight: it needs 1 <= that <= the calls of the "
+                         f"burst ({calls}) and <= the rail worker's {BURST_CONCURRENCY} call slots")  # fmt: skip
+    return [
+        Cell(point, fault, list(BURST_PROFILES[fault]), action="burst", tool=tool, timings=dict(BURST_TIMINGS),
+             calls=calls, kill_in_flight=in_flight)  # fmt: skip
+        for tool in TOOLS.values()
+        for point in BURST_POINTS
+        for fault in BURST_FAULTS
     ]
 
 

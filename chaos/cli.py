@@ -1,5 +1,5 @@
-"""`interlock chaos`: the SIGKILL matrix, the pause cells (--pause) and random kills, with machine-written
-results."""
+"""`interlock chaos`: the SIGKILL matrix, the pause cells (--pause), the burst cells (--burst) and random
+kills, with machine-written results."""
 
 from __future__ import annotations
 
@@ -10,8 +10,19 @@ from pathlib import Path
 
 import click
 
-from chaos.cells import FAULTS, KILL_POINTS, TOOLS, WAKES, build_cells, build_pause_cells, select
-from chaos.matrix import run_matrix, save, summarise, summarise_pause
+from chaos.cells import (
+    BURST_CALLS,
+    BURST_IN_FLIGHT,
+    FAULTS,
+    KILL_POINTS,
+    TOOLS,
+    WAKES,
+    build_burst_cells,
+    build_cells,
+    build_pause_cells,
+    select,
+)
+from chaos.matrix import run_matrix, save, summarise, summarise_burst, summarise_pause
 from interlock.results import commit_id, write_section
 
 
@@ -26,27 +37,50 @@ from interlock.results import commit_id, write_section
 @click.option("--mutation", default=None, help="run a deliberately broken build (INTERLOCK_MUTATION)")
 @click.option("--pause", is_flag=True,
               help="instead of the kill matrix: the pause cells (rail worker SIGSTOPped, standby takeover, SIGCONT)")
+@click.option("--burst", is_flag=True,
+              help="instead of the kill matrix: the burst cells (rail worker SIGKILLed with many calls in flight)")
 @click.option("--tools", multiple=True, type=click.Choice(sorted(TOOLS)),
-              help="money tools of the pause cells (default: refund and settlement)")
+              help="money tools of the pause or burst cells (default: refund and settlement)")
 @click.option("--wakes", multiple=True, type=click.Choice(WAKES),
               help="when the paused worker is woken: late (after the intent is settled) or early (default: both)")
 @click.option("--random", "random_trials", type=click.IntRange(0), default=0,
               help="instead of the matrix: M trials of random kills during a burst of concurrent calls")
-@click.option("--calls", type=click.IntRange(2, 64), default=12, show_default=True, help="calls per random burst")
+@click.option("--calls", type=click.IntRange(2, 64), default=None,
+              help=f"calls per burst (random kills: 12; --burst: {BURST_CALLS})")
+@click.option("--in-flight", type=click.IntRange(1, 64), default=BURST_IN_FLIGHT, show_default=True,
+              help="--burst: the rail worker dies on the first call that finds this many in flight")
 @click.option("--write-results/--no-write-results", default=True, show_default=True,
               help="regenerate RESULTS.md's chaos section")  # fmt: skip
 def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...], seed: int, out: Path,
-                  parallel: int, proxy: bool, mutation: str | None, pause: bool, tools: tuple[str, ...],
-                  wakes: tuple[str, ...], random_trials: int, calls: int, write_results: bool) -> None:  # fmt: skip
+                  parallel: int, proxy: bool, mutation: str | None, pause: bool, burst: bool, tools: tuple[str, ...],
+                  wakes: tuple[str, ...], random_trials: int, calls: int | None, in_flight: int,
+                  write_results: bool) -> None:  # fmt: skip
     """SIGKILL every actor at every failpoint under every rail fault (or, with --pause, SIGSTOP the rail
-    worker mid-call and wake it after a standby took over), and judge what is left."""
+    worker mid-call and wake it after a standby took over; with --burst, SIGKILL it with many calls in
+    flight), and judge what is left."""
+    if sum((pause, burst, bool(random_trials))) > 1:
+        raise click.UsageError("--pause, --burst and --random are separate families: choose one")
     if random_trials:
         from chaos.random_mode import run_random
 
-        sys.exit(run_random(random_trials, calls, seed, out.resolve(), parallel=parallel, write_results=write_results))
-    if (tools or wakes) and not pause:
-        raise click.UsageError("--tools and --wakes select pause cells: use them with --pause")
-    cells, skipped = (build_pause_cells(), []) if pause else build_cells()
+        sys.exit(run_random(random_trials, calls or 12, seed, out.resolve(), parallel=parallel,
+                            write_results=write_results))  # fmt: skip
+    if tools and not (pause or burst):
+        raise click.UsageError("--tools selects pause or burst cells: use it with --pause or --burst")
+    if wakes and not pause:
+        raise click.UsageError("--wakes selects pause cells: use it with --pause")
+    if burst and proxy:
+        raise click.UsageError("the burst cells run against the sandbox's REST rail only: drop --proxy")
+    skipped: list[tuple[str, str, str]] = []
+    if burst:
+        try:
+            cells = build_burst_cells(calls or BURST_CALLS, in_flight)
+        except ValueError as exc:
+            raise click.UsageError(str(exc)) from None
+    elif pause:
+        cells = build_pause_cells()
+    else:
+        cells, skipped = build_cells()
     chosen = select(cells, list(points), list(faults), [TOOLS[t] for t in tools], list(wakes))
     if not chosen:
         raise click.UsageError("no cell matches those --points, --faults, --tools and --wakes")
@@ -59,11 +93,14 @@ def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...],
     if pause:
         report = summarise_pause(results, command=command.strip(), seed=seed, wall_s=wall, commit=commit_id(),
                                  mutation=mutation)  # fmt: skip
+    elif burst:
+        report = summarise_burst(results, command=command.strip(), seed=seed, wall_s=wall, commit=commit_id(),
+                                 mutation=mutation)  # fmt: skip
     else:
         report = summarise(results, skipped if not points and not faults else [], command=command.strip(), seed=seed,
                            wall_s=wall, commit=commit_id(), mutation=mutation)  # fmt: skip
     if write_results and not mutation and not proxy:
-        write_section("chaos-pause" if pause else "chaos", report)
+        write_section("chaos-pause" if pause else "chaos-burst" if burst else "chaos", report)
     bad = [r for r in results if r.violations]
     click.echo(f"chaos: {len(results)} trials, {len(bad)} with violations; details in {path}")
     for r in bad[:10]:

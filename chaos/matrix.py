@@ -12,9 +12,12 @@ from pathlib import Path
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from chaos.cells import WAKES, Cell
+from chaos.burst import run_burst_trial
+from chaos.cells import BURST_CONCURRENCY, BURST_PROFILES, BURST_TIMINGS, RAIL_LATENCY, WAKES, Cell
 from chaos.pause import run_pause_trial
 from chaos.trial import TrialResult, run_trial
+
+RUNNERS = {"kill": run_trial, "pause": run_pause_trial, "burst": run_burst_trial}
 
 
 def run_matrix(cells: list[Cell], trials: int, seed: int, out: Path, *, parallel: int = 2, mutation: str | None = None,
@@ -27,8 +30,8 @@ def run_matrix(cells: list[Cell], trials: int, seed: int, out: Path, *, parallel
                TextColumn("{task.fields[last]}"))  # fmt: skip
     with Progress(*columns, disable=not progress) as bar, ThreadPoolExecutor(max_workers=parallel) as pool:
         task = bar.add_task("trials", total=len(plan), last="")
-        futures = {pool.submit(run_pause_trial if cell.action == "pause" else run_trial, cell, t, seeds[(cell.key, t)],
-                               out / "trials", mutation=mutation, proxy=proxy): cell for cell, t in plan}  # fmt: skip
+        futures = {pool.submit(RUNNERS[cell.action], cell, t, seeds[(cell.key, t)], out / "trials", mutation=mutation,
+                               proxy=proxy): cell for cell, t in plan}  # fmt: skip
         for future in as_completed(futures):
             result = future.result()
             results.append(result)
@@ -151,6 +154,76 @@ def summarise_pause(results: list[TrialResult], *, command: str, seed: int, wall
         lines += ["", "Violations (first 20):", ""]
         lines += [f"- {r.cell} #{r.trial} (seed {r.seed}): {'; '.join(r.violations)[:300]}" for r in bad[:20]]
     return "\n".join(lines)
+
+
+def summarise_burst(results: list[TrialResult], *, command: str, seed: int, wall_s: float, commit: str,
+                    mutation: str | None = None) -> str:  # fmt: skip
+    by_cell: dict[str, list[TrialResult]] = defaultdict(list)
+    for r in results:
+        by_cell[r.cell].append(r)
+    violations = sum(len(r.violations) > 0 for r in results)
+    left = [r.burst["unfinished"] for r in results if "unfinished" in r.burst]
+    calls = sorted({int(r.burst["calls"]) for r in results if r.burst.get("calls")})
+    needed = sorted({int(r.burst["needed"]) for r in results if r.burst.get("needed")})
+    lines = [
+        "## Chaos: the rail worker killed with many calls in flight",
+        "",
+        "Evidence class: **real process** × **sandbox rail** × **scripted agent**. Each trial: a fresh stack whose",
+        f"rail worker keeps up to {BURST_CONCURRENCY} money calls in flight (INTERLOCK_RAIL_CONCURRENCY, ADR 0011) "
+        "over a sandbox",
+        f"rail that holds every money call {RAIL_LATENCY['params']['delay_ms']} ms before it answers "
+        f"({BURST_PROFILES['slow'][0]['params']['delay_ms']} ms under `slow`, past the "
+        f"{BURST_TIMINGS['INTERLOCK_RAIL_TIMEOUT_MS']} ms call",
+        f"deadline); the agents fire {_joined(calls)} distinct money calls at once over real MCP sessions — refunds on",
+        "distinct payments, or instant settlements told apart by `interlock_distinct_reason` — and the rail worker",
+        "SIGKILLs itself at its failpoint on the first call that finds at least "
+        f"{_joined(needed)} calls in flight (INTERLOCK_KILL_IN_FLIGHT;",
+        "a call is in flight from its committed IN_FLIGHT row until its answer is in hand). It is restarted with",
+        "`--wait-lease`; recovery abandons each IN_FLIGHT row only after its lease plus the call deadline and",
+        "reconciles it by stamp; then every agent repeats its same call until the answer is definite.",
+        "",
+        f"- command: `{command}`",
+        f"- seed: {seed}; commit: {commit}; date: {time.strftime('%Y-%m-%d')}; wall time: {wall_s / 60:.1f} min",
+        f"- **trials: {len(results)}; trials with a violation: {violations}; kills landed: "
+        f"{sum(r.kill_landed for r in results)}; calls left in flight by the kill: min {min(left, default=0)}, "
+        f"max {max(left, default=0)}**",
+    ]
+    if mutation:
+        lines.append(f"- **MUTATED BUILD** (INTERLOCK_MUTATION={mutation}): violations are expected here")
+    lines += [
+        "",
+        "Expected in every trial, besides the kill matrix's checks on every intent (never two entities, nothing",
+        "left unsettled, ledger APPLIED ⇔ entity, audit chain intact): each call became exactly one intent and at",
+        "most one entity, and the kill landed with the calls it needed in flight. `in flight at kill` is per",
+        "trial: the attempts the dead worker left unrecorded (IN_FLIGHT rows, read from the ledger the moment it",
+        "died) / the worker's own count as it fired / the money calls the sandbox was still applying; `stamped`",
+        "are the entities the rail had made by then. Observed states are `state ×n; entities`.",
+        "",
+        "| tool | kill point | fault | trials | in flight at kill: ledger / worker / at rail | stamped at kill | "
+        "first answers | after recovery | after retry | violations | landed | s/trial |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(by_cell):
+        rs = by_cell[key]
+        _, point, fault, tool = key.split("|")[:4]
+        seen = ", ".join(f"{r.burst.get('unfinished', '-')} / {r.burst.get('said') or '-'} / "
+                         f"{r.burst.get('rail_pending', '-')}" for r in rs)  # fmt: skip
+        lines.append(
+            f"| {tool} | {point} | {fault} | {len(rs)} | {seen} | "
+            f"{', '.join(str(r.burst.get('entities_at_kill', '-')) for r in rs)} | "
+            f"{_mode([r.first_answer for r in rs])} | {_mode([r.after_recovery for r in rs])} | "
+            f"{_mode([r.after_retry for r in rs])} | {sum(len(r.violations) > 0 for r in rs)} | "
+            f"{sum(r.kill_landed for r in rs)} | {sum(r.seconds for r in rs) / len(rs):.1f} |"
+        )
+    bad = [r for r in results if r.violations]
+    if bad:
+        lines += ["", "Violations (first 20):", ""]
+        lines += [f"- {r.cell} #{r.trial} (seed {r.seed}): {'; '.join(r.violations)[:300]}" for r in bad[:20]]
+    return "\n".join(lines)
+
+
+def _joined(values: list[int]) -> str:
+    return "/".join(map(str, values)) or "?"
 
 
 def _mean(results: list[TrialResult], name: str) -> str:

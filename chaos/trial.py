@@ -59,6 +59,7 @@ class TrialResult:
     seconds: float = 0.0
     data_dir: str = ""
     pause: dict[str, Any] = field(default_factory=dict)  # what a pause trial saw happen (chaos/pause.py)
+    burst: dict[str, Any] = field(default_factory=dict)  # what a burst trial saw at its kill (chaos/burst.py)
 
 
 class Body(Protocol):

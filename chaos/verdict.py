@@ -80,3 +80,19 @@ def judge_pause(ev: PauseEvidence, obs: Observation) -> list[str]:
     if ev.stopped and ev.exit_code is None:
         violations.append("NOT_STOPPED: the paused worker was still running after waking without its lease")
     return violations
+
+
+def judge_burst(obs: Observation, *, calls: int, needed: int, in_flight: int | None) -> list[str]:
+    """The burst-specific verdict, on top of judge() after the agents' retries: each distinct call became
+    exactly one intent (none lost, none split in two under different stamps — which NEVER_TWO cannot see),
+    the rail holds at most one entity per call, and the kill landed with at least *needed* calls in flight
+    (*in_flight*: the attempts it left unrecorded; None when it did not land, which the trial reports)."""
+    violations = []
+    if len(obs.intents) != calls:
+        violations.append(f"ONE_INTENT_PER_CALL: {len(obs.intents)} intents for {calls} distinct calls")
+    entities = sum(len(ids) for ids in obs.stamped.values())
+    if entities > calls:
+        violations.append(f"NEVER_TWO: {entities} stamped rail entities for {calls} distinct calls")
+    if in_flight is not None and in_flight < needed:
+        violations.append(f"IN_FLIGHT_SHORT: the kill left {in_flight} calls in flight; the cell needs {needed}")
+    return violations

@@ -4,6 +4,11 @@ matrix uses them to kill real processes at exact places; SIGKILL (not an excepti
 finally-block or atexit hook can run. A pause is what a kill is not — a GC, VM steal or I/O stall:
 every thread stops where it is, the process keeps its sockets and state, and it carries on from the
 same line when someone sends SIGCONT (the chaos pause cells do, after its lease has run out).
+
+INTERLOCK_KILL_IN_FLIGHT=N holds the kill (or pause) back until at least N money calls of this process
+are in flight, for the chaos burst cells: a call is in flight from `rail.after_wal_before_call` (its
+IN_FLIGHT row committed, the request about to leave) until `rail.after_call_before_commit` (the answer in
+hand, not yet recorded), where it still counts itself. The count is kept only while the variable is set.
 """
 
 from __future__ import annotations
@@ -15,6 +20,9 @@ import threading
 
 KILL_AT_ENV = "INTERLOCK_KILL_AT"
 PAUSE_AT_ENV = "INTERLOCK_PAUSE_AT"
+KILL_IN_FLIGHT_ENV = "INTERLOCK_KILL_IN_FLIGHT"
+# Where a money call enters and leaves the in-flight count that INTERLOCK_KILL_IN_FLIGHT waits for.
+CALL_SENT, CALL_ANSWERED = "rail.after_wal_before_call", "rail.after_call_before_commit"
 
 # In the order a money call meets them.
 POINTS: tuple[str, ...] = (
@@ -33,17 +41,20 @@ KNOWN_POINTS = frozenset(POINTS)
 # A pause happens once per process: the experiment is one stall, not a worker that stalls on every call.
 _paused: set[str] = set()
 _paused_lock = threading.Lock()
+_in_flight = 0
+_in_flight_lock = threading.Lock()
 
 
 def arm(name: str, delay_ms: int) -> threading.Timer | None:
     """Fire *name* from a timer thread after *delay_ms*, while the caller is blocked elsewhere (e.g. a
     rail call in flight: `rail.during_call`). Returns None unless INTERLOCK_KILL_AT or INTERLOCK_PAUSE_AT
-    names the point."""
+    names the point (and, under INTERLOCK_KILL_IN_FLIGHT, enough calls are in flight now)."""
     if name not in KNOWN_POINTS:
         raise ValueError(f"unknown failpoint {name!r}")
-    if name not in (os.environ.get(KILL_AT_ENV), os.environ.get(PAUSE_AT_ENV)):
+    if name not in (os.environ.get(KILL_AT_ENV), os.environ.get(PAUSE_AT_ENV)) or not _enough_in_flight():
         return None
-    timer = threading.Timer(delay_ms / 1000, failpoint, args=(name,))
+    # Judged now, fired later regardless: the calls this one joined may be answered within the delay.
+    timer = threading.Timer(delay_ms / 1000, _fire, args=(name,))
     timer.daemon = True
     timer.start()
     return timer
@@ -52,15 +63,46 @@ def arm(name: str, delay_ms: int) -> threading.Timer | None:
 def failpoint(name: str) -> None:
     if name not in KNOWN_POINTS:
         raise ValueError(f"unknown failpoint {name!r}")
+    counting = bool(os.environ.get(KILL_IN_FLIGHT_ENV)) and name in (CALL_SENT, CALL_ANSWERED)
+    if counting and name == CALL_SENT:
+        _count(+1)
+    try:
+        if name in (os.environ.get(KILL_AT_ENV), os.environ.get(PAUSE_AT_ENV)) and _enough_in_flight():
+            _fire(name)
+    finally:
+        if counting and name == CALL_ANSWERED:
+            _count(-1)
+
+
+def in_flight() -> int:
+    """Money calls of this process now between CALL_SENT and CALL_ANSWERED (0 unless INTERLOCK_KILL_IN_FLIGHT)."""
+    with _in_flight_lock:
+        return _in_flight
+
+
+def _count(step: int) -> None:
+    global _in_flight
+    with _in_flight_lock:
+        _in_flight += step
+
+
+def _enough_in_flight() -> bool:
+    wanted = os.environ.get(KILL_IN_FLIGHT_ENV)
+    return not wanted or in_flight() >= int(wanted)
+
+
+def _fire(name: str) -> None:
+    wanted = os.environ.get(KILL_IN_FLIGHT_ENV)
+    count = f" with {in_flight()} calls in flight" if wanted else ""
     if os.environ.get(KILL_AT_ENV) == name:
-        _say(f"failpoint {name}: SIGKILL pid {os.getpid()}")
+        _say(f"failpoint {name}: SIGKILL pid {os.getpid()}{count}")
         os.kill(os.getpid(), signal.SIGKILL)
     elif os.environ.get(PAUSE_AT_ENV) == name:
         with _paused_lock:
             if name in _paused:
                 return
             _paused.add(name)
-        _say(f"failpoint {name}: SIGSTOP pid {os.getpid()}")
+        _say(f"failpoint {name}: SIGSTOP pid {os.getpid()}{count}")
         # Aimed at this thread (a stop always stops the whole process): it is the thread at the point, and it
         # must stop on this line, not a few lines later while another thread takes the signal.
         signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)  # returns once SIGCONT arrives
