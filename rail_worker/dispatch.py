@@ -1,12 +1,12 @@
 """Many money calls in flight from the one leased rail worker (SPEC §8 step 6, ADR 0011).
 
-The RQ job runs in the worker's main thread: it takes a call slot, admits the Decision and starts the
-attempt (each a committed transaction, through the group-commit writer), then hands the call to a pool
-thread and finishes — the ledger, not the queue, owns the outcome from there. The pool thread sends the
-request inside its send window (ADR 0005), records the answer (fenced) and publishes the Outcome. At most
-INTERLOCK_RAIL_CONCURRENCY calls are out at once; a job waits for a free slot *before* it writes IN_FLIGHT,
-so no row's lease runs down in a queue. With concurrency 1 everything runs inline in the job, as it did
-before there was a pool.
+The RQ job runs in the worker's main thread: it takes a call slot, admits the Decision (a committed
+transaction, through the group-commit writer), hands the rest to a pool thread and finishes — the ledger,
+not the queue, owns the outcome from there. The pool thread starts the attempt (IN_FLIGHT committed),
+sends the request inside its send window (ADR 0005), records the answer (fenced) and publishes the
+Outcome. At most INTERLOCK_RAIL_CONCURRENCY calls are out at once; a job waits for a free slot *before*
+anything of its call is written, so no row's lease runs down in a queue. With concurrency 1 everything
+runs inline in the job, as it did before there was a pool.
 """
 
 from __future__ import annotations
@@ -65,15 +65,13 @@ class Dispatcher:
             return self._start(slot, merchant_id, sik, request_id, {})
 
     def _start(self, slot: _Slot, merchant_id: str, sik: str, request_id: str | None, trace: Trace) -> str:
-        begun = begin_attempt(self.rt, merchant_id, sik, request_id=request_id, trace=trace)
-        if not isinstance(begun, Started):
-            self._publish(begun, trace)
-            return begun.state if begun else "NO_OUTCOME"
+        """Start the attempt and make the call: inline at concurrency 1 (the job keeps its slot), else on a
+        pool thread, which takes the slot over — the job is done once its call is dispatched."""
         if self._pool is None:
-            self._complete(started=begun, slot=None)  # concurrency 1: inline, the job keeps its slot
+            self._run(merchant_id, sik, request_id, trace, slot=None)
             return "DONE"
         slot.handed_off = True
-        self._pool.submit(self._complete, begun, slot)
+        self._pool.submit(self._run, merchant_id, sik, request_id, trace, slot)
         return DISPATCHED
 
     @contextmanager
@@ -92,14 +90,15 @@ class Dispatcher:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def _complete(self, started: Started, slot: _Slot | None) -> None:
+    def _run(self, merchant_id: str, sik: str, request_id: str | None, trace: Trace, slot: _Slot | None) -> None:
         with self._lock:
             self.in_flight += 1
         try:
-            self._publish(complete(self.rt, started), started.trace)
-        except Exception:  # noqa: BLE001 - the IN_FLIGHT row stays: the reconciler settles it by stamp
-            logger.exception("attempt %d of %s ended without a record", started.intent.attempt_seq,
-                             started.intent.sik)  # fmt: skip
+            begun = begin_attempt(self.rt, merchant_id, sik, request_id=request_id, trace=trace)
+            outcome = complete(self.rt, begun) if isinstance(begun, Started) else begun
+            self._publish(outcome, trace)
+        except Exception:  # noqa: BLE001 - an IN_FLIGHT row left behind is settled by the reconciler, by stamp
+            logger.exception("the attempt on %s ended without a record", sik)
         finally:
             with self._lock:
                 self.in_flight -= 1
