@@ -20,7 +20,7 @@ from interlock.clock import now_ms
 from interlock.config import Settings
 from interlock.failpoints import failpoint
 from interlock.fees import DEFAULT_FEE_RATE, FeeRate
-from interlock.mandate import MandateStore
+from interlock.mandate import REFUND_TOOL, MandateStore
 from interlock.messages import Verdict
 from interlock.queues import EXECUTE_JOB, NAMESPACE, rail_queue, rq_queue
 from ledger import intents, leases, operator
@@ -28,6 +28,7 @@ from ledger.db import transaction
 from ledger.intents import Intent
 from ledger.limits import reassert
 from ledger.states import Event, State
+from rails.base import RAIL_REST
 from rails.pager import PageResult, RailLister, find_stamped
 
 logger = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 MAX_BACKOFF_MS = 30_000
 MAX_ATTEMPTS = 5  # automatic retries of a confirmed-absent call; past that the agent or an operator decides
 STRANDED_AUTHORIZED_MS = 5_000
+HTTP_IN_PROGRESS = 409
 
 
 @dataclass
@@ -97,19 +99,30 @@ class Reconciler:
 
     def _due(self, now: int) -> list[tuple[str, str]]:
         rows = self.ledger.execute(
-            """SELECT i.merchant_id, i.sik, i.reconcile_attempts, i.updated_at, a.started_at, a.finished_at,
-                      a.lease_expires_at AS attempt_lease
+            """SELECT i.merchant_id, i.sik, i.tool, i.reconcile_attempts, i.updated_at, a.started_at, a.finished_at,
+                      a.http_status, a.lease_expires_at AS attempt_lease
                FROM intents i LEFT JOIN intent_attempts a
                  ON a.merchant_id = i.merchant_id AND a.sik = i.sik AND a.attempt_seq = i.attempt_seq
                WHERE i.state = 'UNKNOWN' ORDER BY i.updated_at LIMIT 500"""
         ).fetchall()
         due = []
         deadline = self.settings.rail_timeout_ms
+        # Over REST a refund carries X-Refund-Idempotency (and a receipt the rail will not reuse): if it lands
+        # after a read that missed it, the retry that read authorizes is answered with that same refund, never
+        # a second one. An upstream MCP server's create_refund takes no key, so there it waits like a settlement.
+        keyed_refunds = self.settings.rail == RAIL_REST
         for row in rows:
             # The call may land on the rail until it ended: when its worker recorded an answer, the call was
             # over by then; otherwise it may have been out until the attempt's lease plus the call's deadline
             # (ADR 0005). The rail has no read-your-writes after that: look only min_delay later.
-            if row["finished_at"] is not None:
+            finished = row["finished_at"] is not None
+            # 409: the rail said an earlier request with this key is still running; reading sooner finds nothing.
+            keyed = keyed_refunds and row["tool"] == REFUND_TOOL and row["http_status"] != HTTP_IN_PROGRESS
+            if finished and keyed:
+                gave_up = row["finished_at"]  # an early read costs at most a retry the rail deduplicates
+            elif finished:
+                # No key the rail honours (a settlement, ADR 0010), or a rail still at work (409): it may still
+                # apply the call until the call's own deadline.
                 gave_up = max((row["started_at"] or 0) + deadline, row["finished_at"])
             else:
                 lease_until = row["attempt_lease"] or ((row["started_at"] or 0) + self.settings.lease_ttl_ms)
