@@ -9,7 +9,9 @@ no default agent: a message without an identity is refused.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -22,6 +24,7 @@ from redis.retry import Retry
 from interlock.config import Settings
 from interlock.errors import ConfigError
 from interlock.mandate import Mandate, MandateStore
+from interlock.queues import gates_queue, rq_queue
 from rails.base import RAIL_MCP_UPSTREAM, Rail, make_rail
 from rails.upstream_manifest import ManifestCache, ToolLister
 
@@ -35,6 +38,8 @@ AGENT_SCOPE_KEY = "interlock.agent_id"
 # for up to INTERLOCK_OUTCOME_WAIT_MS, so the pool is sized for many concurrent waits, not for CPU.
 MAX_BLOCKING_CALLS = 256
 QUEUE_SOCKET_TIMEOUT_S = 5.0
+# Set (to anything but "" or "0") only for the performance bench: keep each call's per-hop trace (ingress.money).
+TRACE_ENV = "INTERLOCK_TRACE"
 
 
 @dataclass(frozen=True)
@@ -65,6 +70,10 @@ class Ingress:
         self.proxy = settings.rail == RAIL_MCP_UPSTREAM
         self._manifest: ManifestCache | None = None
         self._limiter: anyio.CapacityLimiter | None = None
+        self._gates: Any = None
+        # Benchmarking only: finished call traces are kept by a thread of their own, off the answer's path.
+        tracing = os.environ.get(TRACE_ENV, "") not in ("", "0")
+        self.tracer = ThreadPoolExecutor(1, thread_name_prefix="trace") if tracing else None
 
     def check_redis(self) -> None:
         """Log (do not fail) when Redis is down at start: each call then answers a retryable error."""
@@ -83,6 +92,12 @@ class Ingress:
         if agent_id is None:
             return None
         return Caller(agent_id, self.mandates.get(agent_id))
+
+    def gates_queue(self) -> Any:
+        """The RQ queue proposals go to, built once rather than on every call."""
+        if self._gates is None:
+            self._gates = rq_queue(gates_queue(), self.queue_redis)
+        return self._gates
 
     def rail(self) -> Rail:
         """The rail client, made on first use so a stack without a rail still serves money calls."""
@@ -104,6 +119,8 @@ class Ingress:
         return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
 
     def close(self) -> None:
+        if self.tracer is not None:
+            self.tracer.shutdown(wait=True)
         self.queue_redis.close()
         self.wait_redis.close()
         if self._rail is not None:

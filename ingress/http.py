@@ -87,7 +87,9 @@ def build_app(ingress: Ingress, tokens: TokenTable, host: str) -> ASGIApp:
 def bind(host: str, port: int) -> socket.socket:
     """Bind the listening socket ourselves, so a port in use is a clear error naming it (SPEC §16)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only when it can see they are
+    # TCP. Without it every answer (SSE chunks: several small writes) waited ~40 ms on Nagle + delayed ACK.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))

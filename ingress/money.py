@@ -3,10 +3,16 @@
 The ingress decides nothing about money. It refuses malformed calls before anything is recorded, and
 answers with the first outcome the rail worker records for this call (SPEC §10) — or IN_PROGRESS with
 RETRY_SAME_CALL past the deadline, which is safe because a repeat of the same call has the same SIK.
+
+Each call carries a per-hop trace (interlock.messages.Trace): the ingress stamps `ingress_received` and
+`enqueued` on the Proposal, the gate worker and the rail worker add theirs, and the Outcome brings them back.
+Only while INTERLOCK_TRACE is set does the ingress keep the finished trace (stamped `ingress_answered`) on
+the Redis list `queues.trace_key()` for the performance bench; the agent's result never carries it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import uuid
 from typing import Any
@@ -22,8 +28,8 @@ from interlock.arguments import parse_money_call, parse_operation_ref
 from interlock.clock import now_ms
 from interlock.errors import InvalidInput
 from interlock.failpoints import failpoint
-from interlock.messages import CallerAction, Outcome, Proposal
-from interlock.queues import GATE_JOB, OUTCOME_TTL_S, gates_queue, rq_queue
+from interlock.messages import CallerAction, Outcome, Proposal, Trace, trace_now
+from interlock.queues import GATE_JOB, OUTCOME_TTL_S, TRACE_MAX_LEN, trace_key
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +41,7 @@ GATE_JOB_FAILURE_TTL_S = 86_400
 async def call_money_tool(
     ingress: Ingress, caller: Caller, tool: str, arguments: dict[str, Any], meta: dict[str, Any]
 ) -> CallToolResult:
+    trace: Trace = {"ingress_received": trace_now()}
     if caller.mandate is None or caller.merchant_id is None:
         return results.error(
             "NO_MANDATE",
@@ -57,9 +64,10 @@ async def call_money_tool(
         arguments=arguments,
         operation_ref=operation_ref,
         received_at_ms=now_ms(),
+        trace=trace,
     )
     try:
-        await ingress.blocking(_enqueue, ingress.queue_redis, proposal)
+        await ingress.blocking(_enqueue, ingress, proposal)
     except redis.RedisError as exc:
         logger.error("cannot enqueue proposal %s for %s: %s", proposal.request_id, caller.agent_id, exc)
         return results.error(
@@ -82,21 +90,48 @@ def proposal_job_id(request_id: str) -> str:
     return f"proposal-{request_id}"
 
 
-def _enqueue(client: redis.Redis, proposal: Proposal) -> None:
-    rq_queue(gates_queue(), client).enqueue(
+def _enqueue(ingress: Ingress, proposal: Proposal) -> None:
+    # One pipeline, one round trip: RQ's own enqueue spends a second one registering the queue name.
+    pipe = ingress.queue_redis.pipeline()
+    proposal.trace["enqueued"] = trace_now()  # the message is serialised below: the stamp travels with it
+    ingress.gates_queue().enqueue(
         GATE_JOB,
         proposal.to_json(),
         job_id=proposal_job_id(proposal.request_id),
         result_ttl=OUTCOME_TTL_S,
         failure_ttl=GATE_JOB_FAILURE_TTL_S,
+        pipeline=pipe,
     )
+    pipe.execute()
+
+
+def _wait_blocking(ingress: Ingress, request_id: str) -> Outcome | None:
+    outcome = outcomes.wait(ingress.wait_redis, request_id, ingress.settings.outcome_wait_ms)
+    if outcome is not None and ingress.tracer is not None:
+        answered = {**outcome.trace, "ingress_answered": trace_now()}
+        ingress.tracer.submit(_keep_trace, ingress.queue_redis, outcome, answered)
+    return outcome
+
+
+def _keep_trace(client: redis.Redis, outcome: Outcome, trace: Trace) -> None:
+    """Benchmarking only (INTERLOCK_TRACE): keep the call's finished trace for the bench. A lost trace is
+    only a missing sample, so a Redis error here never changes the agent's answer."""
+    record = {"request_id": outcome.request_id, "sik": outcome.sik, "state": outcome.state,
+              "replayed": outcome.replayed, "trace": trace}  # fmt: skip
+    try:
+        pipe = client.pipeline(transaction=False)
+        pipe.lpush(trace_key(), json.dumps(record))
+        pipe.ltrim(trace_key(), 0, TRACE_MAX_LEN - 1)
+        pipe.execute()
+    except redis.RedisError as exc:
+        logger.warning("could not keep the trace of %s: %s", outcome.request_id, exc)
 
 
 async def _wait(ingress: Ingress, request_id: str) -> Outcome | None:
     """The first recorded outcome, or None. The proposal is already on the queue, so a failure here is
     'not known yet' (IN_PROGRESS), never an error: something may have been recorded."""
     try:
-        return await ingress.blocking(outcomes.wait, ingress.wait_redis, request_id, ingress.settings.outcome_wait_ms)
+        return await ingress.blocking(_wait_blocking, ingress, request_id)
     except redis.RedisError as exc:
         logger.warning("lost Redis while waiting for the outcome of %s: %s", request_id, exc)
     except ValidationError as exc:

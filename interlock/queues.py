@@ -37,6 +37,12 @@ def outcome_key(request_id: str) -> str:
     return f"{NAMESPACE}:outcome:{request_id}"
 
 
+def trace_key() -> str:
+    """A Redis list of finished per-hop traces (JSON, newest first), pushed by the ingress only while
+    INTERLOCK_TRACE is set (ingress.money). The performance bench reads it; nothing decides from it."""
+    return f"{NAMESPACE}:traces"
+
+
 def shard_for_merchant(merchant_id: str, shards: int = 1) -> str:
     """Stable routing of a merchant to a shard (sha256, not Python's salted hash())."""
     if shards <= 1:
@@ -46,6 +52,7 @@ def shard_for_merchant(merchant_id: str, shards: int = 1) -> str:
 
 
 OUTCOME_TTL_S = 3600
+TRACE_MAX_LEN = 100_000  # a forgotten INTERLOCK_TRACE=1 keeps only the newest traces, never grows Redis for ever
 
 
 # RQ job entry points, named by import path so no actor imports another actor's code.
