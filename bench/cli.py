@@ -69,30 +69,61 @@ def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, resul
 @click.option("--latency-ms", type=int, default=200, show_default=True, help="the slow rail's added latency")
 @click.option("--calls", type=int, default=200, show_default=True, help="sequential calls per latency sample")
 @click.option("--slow-calls", type=int, default=30, show_default=True, help="sequential calls at the slow rail")
-@click.option("--concurrency", default="1,8,32", show_default=True, help="concurrent agents for the throughput runs")
-@click.option("--gate-workers", "gate_counts", default="1,2,4", show_default=True)
+@click.option("--concurrency", default="1,8,32,64", show_default=True, help="concurrent agents, end to end")
+@click.option("--calls-per-agent", type=int, default=3, show_default=True, help="calls per agent, end to end")
+@click.option("--gate-workers", "gate_counts", default="1,2,4", show_default=True, help="gate workers, gates alone")
+@click.option("--e2e-gate-workers", type=int, default=0,
+              help="gate workers end to end  [default: the most of --gate-workers]")  # fmt: skip
 @click.option("--decisions", type=int, default=400, show_default=True, help="proposals per gate-worker sample")
+@click.option("--rail-concurrency", default="1,16,64,256", show_default=True,
+              help="INTERLOCK_RAIL_CONCURRENCY levels for the rail worker alone ('' to skip)")  # fmt: skip
+@click.option("--rail-rounds", type=int, default=4, show_default=True,
+              help="rail worker alone: calls per level = concurrency x rounds")  # fmt: skip
+@click.option("--rails", default="sandbox,double", show_default=True, help="rails for the rail worker alone")
+@click.option("--definite-faults", default="ambiguous_504,slow,dup_response", show_default=True,
+              help="sandbox faults for time to definite ('' to skip)")  # fmt: skip
+@click.option("--definite-calls", type=int, default=8, show_default=True, help="ambiguous refunds per fault")
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path), help="data directory (default: a temp dir)")
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), default=RESULTS, show_default=True)
 @click.option("--no-write", is_flag=True, help="print the tables; leave RESULTS.md and the plot alone")
-def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str, gate_counts: str, decisions: int,
-                 work: Path | None, results: Path, no_write: bool) -> None:  # fmt: skip
-    """Direct vs gated latency and throughput in one run, and write the `perf` section of RESULTS.md."""
+def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str, calls_per_agent: int,
+                 gate_counts: str, e2e_gate_workers: int, decisions: int, rail_concurrency: str, rail_rounds: int,
+                 rails: str, definite_faults: str, definite_calls: int, work: Path | None, results: Path,
+                 no_write: bool) -> None:  # fmt: skip
+    """Direct vs gated latency and throughput, the per-hop breakdown, time to definite, the rail worker alone;
+    writes the `perf` section of RESULTS.md."""
     from bench.perf import PerfConfig, run_perf
-    from bench.perf_report import plot, render
+    from bench.perf_report import plot, render, summary
 
-    config = PerfConfig(latency_ms=latency_ms, calls=calls, slow_calls=slow_calls,
-                        concurrency=tuple(int(c) for c in concurrency.split(",")),
-                        gate_workers=tuple(int(g) for g in gate_counts.split(",")), decisions=decisions)  # fmt: skip
+    config = PerfConfig(latency_ms=latency_ms, calls=calls, slow_calls=slow_calls, concurrency=_ints(concurrency),
+                        calls_per_agent=calls_per_agent, gate_workers=_ints(gate_counts),
+                        e2e_gate_workers=e2e_gate_workers, decisions=decisions,
+                        rail_concurrency=_ints(rail_concurrency), rail_rounds=rail_rounds, rails=_names(rails),
+                        definite_faults=_names(definite_faults), definite_calls=definite_calls)  # fmt: skip
     base = work or Path(tempfile.mkdtemp(prefix="interlock-perf-"))
+    started = time.monotonic()
     report = run_perf(config, base, echo=click.echo)
-    command = (f"interlock bench perf --latency-ms {latency_ms} --calls {calls} --slow-calls {slow_calls} "
-               f"--concurrency {concurrency} --gate-workers {gate_counts} --decisions {decisions}")  # fmt: skip
+    options = {"--latency-ms": latency_ms, "--calls": calls, "--slow-calls": slow_calls, "--concurrency": concurrency,
+               "--calls-per-agent": calls_per_agent, "--gate-workers": gate_counts,
+               "--e2e-gate-workers": e2e_gate_workers, "--decisions": decisions,
+               "--rail-concurrency": rail_concurrency, "--rail-rounds": rail_rounds, "--rails": rails,
+               "--definite-faults": definite_faults, "--definite-calls": definite_calls}  # fmt: skip
+    command = "interlock bench perf " + " ".join(f"{name} {value if value != '' else repr('')}"
+                                                 for name, value in options.items())  # fmt: skip
     image = None if no_write else plot(report, REPO / PERF_PLOT)
     text = render(report, command=command, plot=PERF_PLOT if image is not None else None)
     click.echo(text)
+    click.echo(f"{summary(report)}  ({time.monotonic() - started:.0f} s)")
     if not no_write:
         write_section("perf", text, results)
         click.echo(f"wrote the perf section of {results}")
     if work is None:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in text.split(",") if part.strip())
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())

@@ -1,46 +1,41 @@
-"""The performance bench: direct vs gated in one run against one sandbox rail.
+"""The performance bench: direct vs gated in one run, against one sandbox rail (SPEC §13, issue 14).
 
 * added latency per money call (p50/p99), sequential, at 0 ms and at a configurable rail latency (the
   sandbox's `slow` fault at rate 1 with scope `all`, so reads are as slow as money calls);
-* throughput of money calls with C concurrent agents and one rail worker, at both latencies;
-* gate decisions per second with 1, 2 and 4 gate workers (the rail worker stopped, so only the gates
-  are measured: proposals in on "gates", decisions counted as they land on "rail");
+* end-to-end throughput with C concurrent agents, gated and direct side by side, at both latencies;
+* the per-hop breakdown of gated calls, from the trace each call carries (bench.perf_trace);
+* time to definite after an ambiguous refund, per fault (bench.perf_ttd);
+* gate decisions per second with 1, 2 and 4 gate workers (the rail worker stopped: proposals in on
+  "gates", decisions counted as they land on "rail");
+* the rail worker alone at INTERLOCK_RAIL_CONCURRENCY levels, against the sandbox and a rail double
+  (bench.perf_rail);
 * the machine's SQLite WAL + synchronous=FULL commit time, the physical floor of every ledger write.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sqlite3
 import time
 import uuid
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
-from bench.env import AGENT, TOKEN, mandate_data, write_mandate
+from bench.env import AGENT
 from bench.metrics import percentile
-from ingress.tokens import token_sha256
-from interlock.agent_client import SandboxControl, mcp_client, structured
+from bench.perf_rail import RAILS, RailAloneSample, run_rail_alone
+from bench.perf_rig import MERCHANT, PERF_ENV, PERF_MANDATE, PerfRig, joined_traces, run_agents
+from bench.perf_trace import Definite, HopStat, breakdown
+from bench.perf_ttd import FAULTS, measure_definite
 from interlock.clock import now_ms
 from interlock.messages import Proposal
 from interlock.queues import GATE_JOB, gates_queue, rail_queue, rq_queue
-from interlock.stack import Stack, wait_for
-from rails.razorpay import RailError, RazorpayClient
+from interlock.stack import wait_for
 
-MERCHANT = "acc_DEMO000001"
-REFUND = 10_000  # Rs 100 on a Rs 1,000 payment: inside every limit, below the hold threshold
-# Limits lifted so the bench measures the machinery, not the mandate's daily caps.
-PERF_MANDATE = {
-    "limits.windows": [{"window_ms": 86_400_000, "max_calls": 10_000_000, "max_amount_minor": 10**13,
-                        "currency": "INR"}],  # fmt: skip
-    "limits.fee_budgets": {"INR": {"window_ms": 86_400_000, "max_fee_minor": 10**12}},
-}
-PERF_ENV = {"INTERLOCK_RAIL_TIMEOUT_MS": "5000", "INTERLOCK_OUTCOME_WAIT_MS": "60000",
-            "INTERLOCK_LEASE_TTL_MS": "30000"}  # fmt: skip
+# The throughput runs of the summary line (0 ms x8, slow x32): their per-hop breakdowns are shown too.
+HOP_AGENTS = {0: 8, "slow": 32}
 
 
 @dataclass(frozen=True)
@@ -48,11 +43,19 @@ class PerfConfig:
     latency_ms: int = 200
     calls: int = 200
     slow_calls: int = 30
-    concurrency: tuple[int, ...] = (1, 8, 32)
+    concurrency: tuple[int, ...] = (1, 8, 32, 64)
     gate_workers: tuple[int, ...] = (1, 2, 4)
+    e2e_gate_workers: int = 0  # gate workers of the end-to-end stack (0: the most of gate_workers)
     decisions: int = 400
-    throughput_calls: int = 48  # per concurrency level at 0 ms (at least 2 per agent)
-    slow_throughput_calls: int = 16  # per concurrency level at the slow rail
+    throughput_calls: int = 48  # at least this many per concurrency level at 0 ms
+    slow_throughput_calls: int = 16  # ... and at the slow rail
+    calls_per_agent: int = 3  # every agent of a throughput run makes at least this many calls
+    rail_concurrency: tuple[int, ...] = (1, 16, 64, 256)
+    rail_rounds: int = 4  # the rail worker alone: calls per level = concurrency x rounds (at least rail_min_calls)
+    rail_min_calls: int = 10
+    rails: tuple[str, ...] = RAILS
+    definite_faults: tuple[str, ...] = FAULTS
+    definite_calls: int = 8  # ambiguous refunds per fault, made concurrently
 
 
 @dataclass
@@ -93,6 +96,9 @@ class PerfReport:
     throughput: list[ThroughputSample] = field(default_factory=list)
     decisions: dict[int, float] = field(default_factory=dict)  # gate workers -> decisions per second
     throughput_gate_workers: int = 0
+    hops: dict[str, list[HopStat]] = field(default_factory=dict)  # a run's label -> its per-hop breakdown
+    definite: list[Definite] = field(default_factory=list)
+    rail_alone: list[RailAloneSample] = field(default_factory=list)
 
 
 def sqlite_commit_floor(directory: Path, commits: int = 200) -> list[float]:
@@ -113,109 +119,6 @@ def sqlite_commit_floor(directory: Path, commits: int = 200) -> list[float]:
         return times
     finally:
         conn.close()
-
-
-class PerfRig:
-    """One stack (sandbox, Redis, engine, HTTP ingress) and a supply of fresh payments."""
-
-    def __init__(self, base: Path, gate_workers: int) -> None:
-        self.base = base
-        self.stack = Stack(base / "stack", env=dict(PERF_ENV), gate_workers=gate_workers)
-        self._next = 0
-        self.url = ""
-        self.control: SandboxControl | None = None
-
-    def start(self) -> PerfRig:
-        stack = self.stack
-        stack.data_dir.mkdir(parents=True, exist_ok=True)
-        stack.start_redis()
-        rail_url = stack.start_sandbox(seed=0)
-        self.control = SandboxControl(rail_url, stack.env["INTERLOCK_RAIL_KEY_ID"],
-                                      stack.env["INTERLOCK_RAIL_KEY_SECRET"])  # fmt: skip
-        mandate = write_mandate(stack.data_dir / "mandate.yaml", mandate_data(PERF_MANDATE))
-        tokens = stack.data_dir / "tokens.yaml"
-        tokens.write_text(f"agents:\n  {AGENT}: {{token_sha256: {token_sha256(TOKEN)}}}\n", encoding="utf-8")
-        stack.env["INTERLOCK_MANDATE"] = str(mandate)
-        self.url = stack.start_ingress(tokens_file=tokens, wait=False)
-        stack.start_engine()
-        stack.wait_for_ingress()
-        return self
-
-    def payments(self, n: int) -> list[str]:
-        assert self.control is not None
-        ids = []
-        for _ in range(n):
-            self._next += 1
-            pid = f"pay_perf{self._next}"
-            self.control.add_payment(pid, 100_000)
-            ids.append(pid)
-        return ids
-
-    def rail_latency(self, ms: int) -> None:
-        assert self.control is not None
-        faults = [{"name": "slow", "rate": 1.0, "scope": "all", "params": {"delay_ms": ms}}] if ms else []
-        self.control.set_faults(faults)
-
-    def direct_client(self) -> RazorpayClient:
-        env = self.stack.env
-        return RazorpayClient(env["INTERLOCK_RAIL_URL"], env["INTERLOCK_RAIL_KEY_ID"], env["INTERLOCK_RAIL_KEY_SECRET"],
-                              timeout_ms=30_000)  # fmt: skip
-
-    def stop(self) -> None:
-        if self.control is not None:
-            self.control.close()
-        self.stack.kill_all()
-
-
-def _direct_refund(client: RazorpayClient, payment_id: str) -> tuple[bool, float]:
-    started = time.perf_counter()
-    try:
-        client.create_refund(payment_id, REFUND, notes=None, receipt=None, idempotency_key=uuid.uuid4().hex)
-        ok = True
-    except RailError:
-        ok = False
-    return ok, (time.perf_counter() - started) * 1000
-
-
-async def _direct_agents(rig: PerfRig, payments: list[list[str]]) -> list[tuple[bool, float]]:
-    client = rig.direct_client()
-    loop = asyncio.get_running_loop()
-    results: list[tuple[bool, float]] = []
-    with ThreadPoolExecutor(max_workers=len(payments)) as pool:
-
-        async def agent(mine: list[str]) -> None:
-            for pid in mine:
-                results.append(await loop.run_in_executor(pool, _direct_refund, client, pid))
-
-        await asyncio.gather(*(agent(mine) for mine in payments))
-    client.close()
-    return results
-
-
-async def _gated_agents(rig: PerfRig, payments: list[list[str]]) -> list[tuple[bool, float]]:
-    results: list[tuple[bool, float]] = []
-
-    async def agent(mine: list[str]) -> None:
-        async with mcp_client(rig.url, TOKEN, timeout_s=120) as client:
-            for pid in mine:
-                started = time.perf_counter()
-                answer = structured(await client.call_tool("create_refund", {"payment_id": pid, "amount": REFUND}))
-                results.append((answer.get("state") == "APPLIED", (time.perf_counter() - started) * 1000))
-
-    await asyncio.gather(*(agent(mine) for mine in payments))
-    return results
-
-
-def _split(ids: list[str], agents: int) -> list[list[str]]:
-    return [ids[i::agents] for i in range(agents)]
-
-
-def run_agents(rig: PerfRig, mode: str, agents: int, calls: int) -> tuple[list[tuple[bool, float]], float]:
-    payments = _split(rig.payments(calls), agents)
-    started = time.perf_counter()
-    runner = _gated_agents if mode == "gated" else _direct_agents
-    results = asyncio.run(runner(rig, payments))
-    return results, time.perf_counter() - started
 
 
 def measure_decisions(rig: PerfRig, workers: int, proposals: int, payments: list[str]) -> float:
@@ -256,32 +159,46 @@ def measure_decisions(rig: PerfRig, workers: int, proposals: int, payments: list
         client.close()
 
 
+def _latency_and_throughput(rig: PerfRig, config: PerfConfig, report: PerfReport, echo: Callable[[str], None]) -> None:
+    for rail_ms, calls in ((0, config.calls), (config.latency_ms, config.slow_calls)):
+        rig.rail_latency(rail_ms)
+        for mode in ("direct", "gated"):
+            rig.take_traces()
+            results, _ = run_agents(rig, mode, 1, calls)
+            sample = LatencySample(mode, rail_ms, [c.ms for c in results], sum(not c.ok for c in results))
+            report.latency.append(sample)
+            if mode == "gated":
+                report.hops[f"{rail_ms} ms rail, 1 agent"] = breakdown(joined_traces(results, rig.take_traces()))
+            echo(f"latency {mode:<6} rail {rail_ms:>4} ms: p50 {sample.p50:.1f} p99 {sample.p99:.1f} ms")
+        floor = config.throughput_calls if rail_ms == 0 else config.slow_throughput_calls
+        for agents in config.concurrency:
+            total = max(config.calls_per_agent * agents, floor)
+            for mode in ("direct", "gated"):
+                rig.take_traces()
+                results, seconds = run_agents(rig, mode, agents, total)
+                tput = ThroughputSample(mode, rail_ms, agents, total, sum(c.ok for c in results), seconds)
+                report.throughput.append(tput)
+                if mode == "gated" and agents == HOP_AGENTS[0 if rail_ms == 0 else "slow"]:
+                    traces = joined_traces(results, rig.take_traces())
+                    report.hops[f"{rail_ms} ms rail, {agents} agents"] = breakdown(traces)
+                echo(f"throughput {mode:<6} rail {rail_ms:>4} ms, {agents:>2} agents: {tput.per_second:.1f}/s")
+    rig.rail_latency(0)
+
+
 def run_perf(config: PerfConfig, base: Path, *, echo: Callable[[str], None] = print) -> PerfReport:
     base.mkdir(parents=True, exist_ok=True)
     report = PerfReport(config)
     report.sqlite_commit_ms = sqlite_commit_floor(base)
     echo(f"sqlite WAL+FULL commit p50 {percentile(report.sqlite_commit_ms, 50):.2f} ms")
-    gate_workers = max(config.gate_workers)
+    gate_workers = config.e2e_gate_workers or max(config.gate_workers)
     report.throughput_gate_workers = gate_workers
     rig = PerfRig(base, gate_workers).start()
     try:
         for mode in ("direct", "gated"):
             run_agents(rig, mode, 1, 5)  # warm-up: imports, sessions, first-connection costs
-        for rail_ms, calls in ((0, config.calls), (config.latency_ms, config.slow_calls)):
-            rig.rail_latency(rail_ms)
-            for mode in ("direct", "gated"):
-                results, _ = run_agents(rig, mode, 1, calls)
-                sample = LatencySample(mode, rail_ms, [ms for _, ms in results], sum(not ok for ok, _ in results))
-                report.latency.append(sample)
-                echo(f"latency {mode:<6} rail {rail_ms:>4} ms: p50 {sample.p50:.1f} p99 {sample.p99:.1f} ms")
-            for agents in config.concurrency:
-                total = max(2 * agents, config.throughput_calls if rail_ms == 0 else config.slow_throughput_calls)
-                for mode in ("direct", "gated"):
-                    results, seconds = run_agents(rig, mode, agents, total)
-                    tput = ThroughputSample(mode, rail_ms, agents, total, sum(ok for ok, _ in results), seconds)
-                    report.throughput.append(tput)
-                    echo(f"throughput {mode:<6} rail {rail_ms:>4} ms, {agents:>2} agents: {tput.per_second:.1f}/s")
-        rig.rail_latency(0)
+        _latency_and_throughput(rig, config, report, echo)
+        if config.definite_faults:
+            report.definite = measure_definite(rig, config.definite_faults, config.definite_calls, echo)
         # Gates alone: stop the rail worker and every gate worker, then measure 1, 2, 4 workers.
         for name in [n for n in rig.stack.actors if n == "rail" or n.startswith("gate")]:
             rig.stack.actors[name].stop()
@@ -291,4 +208,9 @@ def run_perf(config: PerfConfig, base: Path, *, echo: Callable[[str], None] = pr
             echo(f"gate decisions with {workers} worker(s): {report.decisions[workers]:.0f}/s")
     finally:
         rig.stop()
+    if config.rail_concurrency and config.rails:
+        report.rail_alone = run_rail_alone(base, rails=config.rails, latency_ms=config.latency_ms,
+                                           levels=config.rail_concurrency, rounds=config.rail_rounds,
+                                           minimum=config.rail_min_calls, env=PERF_ENV, mandate_changes=PERF_MANDATE,
+                                           echo=echo)  # fmt: skip
     return report

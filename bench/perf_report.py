@@ -1,4 +1,4 @@
-"""The `perf` section of RESULTS.md and its plot."""
+"""The `perf` section of RESULTS.md: every number in it comes from the run it reports."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ from pathlib import Path
 
 from bench.metrics import percentile
 from bench.perf import LatencySample, PerfReport, ThroughputSample
+from bench.perf_plot import plot
+from bench.perf_rail import RailAloneSample
+from bench.perf_trace import STAMPS, HopStat, definite_stats, summary_line
 from interlock.results import commit_id
+
+__all__ = ["plot", "render", "summary"]
+
+HEADLINE_FAULT = "ambiguous_504"
 
 
 def _load() -> str:
@@ -23,65 +30,224 @@ def _ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "-"
 
 
+def _latency(report: PerfReport) -> dict[tuple[str, int], LatencySample]:
+    return {(s.mode, s.rail_ms): s for s in report.latency}
+
+
+def _throughput(report: PerfReport) -> dict[tuple[str, int, int], ThroughputSample]:
+    return {(t.mode, t.rail_ms, t.agents): t for t in report.throughput}
+
+
+def _tput_ratio(report: PerfReport, rail_ms: int, agents: int) -> float | None:
+    tput = _throughput(report)
+    d, g = tput.get(("direct", rail_ms, agents)), tput.get(("gated", rail_ms, agents))
+    return g.per_second / d.per_second if d is not None and g is not None and d.per_second else None
+
+
+def _best_rail_alone(report: PerfReport) -> RailAloneSample | None:
+    return max(report.rail_alone, key=lambda s: s.per_second, default=None)
+
+
+def summary(report: PerfReport) -> str:
+    lat = _latency(report)
+    d0, g0 = lat.get(("direct", 0)), lat.get(("gated", 0))
+    best = _best_rail_alone(report)
+    ttd = next((s for s in definite_stats(report.definite) if s.fault == HEADLINE_FAULT and s.definite), None)
+    slow = report.config.latency_ms
+    return summary_line(added_p50_ms=g0.p50 - d0.p50 if d0 and g0 else None,
+                        ratio_0ms_x8=_tput_ratio(report, 0, 8), ratio_slow_x32=_tput_ratio(report, slow, 32),
+                        rail_alone_per_s=best.per_second if best else None, slow_ms=slow,
+                        definite_p50_ms=ttd.p50_ms if ttd else None)  # fmt: skip
+
+
 def render(report: PerfReport, *, command: str, plot: Path | None) -> str:
-    config = report.config
     floor = percentile(report.sqlite_commit_ms, 50)
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    best = _best_rail_alone(report)
     lines = [
         "## Performance bench (direct vs gated, one run, one sandbox)",
         "",
         f"Evidence: **real process** (sandbox, Redis, {report.throughput_gate_workers} gate workers, 1 rail "
-        f"worker, reconciler, HTTP ingress — each its own process), **sandbox rail** (local, not Razorpay). "
-        f"Commit `{commit_id()}`, {date}, {_load()} when the run ended. Reproduce: `{command}`.",
+        f"worker, reconciler, HTTP ingress — each its own process), **sandbox rail** (local, not Razorpay), "
+        f"**scripted agent** (MCP and REST clients driven by the bench, not a language model). Commit "
+        f"`{commit_id()}`, {date}, {_load()} when the run ended. Reproduce: `{command}`.",
+        "",
+        summary(report),
+        "",
+        "Rail worker alone: the best rate measured"
+        + (f" ({best.rail} rail, INTERLOCK_RAIL_CONCURRENCY {best.concurrency})." if best else " (not run).")
+        + f" Time to definite: after `{HEADLINE_FAULT}` on a refund, as the agent saw it (first UNKNOWN answer "
+        "to first APPLIED, repeating the same call every 100 ms), at the default `INTERLOCK_RECONCILE_MIN_DELAY_MS`.",
         "",
         f"Physical floor: one SQLite commit under WAL + `synchronous=FULL` on this machine takes "
         f"p50 {floor:.2f} ms / p99 {percentile(report.sqlite_commit_ms, 99):.2f} ms "
-        f"({len(report.sqlite_commit_ms)} commits): a serial writer that fsyncs each intent before its call "
-        f"cannot exceed ~{1000 / floor:.0f} commits/s here." if floor else "Physical floor: not measured.",
+        f"({len(report.sqlite_commit_ms)} commits)." if floor else "Physical floor: not measured.",
+    ]
+    lines += _latency_section(report) + _throughput_section(report) + _hop_section(report)
+    lines += _definite_section(report) + _rail_alone_section(report) + _gates_section(report)
+    if plot is not None:
+        lines += ["", f"![performance bench]({plot.as_posix()})"]
+    return "\n".join(lines) + "\n"
+
+
+def _latency_section(report: PerfReport) -> list[str]:
+    lines = [
         "",
         "### Added latency per money call (sequential, one agent)",
         "",
         "Direct: the REST client straight to the sandbox. Gated: an MCP `create_refund` through the ingress, "
         "gates, ledger and rail worker, answered when the rail worker records the outcome. Rail latency is the "
-        "sandbox's `slow` fault (rate 1, scope all: reads and money calls alike).",
+        "sandbox's `slow` fault (rate 1, scope all: reads and money calls alike), so a gated call pays two rail "
+        "round trips (the gate's payment read and the refund).",
         "",
         "| rail latency | calls | direct p50 / p99 ms | gated p50 / p99 ms | added p50 / p99 ms "
         "| gated / direct (p50) |",
         "|---|---|---|---|---|---|",
     ]
-    by_key: dict[tuple[str, int], LatencySample] = {(s.mode, s.rail_ms): s for s in report.latency}
+    lat = _latency(report)
     for rail_ms in sorted({s.rail_ms for s in report.latency}):
-        d, g = by_key.get(("direct", rail_ms)), by_key.get(("gated", rail_ms))
+        d, g = lat.get(("direct", rail_ms)), lat.get(("gated", rail_ms))
         if d is None or g is None:
             continue
         fails = f" ({d.failures}/{g.failures} failed)" if d.failures or g.failures else ""
         lines.append(f"| {rail_ms} ms | {len(g.latencies_ms)}{fails} | {d.p50:.1f} / {d.p99:.1f} "
                      f"| {g.p50:.1f} / {g.p99:.1f} | {g.p50 - d.p50:+.1f} / {g.p99 - d.p99:+.1f} "
                      f"| {_ratio(g.p50, d.p50)} |")  # fmt: skip
-    lines += [
+    return lines
+
+
+def _throughput_section(report: PerfReport) -> list[str]:
+    lines = [
         "",
-        f"### Throughput of money calls (C concurrent agents, 1 rail worker, {report.throughput_gate_workers} gate "
+        f"### End-to-end throughput (C concurrent agents, 1 rail worker, {report.throughput_gate_workers} gate "
         "workers)",
         "",
         "| rail latency | agents | calls | direct /s | gated /s | gated / direct |",
         "|---|---|---|---|---|---|",
     ]
-    tput: dict[tuple[str, int, int], ThroughputSample] = {(t.mode, t.rail_ms, t.agents): t for t in report.throughput}
+    tput = _throughput(report)
     for rail_ms in sorted({t.rail_ms for t in report.throughput}):
-        for agents in config.concurrency:
-            d2, g2 = tput.get(("direct", rail_ms, agents)), tput.get(("gated", rail_ms, agents))
-            if d2 is None or g2 is None:
+        for agents in report.config.concurrency:
+            d, g = tput.get(("direct", rail_ms, agents)), tput.get(("gated", rail_ms, agents))
+            if d is None or g is None:
                 continue
-            short = f" ({g2.calls - g2.applied} not applied)" if g2.applied < g2.calls else ""
-            lines.append(f"| {rail_ms} ms | {agents} | {g2.calls}{short} | {d2.per_second:.1f} | "
-                         f"{g2.per_second:.1f} | {_ratio(g2.per_second, d2.per_second)} |")  # fmt: skip
-    slow = config.latency_ms
-    lines += [
+            short = f" ({g.calls - g.applied} not applied)" if g.applied < g.calls else ""
+            lines.append(f"| {rail_ms} ms | {agents} | {g.calls}{short} | {d.per_second:.1f} | "
+                         f"{g.per_second:.1f} | {_ratio(g.per_second, d.per_second)} |")  # fmt: skip
+    return lines
+
+
+def _hop_section(report: PerfReport) -> list[str]:
+    if not report.hops:
+        return []
+    labels = list(report.hops)
+    keyed: dict[str, dict[tuple[str, str], HopStat]] = {
+        label: {(h.start, h.end): h for h in stats} for label, stats in report.hops.items()
+    }
+    order = {name: i for i, name in enumerate(STAMPS)}
+    keys = sorted({k for stats in keyed.values() for k in stats}, key=lambda k: (order[k[0]], order[k[1]]))
+    lines = [
         "",
-        f"The rail worker makes one money call at a time (SPEC §8.6: the seam for bounded concurrency and group "
-        f"commit is kept, not yet used), so gated throughput at a {slow} ms rail is capped near "
-        f"{1000 / slow if slow else 0:.0f} calls/s whatever the number of agents; direct calls overlap freely. "
-        "This is the known gap a later issue closes (>= 200 refunds/s through one rail worker).",
+        "### Where a gated call's time goes (per-hop breakdown, from the trace each call carries)",
+        "",
+        "Stamps (epoch µs) are taken by the process that passes each point and travel in the Proposal, the "
+        "Decision and the Outcome; the agent adds its own send and receive. p50 / p99 ms per hop; `n` is the "
+        "number of traced calls.",
+        "",
+        "| hop | " + " | ".join(f"{label} p50 / p99" for label in labels) + " |",
+        "|---|" + "---|" * len(labels),
+    ]
+    for key in keys:
+        label = next(stats[key].label for stats in keyed.values() if key in stats)
+        cells = [f"{s.p50_ms:.2f} / {s.p99_ms:.2f}" if (s := keyed[name].get(key)) else "-" for name in labels]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    counts = [str(max((h.samples for h in report.hops[name]), default=0)) for name in labels]
+    lines.append("| n | " + " | ".join(counts) + " |")
+    for name in labels:
+        top = sorted(report.hops[name], key=lambda h: h.p50_ms, reverse=True)[:3]
+        lines += ["", f"Largest hops, {name} (p50): " + "; ".join(f"{h.label} {h.p50_ms:.2f} ms" for h in top) + "."]
+    return lines
+
+
+def _definite_section(report: PerfReport) -> list[str]:
+    stats = definite_stats(report.definite)
+    if not stats:
+        return []
+    lines = [
+        "",
+        "### Time to definite after an ambiguous refund (per sandbox fault, rate 1 on money calls)",
+        "",
+        "Each agent makes one refund on a fresh payment and repeats the same call every 100 ms until the "
+        "answer is definite. Agent: first ambiguous answer → first definite answer. Ledger: UNKNOWN recorded → "
+        "definite state recorded (the audit chain's clock).",
+        "",
+        "| fault | calls | ambiguous | made definite | agent p50 / p99 ms | ledger p50 ms | final answers |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for s in stats:
+        finals = " ".join(f"{state}x{n}" for state, n in sorted(s.final_states.items()))
+        lines.append(f"| `{s.fault}` | {s.calls} | {s.ambiguous} | {s.definite} | {s.p50_ms:.0f} / {s.p99_ms:.0f} "
+                     f"| {s.ledger_p50_ms:.0f} | {finals} |")  # fmt: skip
+    return lines
+
+
+def _hop(sample: RailAloneSample, end: str) -> str:
+    hop = next((h for h in sample.hops if h.end == end), None)
+    return f"{hop.p50_ms:.1f} / {hop.p99_ms:.1f}" if hop else "-"
+
+
+def _rail_alone_section(report: PerfReport) -> list[str]:
+    if not report.rail_alone:
+        return []
+    latency = report.config.latency_ms
+    lines = [
+        "",
+        f"### The rail worker alone ({latency} ms rail, Decisions loaded straight onto its queue)",
+        "",
+        "ALLOW Decisions for distinct payments, built by the gate's own resolve + ladder against the bench's "
+        "mandate, enqueued in one batch; one rail worker (fresh ledger) per INTERLOCK_RAIL_CONCURRENCY level. "
+        "Rate: applied intents / (last APPLIED commit − enqueue). Two rails, each its own HTTP process at the "
+        "same latency: the **sandbox rail** and a minimal **rail double** (`bench/rail_double.py`: refunds "
+        "only, in memory, no journal). Hops p50 / p99 ms from the published Outcomes' traces.",
+        "",
+        "| rail | concurrency | calls | applied | calls/s | ceiling concurrency x 1000/latency | queue + admission "
+        "| attempt start → sent | money call round trip | record |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in report.rail_alone:
+        ceiling = s.concurrency * 1000 / latency if latency else 0
+        lines.append(f"| {s.rail} | {s.concurrency} | {s.calls} | {s.applied} | {s.per_second:.1f} | "
+                     f"{ceiling:.0f} | {_hop(s, 'admitted')} | {_hop(s, 'request_sent')} | "
+                     f"{_hop(s, 'answer_received')} | {_hop(s, 'recorded')} |")  # fmt: skip
+    lines += ["", _bottleneck(report.rail_alone, latency)]
+    return lines
+
+
+def _bottleneck(samples: list[RailAloneSample], latency_ms: int) -> str:
+    """Whether the sandbox is what limits the rail worker here (the same level on both rails), and how close
+    the rail worker comes to what its concurrency allows at this latency."""
+    by = {(s.rail, s.concurrency): s for s in samples}
+    shared = sorted(c for r, c in by if r == "sandbox" and ("double", c) in by)
+    if not shared:
+        return "Sandbox vs double: not compared in this run."
+    top = shared[-1]
+    sandbox, double = by[("sandbox", top)], by[("double", top)]
+    verdict = ("the sandbox is the bottleneck" if double.per_second > 1.2 * sandbox.per_second
+               else "the sandbox is not the bottleneck")  # fmt: skip
+    text = (f"At concurrency {top} the sandbox gives {sandbox.per_second:.1f} calls/s and the double "
+            f"{double.per_second:.1f} calls/s: {verdict} at this level.")  # fmt: skip
+    best = max((s for s in samples if s.rail == "double"), key=lambda s: s.per_second)
+    ceiling = best.concurrency * 1000 / latency_ms if latency_ms else 0
+    if ceiling:
+        limit = "the rail worker itself" if best.per_second < 0.8 * ceiling else "the concurrency setting"
+        text += (f" Its best against the double, {best.per_second:.1f} calls/s at concurrency {best.concurrency}, is "
+                 f"{best.per_second / ceiling:.0%} of the {ceiling:.0f} calls/s that concurrency allows at "
+                 f"{latency_ms} ms: what limits it there is {limit}.")  # fmt: skip
+    return text
+
+
+def _gates_section(report: PerfReport) -> list[str]:
+    lines = [
         "",
         "### Gate decisions per second (gates alone: rail worker stopped, 0 ms rail)",
         "",
@@ -91,49 +257,6 @@ def render(report: PerfReport, *, command: str, plot: Path | None) -> str:
     one = report.decisions.get(min(report.decisions)) if report.decisions else None
     for workers, rate in sorted(report.decisions.items()):
         lines.append(f"| {workers} | {rate:.0f} | {_ratio(rate, one or 0)} |")
-    lines += ["", f"Each sample: {config.decisions} proposals enqueued at once; a decision is counted when it "
-              "lands on the rail queue. Every gate worker reads the payment from the rail and the ledger itself."]
-    if plot is not None:
-        lines += ["", f"![performance bench]({plot.as_posix()})"]
-    return "\n".join(lines) + "\n"
-
-
-def plot(report: PerfReport, path: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (lat, tput, gates) = plt.subplots(1, 3, figsize=(14, 4))
-    rails = sorted({s.rail_ms for s in report.latency})
-    width = 0.2
-    for i, (mode, stat) in enumerate((("direct", "p50"), ("direct", "p99"), ("gated", "p50"), ("gated", "p99"))):
-        values = [next((getattr(s, stat) for s in report.latency if s.mode == mode and s.rail_ms == r), 0)
-                  for r in rails]  # fmt: skip
-        lat.bar([x + (i - 1.5) * width for x in range(len(rails))], values, width, label=f"{mode} {stat}")
-    lat.set_xticks(range(len(rails)), [f"rail {r} ms" for r in rails])
-    lat.set_ylabel("ms per money call")
-    lat.set_title("latency per money call")
-    lat.legend(fontsize=8)
-    for mode in ("direct", "gated"):
-        for rail_ms in sorted({t.rail_ms for t in report.throughput}):
-            points = sorted((t.agents, t.per_second) for t in report.throughput
-                            if t.mode == mode and t.rail_ms == rail_ms)  # fmt: skip
-            tput.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=f"{mode}, rail {rail_ms} ms")
-    tput.set_xscale("log", base=2)
-    tput.set_yscale("log")
-    tput.set_xlabel("concurrent agents")
-    tput.set_ylabel("money calls / s")
-    tput.set_title("throughput (1 rail worker)")
-    tput.legend(fontsize=8)
-    workers = sorted(report.decisions)
-    gates.bar([str(w) for w in workers], [report.decisions[w] for w in workers])
-    gates.set_xlabel("gate workers")
-    gates.set_ylabel("decisions / s")
-    gates.set_title("gate decisions (gates alone)")
-    fig.suptitle("Interlock performance bench: direct vs gated, sandbox rail")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    lines += ["", f"Each sample: {report.config.decisions} proposals enqueued at once; a decision is counted when "
+              "it lands on the rail queue. Every gate worker reads the payment from the rail and the ledger itself."]
+    return lines

@@ -1,18 +1,26 @@
 """Smoke run of both benches as real processes, so the harness cannot rot: three scenarios in both modes
-(a benign control, a retry storm, an injection) and a performance run with tiny counts. Speed is never
-asserted here; it goes to RESULTS.md only."""
+(a benign control, a retry storm, an injection) and a performance run with tiny counts through every
+section of the perf bench. Speed is never asserted here; it goes to RESULTS.md only."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from bench.metrics import judge
 from bench.perf import PerfConfig, run_perf
 from bench.perf_report import render as render_perf
+from bench.perf_report import summary
+from bench.perf_trace import STAMPS
 from bench.report import render
 from bench.run import run_scenario
 from bench.scenario import load_scenarios
 from interlock.results import write_section
+
+NUMBER = r"(?:n/a|\d+(?:\.\d+)?|-?\d+\.\d+)"
+SUMMARY = (rf"perf: added p50 {NUMBER} ms at 0 ms rail; gated/direct throughput {NUMBER} at 0 ms x8 agents, "
+           rf"{NUMBER} at \d+ ms x32 agents; rail worker alone {NUMBER} calls/s at \d+ ms rail; "
+           rf"time-to-definite p50 {NUMBER} ms")  # fmt: skip
 
 
 def test_scenarios_in_both_modes_judged_from_the_journal(tmp_path: Path) -> None:
@@ -37,14 +45,30 @@ def test_scenarios_in_both_modes_judged_from_the_journal(tmp_path: Path) -> None
     assert "<!-- scenarios:begin -->" in text and "scripted agent" in text and "| gated |" in text
 
 
-def test_perf_measures_both_modes_and_the_gates(tmp_path: Path) -> None:
+def test_perf_measures_every_section_end_to_end(tmp_path: Path) -> None:
     config = PerfConfig(latency_ms=50, calls=3, slow_calls=2, concurrency=(1, 2), gate_workers=(1,), decisions=8,
-                        throughput_calls=4, slow_throughput_calls=2)  # fmt: skip
+                        throughput_calls=4, slow_throughput_calls=2, calls_per_agent=1, rail_concurrency=(1, 4),
+                        rail_rounds=1, rail_min_calls=2, rails=("sandbox", "double"),
+                        definite_faults=("ambiguous_504",), definite_calls=1)  # fmt: skip
     report = run_perf(config, tmp_path / "perf", echo=lambda _: None)
     assert {(s.mode, s.rail_ms) for s in report.latency} == {("direct", 0), ("gated", 0), ("direct", 50),
                                                               ("gated", 50)}  # fmt: skip
     assert all(s.failures == 0 and len(s.latencies_ms) > 0 for s in report.latency)
     assert all(t.applied == t.calls for t in report.throughput), report.throughput
     assert report.decisions[1] > 0 and report.sqlite_commit_ms
+    # Every gated call's trace came back whole: from the agent through every process and back.
+    for label in ("0 ms rail, 1 agent", "50 ms rail, 1 agent"):
+        assert [h.end for h in report.hops[label]] == list(STAMPS[1:]), report.hops[label]
+        assert all(h.samples == config.calls if label.startswith("0") else h.samples == config.slow_calls
+                   for h in report.hops[label])  # fmt: skip
+    # The ambiguous refund was followed to APPLIED.
+    [definite] = report.definite
+    assert (definite.first_state, definite.final_state) == ("UNKNOWN", "APPLIED") and definite.ms is not None
+    # The rail worker alone applied every Decision it was given, on both rails, at both levels.
+    assert {(s.rail, s.concurrency) for s in report.rail_alone} == {(r, c) for r in ("sandbox", "double")
+                                                                     for c in (1, 4)}  # fmt: skip
+    assert all(s.applied == s.calls and s.per_second > 0 for s in report.rail_alone), report.rail_alone
     text = render_perf(report, command="test", plot=None)
-    assert "gated / direct" in text and "decisions/s" in text
+    [line] = [line for line in text.splitlines() if line.startswith("perf: ")]
+    assert line == summary(report) and re.fullmatch(SUMMARY, line), line
+    assert "gated / direct" in text and "decisions/s" in text and "money call round trip" in text
