@@ -32,6 +32,10 @@ CREATE TABLE IF NOT EXISTS intents (
 
 CREATE INDEX IF NOT EXISTS intents_by_state ON intents (state, updated_at);
 CREATE INDEX IF NOT EXISTS intents_by_subject ON intents (merchant_id, subject_id, state);
+-- G3 windows count an agent's intents by their last authorisation (ledger/queries.py window_usage), in the
+-- gate and again inside the serial admission transaction: without this a window scans every intent.
+CREATE INDEX IF NOT EXISTS intents_by_agent_window
+    ON intents (merchant_id, agent_id, COALESCE(authorized_at, first_seen_at));
 
 -- I4: APPLIED and BLOCKED are absorbing, even for raw SQL that bypasses transition().
 CREATE TRIGGER IF NOT EXISTS intents_absorbing_states

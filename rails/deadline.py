@@ -200,15 +200,18 @@ class DeadlineBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-def http_transport() -> httpx.HTTPTransport:
-    """httpx's transport with never a retry (I3) and the deadline backend under its connection pool."""
+def http_transport(connections: int = 100) -> httpx.HTTPTransport:
+    """httpx's transport with never a retry (I3) and the deadline backend under its connection pool.
+
+    *connections* should cover the calls a process keeps in flight at once (the rail worker's concurrency):
+    past it a request waits for a connection inside its own deadline, and keep-alive is kept for all of
+    them so a busy worker does not reconnect per call."""
     transport = httpx.HTTPTransport(retries=0)
-    # httpx 0.28 has no network_backend argument: rebuild its pool the way it does, with ours underneath
-    # and httpx's default limits (httpcore's own defaults differ).
+    # httpx 0.28 has no network_backend argument: rebuild its pool the way it does, with ours underneath.
     transport._pool = httpcore.ConnectionPool(
         ssl_context=httpx.create_ssl_context(),
-        max_connections=100,
-        max_keepalive_connections=20,
+        max_connections=connections,
+        max_keepalive_connections=connections,
         keepalive_expiry=5.0,
         http1=True,
         http2=False,

@@ -99,6 +99,7 @@ class RazorpayClient:
         timeout_ms: int = 10_000,
         connect_timeout_ms: int | None = None,
         transport: httpx.BaseTransport | None = None,
+        connections: int = 100,
     ) -> None:
         origin = base_url.rstrip("/")
         # SPEC §14: the setting is the origin; tolerate a trailing /v1 rather than calling /v1/v1/...
@@ -110,7 +111,7 @@ class RazorpayClient:
             auth=httpx.BasicAuth(key_id, key_secret),
             # Per-operation ceilings only; the deadline backend clamps each wait to what is left of the total.
             timeout=httpx.Timeout(self.timeout_s, connect=connect_s),
-            transport=transport or http_transport(),
+            transport=transport or http_transport(connections),
             follow_redirects=False,
             headers={"User-Agent": "interlock-rail-client/0.1", "Accept": "application/json"},
         )
@@ -123,6 +124,7 @@ class RazorpayClient:
             settings.require("rail_key_id"),
             settings.require("rail_key_secret"),
             timeout_ms=settings.rail_timeout_ms,
+            connections=max(100, settings.rail_concurrency),
         )
 
     def close(self) -> None:

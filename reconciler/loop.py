@@ -160,6 +160,8 @@ class Reconciler:
 
     def _expire_holds(self, now: int) -> int:
         """A hold past approval.hold_expiry_ms becomes BLOCKED (HOLD_EXPIRED) even when no operator looks."""
+        if not operator.expired_holds(self.ledger, now):
+            return 0  # the common case takes no write lock away from the rail worker
         with transaction(self.ledger):
             return len(operator.expire_holds(self.ledger, now))
 
