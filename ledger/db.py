@@ -60,7 +60,7 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connecti
 
 
 # Columns added after the first release, so a ledger file created before them opens unchanged otherwise.
-_ADDED_COLUMNS = {("intent_attempts", "lease_expires_at"): "INTEGER"}
+_ADDED_COLUMNS = {("intent_attempts", "lease_expires_at"): "INTEGER", ("intent_attempts", "sent_at"): "INTEGER"}
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:

@@ -330,15 +330,16 @@ def finish_attempt(
     tax_minor: int | None = None,
     error_code: str | None = None,
     response: Any = None,
+    sent_at: int | None = None,
 ) -> None:
     require_transaction(conn)
     conn.execute(
         """UPDATE intent_attempts SET finished_at = ?, outcome = ?, rail_entity_id = ?, http_status = ?,
-                  fee_minor = ?, tax_minor = ?, error_code = ?, response_json = ?
+                  fee_minor = ?, tax_minor = ?, error_code = ?, response_json = ?, sent_at = ?
            WHERE merchant_id = ? AND sik = ? AND attempt_seq = ? AND finished_at IS NULL""",
         (
             now, outcome, rail_entity_id, http_status, fee_minor, tax_minor, error_code,
-            None if response is None else json.dumps(response, sort_keys=True, default=str),
+            None if response is None else json.dumps(response, sort_keys=True, default=str), sent_at,
             merchant_id, sik, attempt_seq,
         ),
     )  # fmt: skip

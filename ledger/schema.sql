@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS intent_attempts (
     lease_epoch    INTEGER NOT NULL,
     lease_expires_at INTEGER,               -- the IN_FLIGHT lease this attempt was sent under (ADR 0005)
     started_at     INTEGER NOT NULL,
+    sent_at        INTEGER,                 -- when the request's first byte was allowed to leave (ADR 0010)
     finished_at    INTEGER,
     outcome        TEXT,
     rail_entity_id TEXT,

@@ -36,6 +36,8 @@ from rails.razorpay import RailError
 logger = logging.getLogger(__name__)
 
 DURING_CALL_DELAY_MS = 5
+# How long (in lease TTLs) a failing outcome write is retried before the answer is left to the reconciler.
+RECORD_RETRY_TTLS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,8 +101,9 @@ def complete(rt: RailRuntime, started: Started) -> Outcome | None:
     intent, request, trace = started.intent, started.request, started.trace
     # Committed: the IN_FLIGHT row is on disk before any byte goes to the rail (I2).
     failpoint("rail.after_wal_before_call")
-    send_by = _send_by(rt, intent)
+    send_by, wall_until = _send_by(rt, intent)
     late_ms = int((time.monotonic() - send_by) * 1000)
+    sent_at: int | None = None
     if rt.lease_lost.is_set() or late_ms >= 0:
         # Paused or starved since the commit, or the lease is gone: the row may already be someone else's to
         # settle, and a request leaving now could race their retry. Nothing is sent; the reconciler settles it.
@@ -108,7 +111,8 @@ def complete(rt: RailRuntime, started: Started) -> Outcome | None:
                             detail={"late_ms": late_ms, "lease_lost": rt.lease_lost.is_set()})  # fmt: skip
     else:
         trace["request_sent"] = trace_now()
-        with send_window(send_by):
+        sent_at = now_ms()  # on the ledger's clock: a settlement may land until this plus the deadline (ADR 0010)
+        with send_window(send_by, wall_until_ms=wall_until, wall_clock=now_ms, lost=rt.lease_lost):
             result = call_rail(rt, intent, request)
         trace["answer_received"] = trace_now()
     if result.event is Event.RAIL_AMBIGUOUS and mutations.active("blind_retry"):
@@ -117,11 +121,14 @@ def complete(rt: RailRuntime, started: Started) -> Outcome | None:
         result = call_rail(rt, intent, request)
     failpoint("rail.after_call_before_commit")
     try:
-        intent = rt.write(lambda conn: record(rt, conn, intent, result, lease_epoch=started.lease_epoch))
+        recorded = _record_until_written(rt, intent, result, started.lease_epoch, sent_at)
     except (StaleLease, IllegalTransition) as exc:
         logger.error("outcome of %s attempt %d refused (fenced): %s", intent.sik, intent.attempt_seq, exc)
-        record_fenced(rt, intent, result)
+        record_fenced(rt, intent, result, sent_at)
         return None
+    if recorded is None:
+        return None
+    intent = recorded
     trace["recorded"] = trace_now()
     failpoint("rail.after_commit_before_ack")
     if intent.state is State.UNKNOWN:
@@ -134,14 +141,15 @@ def complete(rt: RailRuntime, started: Started) -> Outcome | None:
         update={"trace": trace})
 
 
-def _send_by(rt: RailRuntime, intent: Intent) -> float:
-    """The monotonic instant after which this attempt's request must not leave: both the worker's lease and
-    the row's lease must outlive the send plus the call's total deadline (ADR 0005). Wall-clock leases are
-    turned into a monotonic instant once, so a later wall-clock step cannot stretch the window."""
+def _send_by(rt: RailRuntime, intent: Intent) -> tuple[float, int]:
+    """When this attempt's request must have left: both the worker's lease and the row's lease must outlive
+    the send plus the call's total deadline (ADR 0005). Returned as a monotonic instant (a later wall-clock
+    step cannot stretch it) and as the wall-clock instant the standby and the reconciler judge by (a step or
+    a suspend that the monotonic clock does not see still closes it)."""
     wall, mono = now_ms(), time.monotonic()
     assert intent.lease_expires_at is not None
     until = min(rt.current_lease().expires_at, intent.lease_expires_at) - rt.settings.rail_timeout_ms
-    return mono + (until - wall) / 1000
+    return mono + (until - wall) / 1000, until
 
 
 def _mandate_withdrawn(rt: RailRuntime, conn: Any, intent: Intent, now: int) -> Intent | None:
@@ -206,14 +214,38 @@ def call_rail(rt: RailRuntime, intent: Intent, request: dict[str, Any]) -> Class
             timer.join()  # the during_call kill lands while the request is out, never after we record
 
 
+def _record_until_written(rt: RailRuntime, intent: Intent, result: Classified, lease_epoch: int,
+                          sent_at: int | None) -> Intent | None:  # fmt: skip
+    """The rail's answer is the only first-hand evidence of what happened: a write that fails for any reason
+    but the fence (a busy or failing disk, the writer between batches) is tried again, with backoff, for as
+    long as this worker may still be the one to record it. None when it never could be written."""
+    give_up = time.monotonic() + RECORD_RETRY_TTLS * rt.settings.lease_ttl_ms / 1000
+    pause = 0.05
+    while True:
+        try:
+            return rt.write(lambda conn: record(rt, conn, intent, result, lease_epoch=lease_epoch, sent_at=sent_at))
+        except (StaleLease, IllegalTransition):
+            raise
+        except Exception as exc:  # noqa: BLE001 - anything else: the answer must not be dropped on the floor
+            if rt.lease_lost.is_set() or time.monotonic() > give_up:
+                logger.critical("could not record attempt %d of %s (%s %s): %s; the reconciler must find it by "
+                                "its stamp", intent.attempt_seq, intent.sik, result.outcome,
+                                result.rail_entity_id or "", exc)  # fmt: skip
+                return None
+            logger.warning("recording attempt %d of %s failed (%s); retrying in %.2fs", intent.attempt_seq,
+                           intent.sik, exc, pause)  # fmt: skip
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+
+
 def record(rt: RailRuntime, conn: sqlite3.Connection, intent: Intent, result: Classified, *,
-           lease_epoch: int) -> Intent:  # fmt: skip
+           lease_epoch: int, sent_at: int | None = None) -> Intent:  # fmt: skip
     """The attempt's outcome, fenced on (lease_epoch, attempt_seq): a superseded worker's write is refused."""
     now = now_ms()
     intents.finish_attempt(
         conn, intent.merchant_id, intent.sik, intent.attempt_seq, now=now, outcome=result.outcome,
         rail_entity_id=result.rail_entity_id, http_status=result.http_status, fee_minor=result.fee_minor,
-        tax_minor=result.tax_minor, error_code=result.error_code, response=result.response,
+        tax_minor=result.tax_minor, error_code=result.error_code, response=result.response, sent_at=sent_at,
     )  # fmt: skip
     fields: dict[str, Any] = {"reason_code": result.reason_code}
     if result.rail_entity_id is not None:
@@ -234,7 +266,7 @@ def record(rt: RailRuntime, conn: sqlite3.Connection, intent: Intent, result: Cl
     return recorded
 
 
-def record_fenced(rt: RailRuntime, intent: Intent, result: Classified) -> None:
+def record_fenced(rt: RailRuntime, intent: Intent, result: Classified, sent_at: int | None = None) -> None:
     """A superseded worker may not write its outcome, but what the rail told it is evidence: keep it on the
     attempt row and in the audit log. An answer that carries our stamp settles the intent as APPLIED if it
     is not in flight again (ADR 0005): a later "absent" from a list read must never outvote it."""
@@ -244,7 +276,7 @@ def record_fenced(rt: RailRuntime, intent: Intent, result: Classified) -> None:
         intents.finish_attempt(
             conn, intent.merchant_id, intent.sik, intent.attempt_seq, now=now, outcome=f"FENCED_{result.outcome}",
             rail_entity_id=result.rail_entity_id, http_status=result.http_status, fee_minor=result.fee_minor,
-            tax_minor=result.tax_minor, error_code=result.error_code, response=result.response,
+            tax_minor=result.tax_minor, error_code=result.error_code, response=result.response, sent_at=sent_at,
         )  # fmt: skip
         audit.append(conn, "FENCED_OUTCOME", {
             "merchant_id": intent.merchant_id, "sik": intent.sik, "attempt_seq": intent.attempt_seq,

@@ -44,6 +44,8 @@ class LedgerWriter:
         self.max_batch = max_batch
         self._queue: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
         self._thread = threading.Thread(target=self._run, name="ledger-writer", daemon=True)
+        self._accepting = threading.Lock()
+        self._stopped = False
         self.batches = 0
         self.writes = 0
 
@@ -53,15 +55,20 @@ class LedgerWriter:
 
     def stop(self) -> None:
         """Commit what is queued, then stop (writes submitted afterwards fail with LedgerError)."""
-        self._queue.put(None)
+        with self._accepting:
+            if self._stopped:
+                return
+            self._stopped = True
+            self._queue.put(None)  # after every write accepted so far: they are all committed first
         self._thread.join()
 
     def submit(self, fn: Callable[[sqlite3.Connection], T]) -> Future[T]:
         future: Future[T] = Future()
-        if not self._thread.is_alive():
-            future.set_exception(LedgerError("the ledger writer is not running"))
-            return future
-        self._queue.put(_Write(fn, future))
+        with self._accepting:  # atomic with stop(): a write is either queued before the sentinel or refused
+            if self._stopped or not self._thread.is_alive():
+                future.set_exception(LedgerError("the ledger writer is not running"))
+                return future
+            self._queue.put(_Write(fn, future))
         return future
 
     def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
@@ -83,7 +90,11 @@ class LedgerWriter:
                     stopping = True
                     break
                 batch.append(item)
-            self._commit(batch)
+            try:
+                self._commit(batch)
+            except BaseException as exc:  # noqa: BLE001 - the thread must outlive any failure of one batch
+                logger.exception("group commit of %d writes failed unexpectedly", len(batch))
+                self._fail(batch, exc)
             if stopping:
                 return
 
@@ -92,14 +103,20 @@ class LedgerWriter:
         try:
             self.conn.execute("BEGIN IMMEDIATE")
         except Exception as exc:  # noqa: BLE001 - every caller learns that nothing was written
-            for item in batch:
-                item.future.set_exception(exc)
+            self._fail(batch, exc)
             return
-        for item in batch:
+        for index, item in enumerate(batch):
             self.conn.execute("SAVEPOINT w")
             try:
                 value = item.fn(self.conn)
             except BaseException as exc:  # noqa: BLE001 - one caller's failure must not undo the others' writes
+                if not self.conn.in_transaction:
+                    # SQLite rolled the whole transaction back itself (disk full, I/O error, interrupt):
+                    # nothing of this batch is written, including what already returned.
+                    logger.error("the ledger rolled back a whole batch of %d writes: %s", len(batch), exc)
+                    self._fail(batch[:index], LedgerError(f"rolled back with a later write of its batch: {exc}"))
+                    self._fail(batch[index:], exc)
+                    return
                 self.conn.execute("ROLLBACK TO w")
                 self.conn.execute("RELEASE w")
                 results.append((False, exc))
@@ -112,8 +129,7 @@ class LedgerWriter:
             logger.exception("group commit of %d writes failed", len(batch))
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
-            for item in batch:
-                item.future.set_exception(exc)
+            self._fail(batch, exc)
             return
         self.batches += 1
         self.writes += len(batch)
@@ -122,3 +138,13 @@ class LedgerWriter:
                 item.future.set_result(value)
             else:
                 item.future.set_exception(value)
+
+    def _fail(self, batch: list[_Write], exc: BaseException) -> None:
+        if self.conn.in_transaction:
+            try:
+                self.conn.execute("ROLLBACK")
+            except Exception:  # noqa: BLE001 - already rolled back by SQLite
+                logger.exception("rollback after a failed batch")
+        for item in batch:
+            if not item.future.done():
+                item.future.set_exception(exc)

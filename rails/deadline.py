@@ -26,8 +26,9 @@ request bytes.
 from __future__ import annotations
 
 import ssl
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -55,18 +56,38 @@ class SendWindowClosed(Exception):
 @dataclass(slots=True)
 class SendGuard:
     """One send window. Mutable so that whoever opened it can learn what happened at the network layer,
-    even from another task that saw a copy of the context (the MCP SDK copies it into its POST tasks)."""
+    even from another task that saw a copy of the context (the MCP SDK copies it into its POST tasks).
+
+    Besides the monotonic instant it may hold the same limit on the wall clock (`wall_until_ms`, read with
+    `wall_clock`) — the clock a standby and the reconciler judge abandonment by, which a step or a suspend
+    can move without moving the monotonic one — and the worker's lease-lost event."""
 
     send_by: float
+    wall_until_ms: int | None = None
+    wall_clock: Callable[[], int] | None = None
+    lost: threading.Event | None = None
     sent: bool = False  # a request's first byte left inside the window
     refused: bool = False  # a request was stopped before its first byte
 
-    def admit(self) -> None:
-        """Immediately before a request's first byte is written: raise unless the window is still open."""
+    def closed(self) -> float | None:
+        """How late it is (seconds, >= 0) when the window is closed now, else None."""
         now = time.monotonic()
         if now >= self.send_by:
+            return now - self.send_by
+        if self.lost is not None and self.lost.is_set():
+            return 0.0
+        if self.wall_until_ms is not None and self.wall_clock is not None:
+            late_ms = self.wall_clock() - self.wall_until_ms
+            if late_ms >= 0:
+                return late_ms / 1000
+        return None
+
+    def admit(self) -> None:
+        """Immediately before a request's first byte is written: raise unless the window is still open."""
+        late = self.closed()
+        if late is not None:
             self.refused = True
-            raise SendWindowClosed(self.send_by, now)
+            raise SendWindowClosed(self.send_by, self.send_by + late)
         self.sent = True
 
 
@@ -75,19 +96,22 @@ _deadline: ContextVar[float | None] = ContextVar("interlock_rail_deadline", defa
 
 
 @contextmanager
-def send_window(send_by: float) -> Iterator[None]:
+def send_window(send_by: float, *, wall_until_ms: int | None = None, wall_clock: Callable[[], int] | None = None,
+                lost: threading.Event | None = None) -> Iterator[None]:
     """Inside this block, a rail call may let the FIRST byte of its request leave only while
     time.monotonic() < send_by. If the moment has passed when the request is about to be written, the call
     raises rails.razorpay.RailError with kind RailErrorKind.NOT_SENT (nothing left this machine) and no byte is
-    written. Once the first byte has left, the rest of the request is written normally (never a half request)."""
-    with armed_window(send_by):
+    written. Once the first byte has left, the rest of the request is written normally (never a half request).
+    *wall_until_ms* (on *wall_clock*) and *lost* close the window too (SendGuard)."""
+    with armed_window(send_by, wall_until_ms=wall_until_ms, wall_clock=wall_clock, lost=lost):
         yield
 
 
 @contextmanager
-def armed_window(send_by: float) -> Iterator[SendGuard]:
+def armed_window(send_by: float, *, wall_until_ms: int | None = None, wall_clock: Callable[[], int] | None = None,
+                 lost: threading.Event | None = None) -> Iterator[SendGuard]:
     """`send_window`, handing back its guard (the MCP session reads `sent` / `refused` from it)."""
-    guard = SendGuard(send_by)
+    guard = SendGuard(send_by, wall_until_ms, wall_clock, lost)
     token = _window.set(guard)
     try:
         yield guard
@@ -104,10 +128,10 @@ def current_send_by() -> float | None:
 def check_send_window() -> None:
     """An early check, before any work: a window already closed now is closed at the write too."""
     guard = _window.get()
-    now = time.monotonic()
-    if guard is not None and now >= guard.send_by:
+    late = guard.closed() if guard is not None else None
+    if guard is not None and late is not None:
         guard.refused = True
-        raise SendWindowClosed(guard.send_by, now)
+        raise SendWindowClosed(guard.send_by, guard.send_by + late)
 
 
 @contextmanager

@@ -100,7 +100,7 @@ class Reconciler:
     def _due(self, now: int) -> list[tuple[str, str]]:
         rows = self.ledger.execute(
             """SELECT i.merchant_id, i.sik, i.tool, i.reconcile_attempts, i.updated_at, a.started_at, a.finished_at,
-                      a.http_status, a.lease_expires_at AS attempt_lease
+                      a.sent_at, a.http_status, a.lease_expires_at AS attempt_lease
                FROM intents i LEFT JOIN intent_attempts a
                  ON a.merchant_id = i.merchant_id AND a.sik = i.sik AND a.attempt_seq = i.attempt_seq
                WHERE i.state = 'UNKNOWN' ORDER BY i.updated_at LIMIT 500"""
@@ -122,8 +122,10 @@ class Reconciler:
                 gave_up = row["finished_at"]  # an early read costs at most a retry the rail deduplicates
             elif finished:
                 # No key the rail honours (a settlement, ADR 0010), or a rail still at work (409): it may still
-                # apply the call until the call's own deadline.
-                gave_up = max((row["started_at"] or 0) + deadline, row["finished_at"])
+                # apply the call until the call's own deadline, counted from when the request left (a pause
+                # between the IN_FLIGHT commit and the send moves it later than the commit).
+                left = max(row["started_at"] or 0, row["sent_at"] or 0)
+                gave_up = max(left + deadline, row["finished_at"])
             else:
                 lease_until = row["attempt_lease"] or ((row["started_at"] or 0) + self.settings.lease_ttl_ms)
                 gave_up = lease_until + deadline

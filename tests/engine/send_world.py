@@ -23,8 +23,9 @@ from rail_worker import execute as execute_module
 from rail_worker import lease as lease_module
 from rail_worker.runtime import RailRuntime
 from rail_worker.writer import LedgerWriter
+from rails.deadline import SendWindowClosed, check_send_window
 from rails.models import Page, Refund, Settlement
-from rails.razorpay import RailError
+from rails.razorpay import RailError, RailErrorKind
 from reconciler import loop as reconciler_module
 from reconciler.loop import Reconciler
 from tests.mandates import AGENT, MERCHANT, make_mandate
@@ -63,12 +64,19 @@ class ScriptedRail:
     calls: list[dict[str, Any]] = field(default_factory=list)
     entities: list[Any] = field(default_factory=list)
     during_call: Callable[[], None] | None = None
+    hold: Callable[[], None] | None = None  # runs in every call while the rail has the request
     reject: RailError | None = None
     apply_then_fail: bool = False
     listed: bool = True
 
     def _money(self, notes: dict[str, Any] | None, make: Callable[[], Any]) -> Any:
+        try:
+            check_send_window()  # what the real client checks before it connects (and again at the first byte)
+        except SendWindowClosed as exc:
+            raise RailError(RailErrorKind.NOT_SENT, str(exc), method="POST", path="/scripted") from exc
         self.calls.append(dict(notes or {}))
+        if self.hold is not None:
+            self.hold()
         if self.during_call is not None:
             hook, self.during_call = self.during_call, None
             hook()

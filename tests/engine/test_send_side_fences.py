@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,6 +19,7 @@ from ledger import intents, leases, operator
 from ledger.db import open_ledger, transaction
 from ledger.limits import reassert
 from ledger.states import Event, State
+from rail_worker import execute as execute_module
 from rail_worker import lease as lease_module
 from rail_worker.admit import admit
 from rail_worker.dispatch import Dispatcher
@@ -361,14 +364,7 @@ def test_after_the_lease_is_lost_no_queued_call_leaves(world: World) -> None:
         out.release()
         release.wait(10)
 
-    world.rail.during_call = None
-    original = world.rail._money
-
-    def blocking_money(notes: object, make: object) -> object:
-        hold_the_call()
-        return original(notes, make)  # type: ignore[arg-type]
-
-    world.rail._money = blocking_money  # type: ignore[method-assign]
+    world.rail.hold = hold_the_call
     dispatcher = Dispatcher(rt, 16)
     feeder = threading.Thread(target=lambda: [dispatcher.execute(MERCHANT, s, None) for s in siks])
     feeder.start()
@@ -383,3 +379,65 @@ def test_after_the_lease_is_lost_no_queued_call_leaves(world: World) -> None:
     outcomes = dict(world.attempts_by_sik())
     assert sorted(outcomes.values()).count("NOT_SENT") == 16
     assert sorted(outcomes.values()).count("APPLIED") == 16
+
+
+def test_an_outcome_write_that_fails_is_retried_not_dropped(world: World) -> None:
+    # The rail applied the settlement; recording it first fails (another writer holds the lock past the busy
+    # timeout). The stamped answer is the only first-hand evidence: it must be written, not left to a list read.
+    world.authorized(SETTLEMENT)
+    a = world.runtime("rail:A")
+    a.ledger.execute("PRAGMA busy_timeout = 100")
+    other = open_ledger(world.path)
+
+    def someone_holds_the_write_lock() -> None:
+        other.execute("BEGIN IMMEDIATE")
+        threading.Timer(0.5, lambda: other.execute("COMMIT")).start()
+
+    world.rail.during_call = someone_holds_the_write_lock
+    execute(a, MERCHANT, SIK, request_id=None)
+    intent = world.intent()
+    assert (intent.state, intent.rail_entity_id) == (State.APPLIED, world.rail.stamped(SIK)[0])
+    assert world.attempts() == [(1, "APPLIED")]
+
+
+def test_a_settlement_sent_late_in_its_window_is_read_no_earlier_than_its_own_deadline(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A pause longer than one deadline between the IN_FLIGHT commit and the send, then a quick gateway 504: the
+    # rail may apply the settlement until the request's own deadline, counted from when it left, not committed.
+    s = world.settings
+    world.authorized(SETTLEMENT)
+    pause = s.lease_ttl_ms - s.rail_timeout_ms - 500
+    monkeypatch.setattr("rail_worker.execute.failpoint", lambda name: world.clock.advance(pause)
+                        if name == "rail.after_wal_before_call" else None)  # fmt: skip
+    world.rail.reject = RailError(RailErrorKind.AMBIGUOUS, "504", method="POST", path="/x", http_status=504)
+    sent = world.clock() + pause
+    execute(world.runtime(), MERCHANT, SIK, request_id=None)
+    assert world.rail.calls, "the request left inside its window"
+    rec = world.reconciler()
+    earliest = sent + s.rail_timeout_ms + s.reconcile_min_delay_ms
+    assert rec._due(earliest - 1) == []
+    assert rec._due(earliest) == [(MERCHANT, SIK)]
+
+
+def test_a_wall_clock_step_after_the_send_check_still_closes_the_window(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The wall clock steps forward (NTP, a resumed VM) between the worker's check and the first byte; the
+    # monotonic clock does not move. The standby and the reconciler judge on the wall clock, so the
+    # request must not leave either.
+    world.authorized(SETTLEMENT)
+    a = world.runtime("rail:A")
+    real_window = execute_module.send_window
+
+    @contextmanager
+    def window_then_step(send_by: float, **limits: Any) -> Iterator[None]:
+        with real_window(send_by, **limits):
+            s = world.settings
+            world.clock.advance(2 * s.lease_ttl_ms + s.rail_timeout_ms + s.reconcile_min_delay_ms + 1)
+            yield
+
+    monkeypatch.setattr(execute_module, "send_window", window_then_step)
+    execute(a, MERCHANT, SIK, request_id=None)
+    assert world.rail.calls == []
+    assert world.attempts() == [(1, "NOT_SENT")]
