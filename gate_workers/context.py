@@ -36,7 +36,8 @@ class ResolvedAction:
     resolution_detail: dict[str, Any] = field(default_factory=dict)
     sik: str | None = None
     window: int | None = None
-    grace_sik: str | None = None  # the same call's SIK in the adjacent window (ADR 0009; Decision.grace_sik)
+    # The same call's SIKs in the adjacent windows (ADR 0009; Decision.grace_siks).
+    grace_siks: tuple[str, ...] = ()
     distinct_reason: str | None = None
     operation_ref: str | None = None
     params: dict[str, Any] = field(default_factory=dict)

@@ -166,14 +166,16 @@ def _key_settlement(
         params["description"] = call.description
 
     sik = key(window, amount)
-    grace_sik: str | None = key(window - 1, amount) if in_grace else key(window + 1, amount)
+    # The previous window's key while in grace (a repeat racing its first call), and the next window's always (a
+    # first call stalled past the next boundary behind its own repeat).
+    grace_siks = ((key(window - 1, amount),) if in_grace else ()) + (key(window + 1, amount),)
     previous = None if intent_state(ledger, base.merchant_id, sik) is not None else previous_intent(amount)
     if previous is not None:
         # A repeat that crossed into the next window is that call, not a new settlement: answer it with the
         # earlier intent, even once that one is APPLIED (the caller was promised it cannot pay twice).
-        window, sik, grace_sik = window - 1, previous, None
+        window, sik, grace_siks = window - 1, previous, ()
     return _replace(base, subject=SETTLEMENT_SUBJECT, amount_minor=amount, currency=balance.currency,
-                    requested_amount=call.amount, balance=balance, sik=sik, window=window, grace_sik=grace_sik,
+                    requested_amount=call.amount, balance=balance, sik=sik, window=window, grace_siks=grace_siks,
                     distinct_reason=call.distinct_reason, params=params)  # fmt: skip
 
 

@@ -95,10 +95,11 @@ class Decision(_Message):
     operation_ref: str | None = None
     distinct_reason: str | None = None
     window: int | None = None
-    # ADR 0009: the SIK of this same call in the adjacent idempotency window — the previous one while the
-    # call is within grace after a boundary, else the next one. The rail worker answers with that intent
-    # when `sik` has none, because a racing or stalled gate worker may have keyed the other call first.
-    grace_sik: str | None = None
+    # ADR 0009: the SIKs of this same call in the adjacent idempotency windows — the previous one while the
+    # call is within grace after a boundary, and the next one always. The rail worker answers with the first
+    # of those intents that exists when `sik` has none: a racing or stalled gate worker may have keyed the
+    # other call first, in either direction.
+    grace_siks: list[str] = Field(default_factory=list)
     # What the gate read on the rail for G2: refundable (captured - refunded) or the balance, and when. The rail
     # worker re-checks G2 against it inside the admitting transaction (SPEC §8 step 6).
     rail_basis_minor: int | None = None

@@ -22,6 +22,9 @@ def _placeholders(states: Iterable[State]) -> tuple[str, list[str]]:
 _G2_COUNTED: frozenset[State] = MAY_MOVE_MONEY | {State.HELD}
 
 
+# These two run inside the serial admission transaction. Left alone, SQLite's planner takes the primary key
+# (merchant_id, sik) because of `sik <> ?` and scans the merchant's intents: 64 ms at 1M intents against
+# 0.02 ms by subject (measured in review), so the subject index is named.
 def money_committed_for_subject(
     conn: sqlite3.Connection, merchant_id: str, subject_id: str, *, exclude_sik: str, currency: str | None = None
 ) -> int:
@@ -31,7 +34,7 @@ def money_committed_for_subject(
     left out because the rail's balance already reflects them. *currency* narrows it (a balance has one)."""
     marks, states = _placeholders(_G2_COUNTED)
     row = conn.execute(
-        f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents
+        f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents INDEXED BY intents_by_subject
             WHERE merchant_id = ? AND subject_id = ? AND sik <> ? AND state IN ({marks})
               AND (? IS NULL OR currency = ?)""",
         (merchant_id, subject_id, exclude_sik, *states, currency, currency),
@@ -46,7 +49,7 @@ def applied_since(
     """Minor units of this subject's other intents that became APPLIED at or after *since_ms*: money a rail
     read taken at *since_ms* may not show yet, so a ceiling computed from that read must count it."""
     row = conn.execute(
-        """SELECT COALESCE(SUM(amount_minor), 0) FROM intents
+        """SELECT COALESCE(SUM(amount_minor), 0) FROM intents INDEXED BY intents_by_subject
            WHERE merchant_id = ? AND subject_id = ? AND sik <> ? AND state = 'APPLIED' AND updated_at >= ?
              AND (? IS NULL OR currency = ?)""",
         (merchant_id, subject_id, exclude_sik, since_ms, currency, currency),

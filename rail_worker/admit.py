@@ -33,6 +33,7 @@ _EVENT_FOR_VERDICT = {
 _REOPENABLE = frozenset({State.FAILED_TERMINAL, State.CONFIRMED_NOT_APPLIED})
 # Refused before the rail was read: the agent may repeat the same call once the rail answers.
 _TRANSIENT_REASONS = frozenset({"G2_RAIL_UNAVAILABLE"})
+G2_STALE_READ = "G2_STALE_RAIL_READ"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,9 +66,9 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
         verdict = Verdict.BLOCK
         reason = "G1_MANDATE_EXPIRED" if not mandate.is_active(now) else "G1_TOOL_NOT_GRANTED"
     existing = intents.get_intent(conn, decision.merchant_id, decision.sik)
-    if existing is None and decision.grace_sik is not None:
-        # ADR 0009: a racing or stalled gate worker keyed this same call in the adjacent window: it is that intent.
-        existing = intents.get_intent(conn, decision.merchant_id, decision.grace_sik)
+    for grace_sik in decision.grace_siks if existing is None else ():
+        # ADR 0009: a racing or stalled gate worker keyed this same call in an adjacent window: it is that intent.
+        existing = existing or intents.get_intent(conn, decision.merchant_id, grace_sik)
     if decision.operation_ref is not None:
         landing = existing.sik if existing is not None else decision.sik
         bound = intents.sik_for_operation_ref(conn, decision.merchant_id, decision.operation_ref)
@@ -90,7 +91,8 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
             verdict, reason = Verdict.BLOCK, exceeded
     _record(conn, decision, now, verdict=verdict, reason=reason)
     if existing is not None:
-        _bind_ref(conn, decision, existing.sik, now)
+        if verdict is not Verdict.BLOCK:  # a refused call binds nothing, even when it lands on an intent
+            _bind_ref(conn, decision, existing.sik, now)
         return _repeat(rt, conn, decision, existing, verdict, mandate, now)
     if verdict is Verdict.BLOCK:
         # A refusal records the decision, not an intent: BLOCKED is absorbing, and a refund has no SIK
@@ -126,11 +128,15 @@ def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str) 
         return None
     others = money_committed_for_subject(conn, decision.merchant_id, terms.subject, exclude_sik=sik,
                                          currency=terms.currency)  # fmt: skip
+    if terms.amount_minor > decision.rail_basis_minor - others:
+        return "G2_EXCEEDS_REFUNDABLE" if decision.tool == REFUND_TOOL else "G2_EXCEEDS_BALANCE"
     others += applied_since(conn, decision.merchant_id, terms.subject, since_ms=decision.rail_read_at_ms or 0,
                             exclude_sik=sik, currency=terms.currency)  # fmt: skip
-    if terms.amount_minor <= decision.rail_basis_minor - others:
-        return None
-    return "G2_EXCEEDS_REFUNDABLE" if decision.tool == REFUND_TOOL else "G2_EXCEEDS_BALANCE"
+    if terms.amount_minor > decision.rail_basis_minor - others:
+        # Refused only because money applied since the gate's read may or may not be in that read: the
+        # repeat of the same call is judged against a fresh one (nothing was recorded, nothing moved).
+        return G2_STALE_READ
+    return None
 
 
 def _record(conn: object, decision: Decision, now: int, *, verdict: Verdict, reason: str) -> None:
@@ -169,7 +175,7 @@ def _repeat(
 
 def _redelivered(conn: sqlite3.Connection, decision: Decision) -> Admission:
     intent = None
-    for sik in (decision.sik, decision.grace_sik):  # the first answer may have come from the grace intent
+    for sik in (decision.sik, *decision.grace_siks):  # the first answer may have come from a grace intent
         intent = intent or (intents.get_intent(conn, decision.merchant_id, sik) if sik else None)
     if intent is None:
         return Admission(_unkeyed(decision), None)
@@ -191,7 +197,8 @@ def _refused(decision: Decision, reason: str) -> Outcome:
     return Outcome(
         request_id=decision.request_id, state="BLOCKED", sik=decision.sik,
         intent=IntentTerms(**terms.model_dump()) if terms else None, rail_entity_id=None, reason_code=reason,
-        caller_action=CallerAction.DO_NOT_RETRY, replayed=False,
+        caller_action=CallerAction.RETRY_SAME_CALL if reason == G2_STALE_READ else CallerAction.DO_NOT_RETRY,
+        replayed=False,
     )  # fmt: skip
 
 

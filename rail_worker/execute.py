@@ -161,7 +161,9 @@ def _mandate_withdrawn(rt: RailRuntime, conn: Any, intent: Intent, now: int) -> 
         if mandate.is_active(now) and grant is not None:
             return None
         reason = "G1_MANDATE_EXPIRED" if not mandate.is_active(now) else "G1_TOOL_NOT_GRANTED"
-        event = Event.GATES_BLOCKED
+        # A first attempt is refused for good; a retry is withdrawn instead, because BLOCKED is absorbing and a
+        # superseded attempt's late stamped answer must still be able to settle it (ADR 0005).
+        event = Event.GATES_BLOCKED if intent.attempt_seq == 0 else Event.AUTHORIZATION_WITHDRAWN
     else:
         # Replaced (or removed): nothing was sent under this authorisation. The agent's repeat is judged afresh
         # under the mandate configured now and may reopen the intent.

@@ -171,8 +171,8 @@ class Reconciler:
 
     def reconcile(self, merchant_id: str, sik: str) -> bool:
         """One reconcile pass for one UNKNOWN intent; False when it was not ours to take."""
-        now = now_ms()
         with transaction(self.ledger):
+            now = now_ms()  # under the write lock: a wait for it must not age the lease taken below
             intent = intents.get_intent(self.ledger, merchant_id, sik)
             if intent is None or intent.state is not State.UNKNOWN:
                 return False
@@ -198,8 +198,8 @@ class Reconciler:
         return True
 
     def _commit_finding(self, taken: Intent, result: PageResult) -> bool:
-        now = now_ms()
         with transaction(self.ledger):
+            now = now_ms()
             intent = intents.get_intent(self.ledger, taken.merchant_id, taken.sik)
             if (intent is None or intent.state is not State.RECONCILING or intent.lease_owner != self.owner
                     or intent.attempt_seq != taken.attempt_seq):  # fmt: skip

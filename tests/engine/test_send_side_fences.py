@@ -441,3 +441,52 @@ def test_a_wall_clock_step_after_the_send_check_still_closes_the_window(
     execute(a, MERCHANT, SIK, request_id=None)
     assert world.rail.calls == []
     assert world.attempts() == [(1, "NOT_SENT")]
+
+
+def test_an_expired_mandate_withdraws_a_retry_so_late_evidence_can_still_settle_it(world: World) -> None:
+    world.authorized(SETTLEMENT)
+    conn = open_ledger(world.path)
+    with transaction(conn):
+        intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
+                              lease_expires_at=world.clock() + 3000, request={})  # fmt: skip
+        intents.transition(conn, MERCHANT, SIK, Event.RAIL_AMBIGUOUS, now=world.clock())
+        intents.begin_reconcile(conn, MERCHANT, SIK, now=world.clock(), owner="r", lease_expires_at=world.clock() + 1)
+        intents.transition(conn, MERCHANT, SIK, Event.RECONCILE_CONFIRMED_ABSENT, now=world.clock())
+        check = reassert(conn, intents.require_intent(conn, MERCHANT, SIK), world.mandate, now_ms=world.clock(),
+                         rate=DEFAULT_FEE_RATE)  # fmt: skip
+        intents.transition(conn, MERCHANT, SIK, Event.RETRY_AUTHORIZED, now=world.clock(), reasserted=check)
+    world.clock.ms = world.mandate.expires_at
+    execute(world.runtime(), MERCHANT, SIK, request_id=None)
+    assert world.rail.calls == []
+    assert (world.intent().state, world.intent().reason_code) == (State.CONFIRMED_NOT_APPLIED, "G1_MANDATE_EXPIRED")
+
+
+def test_a_refusal_caused_only_by_money_applied_since_the_gates_read_asks_for_a_repeat(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("rail_worker.admit.now_ms", world.clock)
+    read_at = world.clock()
+    put_intent(open_ledger(world.path), "A" * 32, "APPLIED", amount=6000, subject="balance", tool=SETTLEMENT,
+               now=read_at + 5)  # applied just after the gate read a balance of 10,000: it may not show in it
+    rt = world.runtime()
+    decision = _decision(world, "Q" * 32, amount=5000).model_copy(
+        update={"rail_basis_minor": 10_000, "rail_read_at_ms": read_at})
+    admission = admit(rt, decision)
+    assert admission.outcome is not None
+    assert (admission.outcome.state, admission.outcome.reason_code, admission.outcome.caller_action) == (
+        "BLOCKED", "G2_STALE_RAIL_READ", "RETRY_SAME_CALL")
+    over = admit(rt, _decision(world, "P" * 32, amount=11_000).model_copy(
+        update={"request_id": "over", "rail_basis_minor": 10_000, "rail_read_at_ms": read_at}))
+    assert over.outcome is not None and (over.outcome.reason_code, over.outcome.caller_action) == (
+        "G2_EXCEEDS_BALANCE", "DO_NOT_RETRY")
+
+
+def test_a_refused_repeat_does_not_bind_its_operation_ref(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("rail_worker.admit.now_ms", world.clock)
+    rt = world.runtime()
+    first = admit(rt, _decision(world, "Q" * 32))
+    assert first.execute is not None
+    refused = admit(rt, _decision(world, "Q" * 32, verdict="BLOCK", operation_ref="ticket_7").model_copy(
+        update={"request_id": "again"}))
+    assert refused.outcome is not None and refused.outcome.replayed
+    assert intents.sik_for_operation_ref(open_ledger(world.path), MERCHANT, "ticket_7") is None

@@ -77,7 +77,7 @@ def test_a_repeat_10_s_after_the_boundary_lands_on_the_first_intent_in_any_state
     assert (first.sik, first.window) == (sik_in(PREVIOUS), PREVIOUS)
     put_settlement(ledger, sik_in(PREVIOUS), state)
     repeat = settle_at(ledger, BOUNDARY + 10_000)
-    assert (repeat.sik, repeat.window, repeat.grace_sik) == (first.sik, PREVIOUS, None)
+    assert (repeat.sik, repeat.window, repeat.grace_siks) == (first.sik, PREVIOUS, ())
 
 
 def test_after_the_grace_a_settled_first_intent_no_longer_captures_the_call(ledger: sqlite3.Connection) -> None:
@@ -128,8 +128,9 @@ def test_a_full_balance_repeat_after_the_grace_settles_the_balance_now(ledger: s
 
 
 def test_a_decision_names_the_same_call_in_the_adjacent_window(ledger: sqlite3.Connection) -> None:
-    assert settle_at(ledger, BOUNDARY + 10_000).grace_sik == sik_in(PREVIOUS)  # a repeat that may race its first
-    assert settle_at(ledger, BOUNDARY - 5_000).grace_sik == sik_in(CURRENT)  # a first call that may stall
+    # A repeat that may race its first call, and (always) a first call that may stall past the next boundary.
+    assert settle_at(ledger, BOUNDARY + 10_000).grace_siks == (sik_in(PREVIOUS), sik_in(CURRENT + 1))
+    assert settle_at(ledger, BOUNDARY - 5_000).grace_siks == (sik_in(CURRENT),)
 
 
 def gate_runtime(ledger: sqlite3.Connection) -> GateRuntime:
@@ -168,7 +169,7 @@ def intent_count(rt: RailRuntime) -> int:
 def test_admit_answers_a_raced_repeat_with_the_previous_windows_intent(rail_rt: RailRuntime) -> None:
     first = gated(rail_rt, "r_first", BOUNDARY - 5_000)
     repeat = gated(rail_rt, "r_repeat", BOUNDARY + 10_000)  # resolved before the first call was admitted
-    assert (first.sik, repeat.sik, repeat.grace_sik) == (sik_in(PREVIOUS), sik_in(CURRENT), sik_in(PREVIOUS))
+    assert (first.sik, repeat.sik, repeat.grace_siks[0]) == (sik_in(PREVIOUS), sik_in(CURRENT), sik_in(PREVIOUS))
     admitted = admit(rail_rt, first)
     assert admitted.execute is not None and admitted.execute.sik == first.sik
     answer = admit(rail_rt, repeat)
@@ -192,3 +193,29 @@ def test_admit_creates_the_new_windows_intent_when_there_is_no_earlier_one(rail_
     fresh = gated(rail_rt, "r_new", BOUNDARY + 10_000)
     admitted = admit(rail_rt, fresh)
     assert admitted.execute is not None and admitted.execute.sik == sik_in(CURRENT)
+
+
+def test_a_first_call_in_its_own_grace_stalled_past_the_next_boundary_is_still_one_settlement(
+    rail_rt: RailRuntime,
+) -> None:
+    # A one-minute window (grace capped at 30 s): the first call is received 5 s into window N (inside N's own
+    # grace), its Decision stalls; the agent's repeat comes 5 s into N+1 and is admitted first.
+    short = make_mandate({"idempotency.create_instant_settlement.window_ms": 60_000})
+    rail_rt.mandates = MandateStore({AGENT: short})
+
+    def decided(request_id: str, at_ms: int) -> Decision:
+        gate_ledger = open_ledger(rail_rt.ledger_path, readonly=True)
+        try:
+            action = resolve(proposal(request_id, received_at_ms=at_ms), BalanceRail(), gate_ledger, short, at_ms)
+            ctx = GateContext(mandate=short, now_ms=now_ms(), ledger=gate_ledger, tool_hashes=current_pins())
+            return build_decision(action, ctx, short)
+        finally:
+            gate_ledger.close()
+
+    first = decided("r_first", BOUNDARY + 5_000)
+    repeat = decided("r_repeat", BOUNDARY + 65_000)
+    assert first.sik != repeat.sik
+    assert admit(rail_rt, repeat).execute is not None
+    answer = admit(rail_rt, first)
+    assert answer.execute is None and answer.outcome is not None and answer.outcome.replayed
+    assert intent_count(rail_rt) == 1
