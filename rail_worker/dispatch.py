@@ -22,6 +22,9 @@ import redis
 
 from interlock.messages import Decision, Outcome, Trace, trace_now
 from interlock.outcomes import publish
+from ledger import intents
+from ledger.states import State
+from ledger.views import outcome_from_intent
 from rail_worker.admit import admit
 from rail_worker.execute import Started, begin_attempt, complete
 from rail_worker.runtime import RailRuntime
@@ -47,6 +50,8 @@ class Dispatcher:
                       if concurrency > 1 else None)  # fmt: skip
         self._lock = threading.Lock()
         self.in_flight = 0
+        # Intents whose call is on a pool thread now -> request ids of repeats waiting for its recorded answer.
+        self._calls: dict[tuple[str, str], list[str]] = {}
 
     def handle_decision(self, decision: Decision) -> str:
         """Admit a Decision and, when it authorizes an intent, dispatch its call. Returns what happened."""
@@ -54,7 +59,8 @@ class Dispatcher:
             admission = admit(self.rt, decision)
             trace: Trace = {**decision.trace, "admitted": trace_now()}
             if admission.execute is None:
-                self._publish(admission.outcome, trace)
+                if not self._waits_for_its_call(admission.outcome):
+                    self._publish(admission.outcome, trace)
                 return admission.outcome.state if admission.outcome else "NO_OUTCOME"
             intent = admission.execute
             return self._start(slot, intent.merchant_id, intent.sik, decision.request_id, trace)
@@ -71,8 +77,23 @@ class Dispatcher:
             self._run(merchant_id, sik, request_id, trace, slot=None)
             return "DONE"
         slot.handed_off = True
+        with self._lock:
+            self._calls.setdefault((merchant_id, sik), [])
         self._pool.submit(self._run, merchant_id, sik, request_id, trace, slot)
         return DISPATCHED
+
+    def _waits_for_its_call(self, outcome: Outcome | None) -> bool:
+        """A repeat of a call that is on a pool thread right now is answered when that call is recorded, with
+        its recorded state — not at once with IN_FLIGHT, which would only send the agent round again."""
+        if (outcome is None or outcome.request_id is None or outcome.intent is None or outcome.sik is None
+                or not outcome.replayed or outcome.state not in (State.AUTHORIZED, State.IN_FLIGHT)):  # fmt: skip
+            return False
+        with self._lock:
+            waiting = self._calls.get((outcome.intent.merchant_id, outcome.sik))
+            if waiting is None:
+                return False
+            waiting.append(outcome.request_id)
+        return True
 
     @contextmanager
     def _slot(self) -> Iterator[_Slot]:
@@ -102,8 +123,22 @@ class Dispatcher:
         finally:
             with self._lock:
                 self.in_flight -= 1
+                waiting = self._calls.pop((merchant_id, sik), [])
             if slot is not None:
                 self._slots.release()
+            if waiting:
+                self._answer_repeats(merchant_id, sik, waiting)
+
+    def _answer_repeats(self, merchant_id: str, sik: str, request_ids: list[str]) -> None:
+        try:
+            intent = self.rt.write(lambda conn: intents.get_intent(conn, merchant_id, sik))
+        except Exception:  # noqa: BLE001 - unanswered repeats are told IN_PROGRESS by the ingress and come again
+            logger.exception("could not read %s to answer %d repeats", sik, len(request_ids))
+            return
+        if intent is None:
+            return
+        for request_id in request_ids:
+            self._publish(outcome_from_intent(intent, request_id=request_id, replayed=True), {})
 
     def _publish(self, outcome: Outcome | None, trace: Trace) -> None:
         if outcome is None or outcome.request_id is None:

@@ -15,6 +15,7 @@ import redis
 
 from interlock.config import Settings, load_settings
 from interlock.mandate import Mandate, MandateStore
+from interlock.messages import Outcome
 from ledger import intents, leases
 from ledger.db import open_ledger, transaction
 from ledger.intents import Intent
@@ -49,10 +50,26 @@ class Clock:
 
 
 class NoRedis:
-    """Reconcile hints are best effort (the sweep finds UNKNOWN rows); here they always fail."""
+    """Reconcile hints are best effort (the sweep finds UNKNOWN rows); here they always fail. Published
+    outcomes are kept in `published` (what the waiting ingress would have read)."""
+
+    def __init__(self) -> None:
+        self.published: list[Outcome] = []
 
     def rpush(self, *args: object) -> None:
         raise redis.RedisError("no redis in this unit test")
+
+    def pipeline(self, transaction: bool = True) -> NoRedis:
+        return self
+
+    def lpush(self, key: str, value: str) -> None:
+        self.published.append(Outcome.from_json(value))
+
+    def expire(self, *args: object) -> None:
+        return None
+
+    def execute(self) -> None:
+        return None
 
 
 @dataclass

@@ -490,3 +490,29 @@ def test_a_refused_repeat_does_not_bind_its_operation_ref(world: World, monkeypa
         update={"request_id": "again"}))
     assert refused.outcome is not None and refused.outcome.replayed
     assert intents.sik_for_operation_ref(open_ledger(world.path), MERCHANT, "ticket_7") is None
+
+
+def test_a_repeat_of_a_call_still_in_flight_is_answered_with_its_recorded_outcome(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two identical calls race: the first is out at the rail when the second is admitted. The second is told
+    # what the first recorded (APPLIED, replayed), not IN_FLIGHT, which would only send the agent round again.
+    monkeypatch.setattr("rail_worker.admit.now_ms", world.clock)
+    rt = world.runtime()
+    if rt.writer is None:
+        rt.writer = LedgerWriter(rt.ledger).start()
+        world.writers.append(rt.writer)
+    out, release = threading.Event(), threading.Event()
+    world.rail.hold = lambda: (out.set(), release.wait(10))  # type: ignore[func-returns-value]
+    dispatcher = Dispatcher(rt, 4)
+    assert dispatcher.handle_decision(_decision(world, "Q" * 32)) == "DISPATCHED"
+    assert out.wait(10)
+    repeat = _decision(world, "Q" * 32).model_copy(update={"request_id": "the-repeat"})
+    dispatcher.handle_decision(repeat)
+    published = rt.redis.published  # type: ignore[attr-defined]
+    assert [o.request_id for o in published] == [], "the repeat waits for the call's record"
+    release.set()
+    dispatcher.drain()
+    answers = {o.request_id: (o.state, o.replayed) for o in published}
+    assert answers == {"req-QQQQ-ALLOW": ("APPLIED", False), "the-repeat": ("APPLIED", True)}
+    assert len(world.rail.calls) == 1
