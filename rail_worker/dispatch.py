@@ -74,12 +74,14 @@ class Dispatcher:
         """Start the attempt and make the call: inline at concurrency 1 (the job keeps its slot), else on a
         pool thread, which takes the slot over — the job is done once its call is dispatched."""
         if self._pool is None:
-            self._run(merchant_id, sik, request_id, trace, slot=None)
+            self._run(merchant_id, sik, request_id, trace, slot=None, answers_repeats=False)
             return "DONE"
         slot.handed_off = True
-        with self._lock:
-            self._calls.setdefault((merchant_id, sik), [])
-        self._pool.submit(self._run, merchant_id, sik, request_id, trace, slot)
+        with self._lock:  # only the call that registered the intent answers its repeats
+            answers_repeats = (merchant_id, sik) not in self._calls
+            if answers_repeats:
+                self._calls[(merchant_id, sik)] = []
+        self._pool.submit(self._run, merchant_id, sik, request_id, trace, slot, answers_repeats)
         return DISPATCHED
 
     def _waits_for_its_call(self, outcome: Outcome | None) -> bool:
@@ -111,7 +113,8 @@ class Dispatcher:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def _run(self, merchant_id: str, sik: str, request_id: str | None, trace: Trace, slot: _Slot | None) -> None:
+    def _run(self, merchant_id: str, sik: str, request_id: str | None, trace: Trace, slot: _Slot | None,
+             answers_repeats: bool) -> None:  # fmt: skip
         with self._lock:
             self.in_flight += 1
         try:
@@ -123,7 +126,7 @@ class Dispatcher:
         finally:
             with self._lock:
                 self.in_flight -= 1
-                waiting = self._calls.pop((merchant_id, sik), [])
+                waiting = self._calls.pop((merchant_id, sik), []) if answers_repeats else []
             if slot is not None:
                 self._slots.release()
             if waiting:

@@ -11,7 +11,6 @@ import logging
 
 from interlock.messages import Decision
 from rail_worker.dispatch import Dispatcher
-from rail_worker.runtime import RailRuntime
 
 logger = logging.getLogger(__name__)
 
@@ -21,11 +20,6 @@ _dispatcher: Dispatcher | None = None
 def install(dispatcher: Dispatcher | None) -> None:
     global _dispatcher
     _dispatcher = dispatcher
-
-
-def install_runtime(runtime: RailRuntime | None, concurrency: int = 1) -> None:
-    """Install a runtime with an inline dispatcher (concurrency 1), as tests and tools drive it."""
-    install(None if runtime is None else Dispatcher(runtime, concurrency))
 
 
 def dispatcher() -> Dispatcher:
