@@ -89,10 +89,7 @@ def summarise(results: list[TrialResult], skipped: list[tuple[str, str, str]], *
             f"{sum(r.kill_landed for r in rs)} / {sum(r.preempted is not None for r in rs)} | "
             f"{sum(r.seconds for r in rs) / len(rs):.1f} |"
         )
-    bad = [r for r in results if r.violations]
-    if bad:
-        lines += ["", "Violations (first 20):", ""]
-        lines += [f"- {r.cell} #{r.trial} (seed {r.seed}): {'; '.join(r.violations)[:300]}" for r in bad[:20]]
+    lines += _violations(results)
     if skipped:
         lines += ["", "Pairs not run, and why:", ""]
         lines += [f"- {p} × {f}: {why}" for p, f, why in skipped]
@@ -149,11 +146,7 @@ def summarise_pause(results: list[TrialResult], *, command: str, seed: int, wall
             f"{sum(len(r.violations) > 0 for r in rs)} | {sum(r.kill_landed for r in rs)} / "
             f"{sum(r.preempted is not None for r in rs)} | {sum(r.seconds for r in rs) / len(rs):.1f} |"
         )
-    bad = [r for r in results if r.violations]
-    if bad:
-        lines += ["", "Violations (first 20):", ""]
-        lines += [f"- {r.cell} #{r.trial} (seed {r.seed}): {'; '.join(r.violations)[:300]}" for r in bad[:20]]
-    return "\n".join(lines)
+    return "\n".join(lines + _violations(results))
 
 
 def summarise_burst(results: list[TrialResult], *, command: str, seed: int, wall_s: float, commit: str,
@@ -215,11 +208,7 @@ def summarise_burst(results: list[TrialResult], *, command: str, seed: int, wall
             f"{_mode([r.after_retry for r in rs])} | {sum(len(r.violations) > 0 for r in rs)} | "
             f"{sum(r.kill_landed for r in rs)} | {sum(r.seconds for r in rs) / len(rs):.1f} |"
         )
-    bad = [r for r in results if r.violations]
-    if bad:
-        lines += ["", "Violations (first 20):", ""]
-        lines += [f"- {r.cell} #{r.trial} (seed {r.seed}): {'; '.join(r.violations)[:300]}" for r in bad[:20]]
-    return "\n".join(lines)
+    return "\n".join(lines + _violations(results))
 
 
 def _joined(values: list[int]) -> str:
@@ -238,3 +227,11 @@ def _mode(values: list[str]) -> str:
     top = sorted(counts.items(), key=lambda kv: -kv[1])
     return "; ".join(f"{v} ×{n}" if len(top) > 1 else v for v, n in top[:2]).replace("|", "/")
 
+
+def _violations(results: list[TrialResult]) -> list[str]:
+    """The lines that list the first 20 trials with a violation (none when every trial passed)."""
+    bad = [r for r in results if r.violations]
+    if not bad:
+        return []
+    return ["", "Violations (first 20):", "",
+            *[f"- {r.cell} #{r.trial} (seed {r.seed}): {'; '.join(r.violations)[:300]}" for r in bad[:20]]]

@@ -4,6 +4,7 @@ an applied attempt is never outvoted. One test per defect, named after what brok
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +39,12 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.Fixtu
     made = make_world(tmp_path, monkeypatch, group_commit=request.param)
     yield made
     made.close()
+
+
+def _attempt_out(world: World, conn: sqlite3.Connection) -> None:
+    """Attempt 1 of SIK started by rail:A under epoch 1, with a 3 s row lease (inside the caller's transaction)."""
+    intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
+                          lease_expires_at=world.clock() + 3000, request={})  # fmt: skip
 
 
 def _standby_takes_over(world: World, owner: str = "rail:B") -> object:
@@ -78,8 +85,7 @@ def test_a_retry_consults_earlier_attempts_evidence_before_it_sends(world: World
     world.authorized(SETTLEMENT)
     conn = open_ledger(world.path)
     with transaction(conn):  # attempt 1 went UNKNOWN and was (wrongly) confirmed absent ...
-        intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
-                              lease_expires_at=world.clock() + 3000, request={})  # fmt: skip
+        _attempt_out(world, conn)
         intents.transition(conn, MERCHANT, SIK, Event.RAIL_AMBIGUOUS, now=world.clock())
         intents.begin_reconcile(conn, MERCHANT, SIK, now=world.clock(), owner="r", lease_expires_at=world.clock() + 1)
         intents.transition(conn, MERCHANT, SIK, Event.RECONCILE_CONFIRMED_ABSENT, now=world.clock())
@@ -129,8 +135,7 @@ def test_boot_takes_an_earlier_epochs_row_once_its_lease_and_deadline_are_over(w
     world.runtime("rail:A")  # epoch 1, the epoch the row below is written under
     conn = open_ledger(world.path)
     with transaction(conn):
-        intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
-                              lease_expires_at=world.clock() + 3000, request={})  # fmt: skip
+        _attempt_out(world, conn)
     world.clock.advance(3000 + 1000 - 1)  # one ms before the row lease plus the call's deadline
     with transaction(conn):
         conn.execute("UPDATE leases SET expires_at = 0")  # the old worker's lease is long gone
@@ -147,8 +152,7 @@ def test_an_unfinished_attempt_is_not_reconciled_before_its_lease_deadline_and_d
     world.authorized(SETTLEMENT)
     conn = open_ledger(world.path)
     with transaction(conn):
-        intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
-                              lease_expires_at=world.clock() + 3000, request={})  # fmt: skip
+        _attempt_out(world, conn)
         intents.transition(conn, MERCHANT, SIK, Event.LEASE_EXPIRED, now=world.clock())
     rec = world.reconciler()
     world.clock.advance(3000 + 1000 + 500 - 1)  # attempt lease + call deadline + min delay, less one ms
@@ -447,8 +451,7 @@ def test_an_expired_mandate_withdraws_a_retry_so_late_evidence_can_still_settle_
     world.authorized(SETTLEMENT)
     conn = open_ledger(world.path)
     with transaction(conn):
-        intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
-                              lease_expires_at=world.clock() + 3000, request={})  # fmt: skip
+        _attempt_out(world, conn)
         intents.transition(conn, MERCHANT, SIK, Event.RAIL_AMBIGUOUS, now=world.clock())
         intents.begin_reconcile(conn, MERCHANT, SIK, now=world.clock(), owner="r", lease_expires_at=world.clock() + 1)
         intents.transition(conn, MERCHANT, SIK, Event.RECONCILE_CONFIRMED_ABSENT, now=world.clock())
