@@ -119,10 +119,15 @@ def armed_window(send_by: float, *, wall_until_ms: int | None = None, wall_clock
         _window.reset(token)
 
 
-def current_send_by() -> float | None:
-    """The send window of this thread or task, to be carried explicitly where context does not follow."""
-    guard = _window.get()
-    return guard.send_by if guard is not None else None
+def current_window() -> SendGuard | None:
+    """This thread's send window, for a caller that must carry it into another thread or event loop (the MCP
+    session): `carried()` gives a fresh guard with the same limits — monotonic, wall clock and lease loss."""
+    return _window.get()
+
+
+def carried(guard: SendGuard) -> dict[str, Any]:
+    """The keyword arguments that re-arm *guard*'s limits with `armed_window(guard.send_by, **carried(guard))`."""
+    return {"wall_until_ms": guard.wall_until_ms, "wall_clock": guard.wall_clock, "lost": guard.lost}
 
 
 def check_send_window() -> None:

@@ -61,7 +61,7 @@ from mcp.shared.message import SessionMessage
 from mcp_types import CallToolResult, Implementation, JSONRPCRequest, Tool
 
 from interlock.errors import ConfigError
-from rails.deadline import SendGuard, SendWindowClosed, armed_window, async_http_transport, current_send_by
+from rails.deadline import SendGuard, SendWindowClosed, armed_window, async_http_transport, carried, current_window
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +124,11 @@ class UpstreamTarget:
 class _Call:
     """One call's deadline and send window, and whether it handed a request over; shared by both threads."""
 
-    def __init__(self, deadline: float, send_by: float | None) -> None:
+    def __init__(self, deadline: float, window: SendGuard | None) -> None:
         self.deadline = deadline
-        self.send_by = send_by
+        # The calling thread's send window, carried explicitly (context does not cross into the loop).
+        self.window = window
+        self.send_by = window.send_by if window is not None else None
         self.guard: SendGuard | None = None  # the window as armed for the network layer (HTTP only)
         self._lock = threading.Lock()
         self._handed = False
@@ -140,8 +142,9 @@ class _Call:
                 raise _TooLate("the call's deadline passed before its request was handed over")
             first = not self._handed
             # Only the first request is the call's own (the SDK may follow a tools/call with a tools/list).
-            if first and self.send_by is not None and now >= self.send_by:
-                raise SendWindowClosed(self.send_by, now)
+            late = self.window.closed() if first and self.window is not None else None
+            if late is not None and self.send_by is not None:
+                raise SendWindowClosed(self.send_by, self.send_by + late)
             self._handed = True
             return first
 
@@ -171,10 +174,10 @@ class _HandOver:
             # The session's own traffic (initialize, initialized) and notifications such as a courtesy cancel.
             await self._inner.send(item)
             return
-        if call.hand_over() and call.send_by is not None:
+        if call.hand_over() and call.window is not None:
             # Armed only while this request is handed over: the HTTP transport copies this context into the
             # task that POSTs it, where the first byte is checked again.
-            with armed_window(call.send_by) as guard:
+            with armed_window(call.window.send_by, **carried(call.window)) as guard:
                 call.guard = guard
                 await self._inner.send(item)
             return
@@ -263,10 +266,11 @@ class UpstreamSession:
 
     def _call(self, work: Callable[[Client, float], Awaitable[T]], timeout_s: float | None = None) -> T:
         started = time.monotonic()
-        call = _Call(started + (timeout_s or self.timeout_s), current_send_by())
+        call = _Call(started + (timeout_s or self.timeout_s), current_window())
         where = self.target.describe()
-        if call.send_by is not None and started >= call.send_by:
-            raise UpstreamNotSent(f"{where}: {SendWindowClosed(call.send_by, started)}")
+        late = call.window.closed() if call.window is not None else None
+        if late is not None and call.send_by is not None:
+            raise UpstreamNotSent(f"{where}: {SendWindowClosed(call.send_by, call.send_by + late)}")
         client, held = self._connected(call.deadline)
         budget_s = call.deadline - time.monotonic()
         if budget_s <= 0:

@@ -4,6 +4,7 @@ checked at the hand-over to the SDK's transport and, over HTTP, at the POST's fi
 from __future__ import annotations
 
 import sys
+import threading
 import time
 from collections.abc import Iterator
 
@@ -99,6 +100,26 @@ def test_a_closed_send_window_never_reaches_the_upstream(front: str, rail_sandbo
     assert rail_sandbox.count_stamped(sik) == 0
 
 
+def test_a_lost_lease_or_a_wall_clock_past_the_window_never_reaches_the_upstream(
+    front: str, rail_sandbox: SandboxProcess
+) -> None:
+    # The worker's other two limits travel into the session's event loop with the monotonic one.
+    rail_sandbox.add_payment("pay_UWIN00000003", 100000)
+    lost = threading.Event()
+    lost.set()
+    rail = upstream(UpstreamTarget(url=front))
+    try:
+        with send_window(time.monotonic() + 60, lost=lost):
+            error, _ = failure(lambda: refund(rail, "pay_UWIN00000003", "L" * 32))
+        assert error.kind is RailErrorKind.NOT_SENT
+        with send_window(time.monotonic() + 60, wall_until_ms=1000, wall_clock=lambda: 2000):
+            error, _ = failure(lambda: refund(rail, "pay_UWIN00000003", "M" * 32))
+        assert error.kind is RailErrorKind.NOT_SENT
+    finally:
+        rail.close()
+    assert rail_sandbox.count_stamped("L" * 32) == rail_sandbox.count_stamped("M" * 32) == 0
+
+
 def test_a_window_that_closes_while_the_session_opens_is_refused_at_the_hand_over(
     stdio_front: McpUpstreamRail, rail_sandbox: SandboxProcess
 ) -> None:
@@ -120,8 +141,8 @@ class _ClosesAtTheWire(mcp_session._Call):
 
     def hand_over(self) -> bool:
         first = super().hand_over()
-        if self.send_by is not None:
-            self.send_by = time.monotonic() - 0.001
+        if self.window is not None:
+            self.window.send_by = time.monotonic() - 0.001
         return first
 
 
