@@ -49,7 +49,6 @@ class Dispatcher:
         self._pool = (ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rail-call")
                       if concurrency > 1 else None)  # fmt: skip
         self._lock = threading.Lock()
-        self.in_flight = 0
         # Intents whose call is on a pool thread now -> request ids of repeats waiting for its recorded answer.
         self._calls: dict[tuple[str, str], list[str]] = {}
 
@@ -115,8 +114,6 @@ class Dispatcher:
 
     def _run(self, merchant_id: str, sik: str, request_id: str | None, trace: Trace, slot: _Slot | None,
              answers_repeats: bool) -> None:  # fmt: skip
-        with self._lock:
-            self.in_flight += 1
         try:
             begun = begin_attempt(self.rt, merchant_id, sik, request_id=request_id, trace=trace)
             outcome = complete(self.rt, begun) if isinstance(begun, Started) else begun
@@ -125,7 +122,6 @@ class Dispatcher:
             logger.exception("the attempt on %s ended without a record", sik)
         finally:
             with self._lock:
-                self.in_flight -= 1
                 waiting = self._calls.pop((merchant_id, sik), []) if answers_repeats else []
             if slot is not None:
                 self._slots.release()

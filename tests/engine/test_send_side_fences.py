@@ -23,6 +23,7 @@ from ledger.states import Event, State
 from rail_worker import execute as execute_module
 from rail_worker import lease as lease_module
 from rail_worker.admit import admit
+from rail_worker.classify import Classified
 from rail_worker.dispatch import Dispatcher
 from rail_worker.execute import execute
 from rail_worker.writer import LedgerWriter
@@ -519,3 +520,26 @@ def test_a_repeat_of_a_call_still_in_flight_is_answered_with_its_recorded_outcom
     answers = {o.request_id: (o.state, o.replayed) for o in published}
     assert answers == {"req-QQQQ-ALLOW": ("APPLIED", False), "the-repeat": ("APPLIED", True)}
     assert len(world.rail.calls) == 1
+
+
+def test_a_second_stamped_entity_is_put_on_the_audit_chain(world: World) -> None:
+    # Must not happen under the send-side rule; if a rail breach ever makes it happen, a person must see it.
+    world.authorized(SETTLEMENT)
+    conn = open_ledger(world.path)
+    with transaction(conn):
+        _attempt_out(world, conn)
+        intents.transition(conn, MERCHANT, SIK, Event.RAIL_AMBIGUOUS, now=world.clock())
+        intents.begin_reconcile(conn, MERCHANT, SIK, now=world.clock(), owner="r", lease_expires_at=world.clock() + 1)
+        intents.transition(conn, MERCHANT, SIK, Event.RECONCILE_CONFIRMED_ABSENT, now=world.clock())
+        check = reassert(conn, intents.require_intent(conn, MERCHANT, SIK), world.mandate, now_ms=world.clock(),
+                         rate=DEFAULT_FEE_RATE)  # fmt: skip
+        intents.transition(conn, MERCHANT, SIK, Event.RETRY_AUTHORIZED, now=world.clock(), reasserted=check)
+        second = intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
+                                       lease_expires_at=world.clock() + 3000, request={})  # fmt: skip
+        intents.finish_attempt(conn, MERCHANT, SIK, 1, now=world.clock(), outcome="FENCED_APPLIED",
+                               rail_entity_id="setlod_FIRST00000001")  # fmt: skip
+    rt = world.runtime()
+    applied = Classified(Event.RAIL_APPLIED, "APPLIED", rail_entity_id="setlod_SECOND0000001", http_status=200)
+    rt.write(lambda c: execute_module.record(rt, c, second, applied, lease_epoch=1))
+    kinds = [r[0] for r in open_ledger(world.path).execute("SELECT kind FROM audit_log ORDER BY seq")]
+    assert kinds.count("DUPLICATE_ENTITIES") == 1
