@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck clean browser bench chaos
+.PHONY: install run test lint typecheck clean browser node bench chaos
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,15 @@ browser:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; \
 	  else echo "make browser: the console test needs Debian's chromium: apt-get install chromium" >&2; exit 1; fi; }
 
-test: lint browser
+# The second real MCP client (tests/node: the official TypeScript SDK and the MCP Inspector CLI, pinned in
+# tests/node/package-lock.json and installed there by `npm ci`) runs on Debian's nodejs and npm.
+node:
+	@{ command -v node && command -v npm; } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; \
+	  else echo "make node: the Node client test needs Node.js and npm: apt-get install nodejs npm" >&2; exit 1; fi; }
+
+test: lint browser node
 	$(BIN)/python -m pytest -q
 
 # The scenario benchmark and the performance bench, each regenerating its section of RESULTS.md.
@@ -52,4 +60,4 @@ chaos: install
 	  && $(BIN)/interlock chaos --burst --trials 2
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tests/node/node_modules

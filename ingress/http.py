@@ -4,6 +4,12 @@ The middleware wraps the SDK's whole ASGI app: a request without a known token i
 any MCP code sees it. An authenticated request carries its agent in the ASGI scope, where the tool
 handler reads it from the request that delivered the message, and as the SDK's `AuthenticatedUser`, so
 the SDK's session manager binds each MCP session to the agent that opened it.
+
+OAuth is not offered: agents present a static bearer token. So the OAuth discovery documents under
+/.well-known/ (RFC 9728 protected-resource metadata, RFC 8414 / OIDC authorization-server metadata) answer
+404, not 401: a client that probes them learns there is no OAuth here and sends its configured header,
+instead of starting an authorization flow that cannot succeed (several clients ignore configured headers
+once discovery answers anything else).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import errno
 import json
 import logging
 import socket
+from collections.abc import Sequence
 
 import uvicorn
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
@@ -26,6 +33,8 @@ from interlock.errors import InterlockError
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
+WELL_KNOWN_PREFIX = "/.well-known/"
+NO_OAUTH = "OAuth is not configured on this server; send a static token as `Authorization: Bearer <token>`"
 
 
 class BearerAuth:
@@ -38,6 +47,9 @@ class BearerAuth:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)  # lifespan: starts the SDK's session manager
+            return
+        if str(scope.get("path", "")).startswith(WELL_KNOWN_PREFIX):
+            await _answer(send, 404, {"error": "not_found", "detail": NO_OAUTH})
             return
         token = _bearer(scope)
         agent_id = None if token is None else self.tokens.agent_for(token)
@@ -63,19 +75,28 @@ def _bearer(scope: Scope) -> str | None:
 
 
 async def _unauthorized(reason: str, send: Send) -> None:
-    body = json.dumps({"error": "unauthorized", "detail": reason}).encode("utf-8")
+    # RFC 6750 §3: a request without credentials gets the bare challenge; one with a token we do not know
+    # also gets error="invalid_token".
+    challenge = 'Bearer realm="interlock"'
+    if not reason.startswith("missing"):
+        challenge += ', error="invalid_token"'
+    await _answer(send, 401, {"error": "unauthorized", "detail": reason}, [(b"www-authenticate", challenge.encode())])
+
+
+async def _answer(send: Send, status: int, body: dict[str, str], headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+    data = json.dumps(body).encode("utf-8")
     await send(
         {
             "type": "http.response.start",
-            "status": 401,
+            "status": status,
             "headers": [
                 (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode("ascii")),
-                (b"www-authenticate", b'Bearer realm="interlock"'),
+                (b"content-length", str(len(data)).encode("ascii")),
+                *headers,
             ],
         }
     )
-    await send({"type": "http.response.body", "body": body})
+    await send({"type": "http.response.body", "body": data})
 
 
 def build_app(ingress: Ingress, tokens: TokenTable, host: str) -> ASGIApp:

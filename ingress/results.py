@@ -2,7 +2,10 @@
 
 A successful result carries the structured content its tool's output schema promises, and the same
 JSON as text for clients that show only text. An error result (malformed call, unknown tool, nothing
-recorded) carries one shape for every tool: `{error: {code, message, field?, reason_code?}, caller_action}`.
+recorded) carries no structured content at all (ADR 0012): a client validates structured content against
+the tool's output schema even when isError is set, and the error's shape is not the tool's. It carries,
+as text, the message with its caller_action in words, then one JSON object, the same for every tool:
+`{error: {code, message, field?, reason_code?}, caller_action}` — the machine-readable part.
 """
 
 from __future__ import annotations
@@ -83,13 +86,31 @@ def error(
         detail["field"] = field
     if reason_code is not None:
         detail["reason_code"] = reason_code
-    structured = {"error": detail, "caller_action": caller_action.value}
+    body = {"error": detail, "caller_action": caller_action.value}
     text = f"{message} (caller_action: {caller_action.value})"
+    # No structured_content: it would be checked against the tool's output schema, which describes the
+    # money (or the rail entity), not a refused call — and a client that rejects it loses this answer.
     return CallToolResult(
-        content=[TextContent(text=text), TextContent(text=json.dumps(structured, sort_keys=True))],
-        structured_content=structured,
+        content=[TextContent(text=text), TextContent(text=json.dumps(body, sort_keys=True))],
         is_error=True,
     )
+
+
+def error_body(result: CallToolResult) -> dict[str, Any] | None:
+    """The `{error, caller_action}` object of an error result (None for a success): its JSON text block."""
+    if not result.is_error:
+        return None
+    for block in result.content:
+        text = getattr(block, "text", None)
+        if not text or not text.startswith("{"):
+            continue
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            continue
+        if isinstance(parsed, dict) and "error" in parsed and "caller_action" in parsed:
+            return parsed
+    return None
 
 
 def invalid_input(exc: InvalidInput) -> CallToolResult:

@@ -9,13 +9,15 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import redis
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp_types import CallToolResult
 from rq.serializers import JSONSerializer
 
+from ingress.results import error_body
 from interlock.messages import CallerAction, IntentTerms, Outcome, Proposal
 from interlock.outcomes import publish
 from interlock.queues import gates_queue, rq_queue
@@ -29,6 +31,16 @@ CLI = [sys.executable, "-m", "interlock.cli"]
 INGRESS_CMD = [*CLI, "ingress"]
 
 
+def error_of(result: CallToolResult) -> dict[str, Any]:
+    """The `{error, caller_action}` of an error result, asserting the ADR 0012 shape: no structured content
+    (it would break the tool's output schema), the message and caller_action in words, then the JSON."""
+    assert result.is_error, result
+    assert result.structured_content is None, result.structured_content
+    body = error_body(result)
+    assert body is not None, result.content
+    words = getattr(result.content[0], "text", "")
+    assert body["error"]["message"] in words and f"caller_action: {body['caller_action']}" in words, words
+    return body
 
 
 def queued_proposals(client: redis.Redis) -> list[Proposal]:

@@ -14,7 +14,15 @@ from mcp.client.streamable_http import streamable_http_client
 
 from ingress.tokens import token_sha256
 from interlock.redis_conn import EmbeddedRedis, free_port
-from tests.ingress.helpers import DEMO_AGENT, DEMO_MERCHANT, INGRESS_CMD, REPO, HttpIngress, TestResponder
+from tests.ingress.helpers import (
+    DEMO_AGENT,
+    DEMO_MERCHANT,
+    INGRESS_CMD,
+    REPO,
+    HttpIngress,
+    TestResponder,
+    error_of,
+)
 
 DEMO_TOKEN = "demo-token-9f8e7d6c5b4a"
 LONELY_TOKEN = "lonely-token-0a1b2c3d4e5f"  # an agent with a token but no mandate
@@ -68,6 +76,39 @@ def test_a_request_without_a_known_bearer_token_is_401(ingress: HttpIngress, hea
     assert DEMO_TOKEN not in ingress.log()
 
 
+OAUTH_DISCOVERY = [
+    "/.well-known/oauth-protected-resource",
+    "/.well-known/oauth-protected-resource/mcp",
+    "/.well-known/oauth-authorization-server",
+    "/.well-known/oauth-authorization-server/mcp",
+    "/.well-known/openid-configuration",
+]
+
+
+def test_every_401_carries_a_bearer_challenge(ingress: HttpIngress) -> None:
+    base = ingress.url.removesuffix("/mcp")
+    for method in ("GET", "POST", "DELETE"):
+        for path in ("/mcp", "/", "/anything/else"):
+            bare = httpx.request(method, base + path, headers=MCP_HEADERS, timeout=10)
+            wrong = httpx.request(method, base + path, headers={**MCP_HEADERS, "Authorization": "Bearer nope"},
+                                  timeout=10)  # fmt: skip
+            assert (bare.status_code, wrong.status_code) == (401, 401), (method, path)
+            # RFC 6750 §3: no error code when no credentials were sent; invalid_token when an unknown one was.
+            assert bare.headers["www-authenticate"] == 'Bearer realm="interlock"'
+            assert wrong.headers["www-authenticate"] == 'Bearer realm="interlock", error="invalid_token"'
+
+
+def test_oauth_discovery_is_404_not_401_while_oauth_is_not_configured(ingress: HttpIngress) -> None:
+    # A client that gets 401 here starts an OAuth flow (and some then drop their configured bearer header);
+    # 404 tells it there is no OAuth, so it sends the static token it was given.
+    base = ingress.url.removesuffix("/mcp")
+    for path in OAUTH_DISCOVERY:
+        for headers in ({}, {"Authorization": f"Bearer {DEMO_TOKEN}"}):
+            response = httpx.get(base + path, headers=headers, timeout=10)
+            assert response.status_code == 404, (path, headers)
+            assert "Authorization: Bearer" in response.json()["detail"]
+
+
 def test_the_right_token_initializes(ingress: HttpIngress) -> None:
     headers = {**MCP_HEADERS, "Authorization": f"Bearer {DEMO_TOKEN}"}
     response = httpx.post(ingress.url, json=INITIALIZE, headers=headers, timeout=10)
@@ -98,8 +139,7 @@ async def test_an_agent_without_a_mandate_sees_only_status_and_can_move_nothing(
         names = [tool.name for tool in (await client.list_tools()).tools]
         result = await client.call_tool("create_refund", {"payment_id": "pay_1", "amount": 2500})
     assert names == ["interlock_status"]
-    assert result.is_error
-    assert result.structured_content["error"]["code"] == "NO_MANDATE"
+    assert error_of(result)["error"]["code"] == "NO_MANDATE"
     assert rclient.keys("rq:queue:*") == []
 
 

@@ -12,7 +12,7 @@ from ledger import intents
 from ledger.db import open_ledger, transaction
 from ledger.states import Event
 from sandbox.testing import SandboxProcess, start_sandbox
-from tests.ingress.helpers import DEMO_MERCHANT, stdio_client_for
+from tests.ingress.helpers import DEMO_MERCHANT, error_of, stdio_client_for
 from tests.ingress.test_tool_calls import LIMITED_MANDATE
 from tests.ledger.helpers import put_intent
 
@@ -85,9 +85,8 @@ async def test_fetch_payment_returns_the_rails_entity(env, errlog, sandbox: Sand
     assert not found.is_error
     assert found.structured_content["id"] == "pay_INGRESS00001"
     assert found.structured_content["amount"] == 250000
-    assert missing.is_error
-    assert (missing.structured_content["error"]["code"], missing.structured_content["caller_action"]) == (
-        "NOT_FOUND", "DO_NOT_RETRY")  # fmt: skip
+    body = error_of(missing)
+    assert (body["error"]["code"], body["caller_action"]) == ("NOT_FOUND", "DO_NOT_RETRY")
 
 
 async def test_a_read_outside_the_mandate_is_refused_by_g1(env, errlog, sandbox, tmp_path: Path) -> None:
@@ -97,6 +96,5 @@ async def test_a_read_outside_the_mandate_is_refused_by_g1(env, errlog, sandbox,
     async with stdio_client_for(env, errlog) as client:
         refused = await client.call_tool("fetch_refund", {"refund_id": "rfnd_ANY0000000001"})
         allowed = await client.call_tool("fetch_payment", {"payment_id": "pay_INGRESS00001"})
-    assert refused.is_error
-    assert refused.structured_content["error"]["reason_code"] == "G1_TOOL_NOT_GRANTED"
+    assert error_of(refused)["error"]["reason_code"] == "G1_TOOL_NOT_GRANTED"
     assert not allowed.is_error

@@ -16,6 +16,7 @@ from tests.ingress.helpers import (
     DEMO_MERCHANT,
     TestResponder,
     applied_outcome,
+    error_of,
     gates_queue_length,
     queued_proposals,
     stdio_client_for,
@@ -88,21 +89,19 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
 async def test_malformed_calls_are_errors_naming_the_field_and_record_nothing(env, errlog, rclient) -> None:
     async with stdio_client_for(env, errlog) as client:
         for tool, arguments, field in MALFORMED:
-            result = await client.call_tool(tool, arguments)
-            assert result.is_error, (tool, arguments)
-            error = result.structured_content["error"]
+            body = error_of(await client.call_tool(tool, arguments))
+            error = body["error"]
             assert (error["code"], error["field"]) == ("INVALID_INPUT", field), error
             assert field in error["message"] or field == "arguments"
-            assert result.structured_content["caller_action"] == "DO_NOT_RETRY"
+            assert body["caller_action"] == "DO_NOT_RETRY"
 
-        unknown = await client.call_tool("create_payout", {"amount": 100})
-        assert unknown.is_error
-        assert unknown.structured_content["error"]["code"] == "UNKNOWN_TOOL"
-        assert "create_payout" in unknown.structured_content["error"]["message"]
+        unknown = error_of(await client.call_tool("create_payout", {"amount": 100}))
+        assert unknown["error"]["code"] == "UNKNOWN_TOOL"
+        assert "create_payout" in unknown["error"]["message"]
 
         bad_ref = await client.call_tool("create_refund", {"payment_id": "pay_1", "amount": 100},
                                          meta={"interlock/operation_ref": "not a ref!"})  # fmt: skip
-        assert bad_ref.is_error and bad_ref.structured_content["error"]["field"] == "operation_ref"
+        assert error_of(bad_ref)["error"]["field"] == "operation_ref"
 
         # The ingress is still serving after all of that.
         assert len((await client.list_tools()).tools) == 5
@@ -167,10 +166,9 @@ async def test_redis_down_is_a_retryable_error_and_the_next_call_after_it_return
 ) -> None:
     async with stdio_client_for(env, errlog) as client:
         redis_server.kill()
-        down = await client.call_tool("create_refund", {"payment_id": "pay_1", "amount": 100})
-        assert down.is_error
-        assert down.structured_content["caller_action"] == "RETRY_SAME_CALL"
-        assert down.structured_content["error"]["code"] == "QUEUE_UNAVAILABLE"
+        down = error_of(await client.call_tool("create_refund", {"payment_id": "pay_1", "amount": 100}))
+        assert down["caller_action"] == "RETRY_SAME_CALL"
+        assert down["error"]["code"] == "QUEUE_UNAVAILABLE"
 
         restarted = EmbeddedRedis(tmp_path / "redis2", port=redis_server.port, appendonly=False).start()
         try:
