@@ -10,8 +10,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sandbox import control, refunds, settlements
-from sandbox.errors import BAD_REQUEST, RailHttpError, error_response
+from sandbox import control, payments, refunds, settlements
+from sandbox.errors import RailHttpError, unauthorized, unknown_url
 from sandbox.rail import Rail
 
 logger = logging.getLogger(__name__)
@@ -25,7 +25,7 @@ def endpoint(handler: Handler, *, read: bool = False, auth: bool = True) -> Call
     async def handle(request: Request) -> Response:
         rail: Rail = request.app.state.rail
         if auth and not rail.authorized(request):
-            return error_response(401, BAD_REQUEST, "The api key provided is invalid", reason="authentication_failed")
+            return unauthorized()
         try:
             if read:
                 replaced = await rail.read_faults()
@@ -39,17 +39,26 @@ def endpoint(handler: Handler, *, read: bool = False, auth: bool = True) -> Call
 
 
 async def unknown_route(request: Request) -> Response:
-    # Razorpay answers an unknown URL with a 400 BAD_REQUEST_ERROR, like an unknown id.
-    return error_response(400, BAD_REQUEST, "The requested URL was not found on the server.")
+    return unknown_url()
 
 
 def create_app(rail: Rail) -> Starlette:
+    # A known path with another method falls through to unknown_route, as Razorpay answers it.
     routes = [
-        Route("/v1/payments/{payment_id}", endpoint(refunds.fetch_payment, read=True), methods=["GET"]),
+        Route("/v1/payments", endpoint(payments.list_payments, read=True), methods=["GET"]),
+        Route("/v1/payments/{payment_id}", endpoint(payments.fetch_payment, read=True), methods=["GET"]),
+        Route("/v1/payments/{payment_id}", endpoint(payments.edit_payment), methods=["PATCH"]),
         Route("/v1/payments/{payment_id}/refund", endpoint(refunds.create_refund), methods=["POST"]),
         Route("/v1/payments/{payment_id}/refunds", endpoint(refunds.list_payment_refunds, read=True), methods=["GET"]),
+        Route(
+            "/v1/payments/{payment_id}/refunds/{refund_id}",
+            endpoint(refunds.fetch_payment_refund, read=True),
+            methods=["GET"],
+        ),
         Route("/v1/refunds", endpoint(refunds.list_refunds, read=True), methods=["GET"]),
+        Route("/v1/refunds", endpoint(refunds.create_refund_by_body), methods=["POST"]),
         Route("/v1/refunds/{refund_id}", endpoint(refunds.fetch_refund, read=True), methods=["GET"]),
+        Route("/v1/refunds/{refund_id}", endpoint(refunds.edit_refund), methods=["PATCH"]),
         Route("/v1/settlements/ondemand", endpoint(settlements.create_settlement), methods=["POST"]),
         Route("/v1/settlements/ondemand", endpoint(settlements.list_settlements, read=True), methods=["GET"]),
         Route(

@@ -17,8 +17,8 @@ from starlette.responses import JSONResponse, Response
 from sandbox import validation
 from sandbox.errors import RailHttpError
 from sandbox.faults import FaultConfigError, parse_fault
+from sandbox.payments import payment_view
 from sandbox.rail import Rail
-from sandbox.refunds import payment_view
 from sandbox.seed import SeedError, add_payment, set_balance
 
 logger = logging.getLogger(__name__)

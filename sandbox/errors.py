@@ -1,4 +1,9 @@
-"""Razorpay's error shape, raised by handlers and rendered by the app."""
+"""Razorpay's error shape, raised by handlers and rendered by the app.
+
+Razorpay fills `source`/`step`/`reason` for a refused input ("business" / "payment_initiation" /
+"input_validation_failed") and sends "NA" in all three when the error is not about the request's
+content — bad credentials, an unknown URL, a server error. `metadata` is always an object.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,9 @@ from starlette.responses import JSONResponse
 BAD_REQUEST = "BAD_REQUEST_ERROR"
 SERVER_ERROR = "SERVER_ERROR"
 ID_NOT_FOUND = "The id provided does not exist"
+INVALID_API_KEY = "The api key provided is invalid"
+URL_NOT_FOUND = "The requested URL was not found on the server."
+NA = "NA"
 
 
 class RailHttpError(Exception):
@@ -31,15 +39,26 @@ class RailHttpError(Exception):
         self.reason = reason
 
     def response(self) -> JSONResponse:
-        return error_response(self.status, self.code, self.description, field=self.field, reason=self.reason)
+        return error_response(
+            self.status, self.code, self.description, field=self.field, source="business",
+            step="payment_initiation", reason=self.reason,
+        )  # fmt: skip
 
 
-def error_body(code: str, description: str, *, field: str | None = None, reason: str = "NA") -> dict[str, Any]:
+def error_body(
+    code: str,
+    description: str,
+    *,
+    field: str | None = None,
+    source: str = NA,
+    step: str = NA,
+    reason: str = NA,
+) -> dict[str, Any]:
     error: dict[str, Any] = {
         "code": code,
         "description": description,
-        "source": "business" if code == BAD_REQUEST else "NA",
-        "step": "payment_initiation" if code == BAD_REQUEST else "NA",
+        "source": source,
+        "step": step,
         "reason": reason,
         "metadata": {},
     }
@@ -50,11 +69,28 @@ def error_body(code: str, description: str, *, field: str | None = None, reason:
 
 
 def error_response(
-    status: int, code: str, description: str, *, field: str | None = None, reason: str = "NA"
+    status: int,
+    code: str,
+    description: str,
+    *,
+    field: str | None = None,
+    source: str = NA,
+    step: str = NA,
+    reason: str = NA,
 ) -> JSONResponse:
-    return JSONResponse(error_body(code, description, field=field, reason=reason), status_code=status)
+    body = error_body(code, description, field=field, source=source, step=step, reason=reason)
+    return JSONResponse(body, status_code=status)
 
 
 def not_found() -> RailHttpError:
-    # Razorpay answers unknown ids with 400, not 404 (SPEC §14).
-    return RailHttpError(ID_NOT_FOUND, field="id", reason="NA")
+    # Razorpay answers unknown ids with 400, not 404, and names no field (SPEC §14).
+    return RailHttpError(ID_NOT_FOUND)
+
+
+def unauthorized() -> JSONResponse:
+    return error_response(401, BAD_REQUEST, INVALID_API_KEY)
+
+
+def unknown_url() -> JSONResponse:
+    # Razorpay answers an unknown URL (or a known URL with the wrong method) with 400, like an unknown id.
+    return error_response(400, BAD_REQUEST, URL_NOT_FOUND)

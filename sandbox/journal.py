@@ -8,6 +8,7 @@ records what the rail really did whatever answer the client got (a 504, a replay
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import secrets
@@ -32,7 +33,8 @@ CREATE TABLE IF NOT EXISTS payments (
     currency TEXT NOT NULL,
     amount_refunded INTEGER NOT NULL,
     notes_json TEXT NOT NULL,
-    created_at INTEGER NOT NULL
+    created_at INTEGER NOT NULL,
+    details_json TEXT NOT NULL DEFAULT '{}'
 ) STRICT;
 CREATE TABLE IF NOT EXISTS balances (currency TEXT PRIMARY KEY, amount INTEGER NOT NULL) STRICT;
 CREATE TABLE IF NOT EXISTS entities (
@@ -77,6 +79,16 @@ def new_id(prefix: str) -> str:
     return prefix + "".join(secrets.choice(_ID_ALPHABET) for _ in range(14))
 
 
+def stable_id(prefix: str, *parts: str) -> str:
+    """A Razorpay-style id derived from *parts*: the same parts give the same id on every start."""
+    number = int.from_bytes(hashlib.sha256("\x1f".join(parts).encode()).digest(), "big")
+    chars = []
+    for _ in range(14):
+        number, digit = divmod(number, len(_ID_ALPHABET))
+        chars.append(_ID_ALPHABET[digit])
+    return prefix + "".join(chars)
+
+
 def dump(value: Any, *, sort: bool = True) -> str:
     return json.dumps(value, sort_keys=sort, separators=(",", ":"))
 
@@ -96,6 +108,13 @@ class Journal:
         self.path = path
         self.conn = connect(path)
         self.conn.executescript(_SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        # A journal written before payments carried their details: the view derives them from the id.
+        columns = {row[1] for row in self.conn.execute("PRAGMA table_info(payments)")}
+        if "details_json" not in columns:
+            self.conn.execute("ALTER TABLE payments ADD COLUMN details_json TEXT NOT NULL DEFAULT '{}'")
 
     def close(self) -> None:
         self.conn.close()
@@ -123,8 +142,8 @@ class Journal:
 
     def upsert_payment(self, conn: sqlite3.Connection, payment: Mapping[str, Any]) -> None:
         conn.execute(
-            "INSERT OR REPLACE INTO payments (id, amount, currency, amount_refunded, notes_json, created_at) "
-            "VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO payments (id, amount, currency, amount_refunded, notes_json, created_at, "
+            "details_json) VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
                 payment["id"],
                 payment["amount"],
@@ -132,29 +151,28 @@ class Journal:
                 payment.get("amount_refunded", 0),
                 dump(payment.get("notes") or {}),
                 payment.get("created_at") or now_ms() // 1000,
+                dump(payment.get("details") or {}),
             ),
         )
         self.event(conn, "payment_upserted", dict(payment))
 
     def payment(self, payment_id: str) -> dict[str, Any] | None:
-        row = self.conn.execute(
-            "SELECT id, amount, currency, amount_refunded, notes_json, created_at FROM payments WHERE id = ?",
-            (payment_id,),
-        ).fetchone()
-        if row is None:
-            return None
-        return {
-            "id": row[0],
-            "amount": row[1],
-            "currency": row[2],
-            "amount_refunded": row[3],
-            "notes": json.loads(row[4]),
-            "created_at": row[5],
-        }
+        row = self.conn.execute(f"SELECT {_PAYMENT_COLUMNS} FROM payments WHERE id = ?", (payment_id,)).fetchone()
+        return None if row is None else _payment_row(row)
 
     def payments(self) -> list[dict[str, Any]]:
-        ids = [r[0] for r in self.conn.execute("SELECT id FROM payments ORDER BY created_at, id")]
-        return [p for p in (self.payment(i) for i in ids) if p is not None]
+        """Every payment, oldest first (the journal export)."""
+        rows = self.conn.execute(f"SELECT {_PAYMENT_COLUMNS} FROM payments ORDER BY created_at, id")
+        return [_payment_row(row) for row in rows]
+
+    def list_payments(self) -> list[dict[str, Any]]:
+        """Every payment, newest first (GET /v1/payments)."""
+        rows = self.conn.execute(f"SELECT {_PAYMENT_COLUMNS} FROM payments ORDER BY created_at DESC, rowid DESC")
+        return [_payment_row(row) for row in rows]
+
+    def set_payment_notes(self, conn: sqlite3.Connection, payment_id: str, notes: Mapping[str, Any]) -> None:
+        conn.execute("UPDATE payments SET notes_json = ? WHERE id = ?", (dump(dict(notes)), payment_id))
+        self.event(conn, "payment_notes_updated", {"id": payment_id, "notes": dict(notes)})
 
     def add_refunded(self, conn: sqlite3.Connection, payment_id: str, amount: int) -> None:
         conn.execute("UPDATE payments SET amount_refunded = amount_refunded + ? WHERE id = ?", (amount, payment_id))
@@ -223,6 +241,17 @@ class Journal:
                 (kind, payment_id),
             )
         return [(json.loads(r[0]), int(r[1])) for r in rows]
+
+    def replace_entity(self, conn: sqlite3.Connection, entity: Mapping[str, Any], *, was: Mapping[str, Any]) -> None:
+        """Store an edited entity (PATCH of notes); the stamp column follows the notes it now carries.
+
+        The edit is an event with the notes it replaced, so the journal still shows what was created.
+        """
+        conn.execute(
+            "UPDATE entities SET entity_json = ?, stamp_sik = ? WHERE id = ?",
+            (dump(entity, sort=False), stamp_of(entity), entity["id"]),
+        )
+        self.event(conn, "entity_notes_updated", {"id": entity["id"], "was": was.get("notes"), "now": entity["notes"]})
 
     def receipt_used(self, payment_id: str, receipt: str) -> bool:
         row = self.conn.execute(
@@ -300,6 +329,21 @@ class Journal:
             "idempotency_keys": keys,
             "events": events,
         }
+
+
+_PAYMENT_COLUMNS = "id, amount, currency, amount_refunded, notes_json, created_at, details_json"
+
+
+def _payment_row(row: tuple[Any, ...]) -> dict[str, Any]:
+    return {
+        "id": row[0],
+        "amount": row[1],
+        "currency": row[2],
+        "amount_refunded": row[3],
+        "notes": json.loads(row[4]),
+        "created_at": row[5],
+        "details": json.loads(row[6]),
+    }
 
 
 def connect(path: Path) -> sqlite3.Connection:

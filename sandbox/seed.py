@@ -3,7 +3,11 @@
 Seed file:
     payments:
       - {id: pay_DEMO0001, amount: 189900, currency: INR, amount_refunded: 0, notes: {}, prior_refunds: 0}
+      - {id: pay_DEMO0002, amount: 49900, order_id: order_DEMO0002, customer_id: cust_DEMO0002, method: upi}
     balance: {amount: 5000000, currency: INR}
+
+A payment's order_id, customer_id, method, email, contact and description default to values derived
+from its id (sandbox.payments.default_details), so the same seed always serves the same entities.
 
 `prior_refunds: N` creates N historical 100-paise refunds on the payment (unstamped, journaled with
 origin "seed") so a list has more than one page — what deep_page needs to push ours past page one.
@@ -21,12 +25,20 @@ from typing import Any
 import yaml
 
 from sandbox.journal import Journal, now_ms
+from sandbox.payments import DETAIL_FIELDS, METHODS, default_details
 from sandbox.refunds import refund_entity
 
 logger = logging.getLogger(__name__)
 
 PAYMENT_ID = re.compile(r"^[A-Za-z0-9_]{1,64}$")
-PAYMENT_FIELDS = {"id", "amount", "currency", "amount_refunded", "notes", "prior_refunds"}
+PAYMENT_FIELDS = {"id", "amount", "currency", "amount_refunded", "notes", "prior_refunds", *DETAIL_FIELDS}
+DETAIL_PATTERNS = {
+    "order_id": re.compile(r"^order_[A-Za-z0-9]{1,40}$"),
+    "customer_id": re.compile(r"^cust_[A-Za-z0-9]{1,40}$"),
+    "email": re.compile(r"^[^@\s]{1,64}@[^@\s]{1,190}$"),
+    "contact": re.compile(r"^\+?[0-9]{8,15}$"),
+    "description": re.compile(r"^.{1,255}$"),
+}
 PRIOR_REFUND_AMOUNT = 100
 
 DEMO: dict[str, Any] = {
@@ -93,6 +105,7 @@ def add_payment(journal: Journal, conn: sqlite3.Connection, spec: Mapping[str, A
         "amount_refunded": refunded,
         "notes": dict(notes),
         "created_at": now_ms() // 1000,
+        "details": _details(payment_id, spec),
     }
     journal.upsert_payment(conn, payment)
     for _ in range(prior):
@@ -106,6 +119,22 @@ def add_payment(journal: Journal, conn: sqlite3.Connection, spec: Mapping[str, A
         )
         journal.add_refunded(conn, payment_id, PRIOR_REFUND_AMOUNT)
     return payment
+
+
+def _details(payment_id: str, spec: Mapping[str, Any]) -> dict[str, Any]:
+    details = default_details(payment_id)
+    for name, pattern in DETAIL_PATTERNS.items():
+        value = spec.get(name)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not pattern.match(value):
+            raise SeedError(f"payment {payment_id}: {name} must match {pattern.pattern}, got {value!r}")
+        details[name] = value
+    method = spec.get("method", details["method"])
+    if method not in METHODS:
+        raise SeedError(f"payment {payment_id}: method must be one of {list(METHODS)}, got {method!r}")
+    details["method"] = method
+    return details
 
 
 def set_balance(journal: Journal, conn: sqlite3.Connection, spec: Mapping[str, Any]) -> None:

@@ -7,6 +7,7 @@ than a projection at the published rate would expect, so a fee budget checked ag
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from typing import Any
 
@@ -15,13 +16,14 @@ from starlette.responses import JSONResponse, Response
 
 from sandbox import validation
 from sandbox.errors import RailHttpError, not_found
-from sandbox.journal import new_id, now_ms
+from sandbox.journal import new_id, now_ms, stable_id
 from sandbox.rail import Applied, Rail, collection, notes_out, recorded_headers
 
 logger = logging.getLogger(__name__)
 
 SETTLEMENT_FIELDS = ("amount", "settle_full_balance", "description", "notes")
 MIN_SETTLEMENT = 200
+EXPAND = "expand[]"
 CURRENCY = "INR"
 
 
@@ -35,9 +37,7 @@ def settlement_fees(amount: int) -> tuple[int, int]:
 async def create_settlement(rail: Rail, request: Request) -> Response:
     body = await validation.json_object(request)
     validation.reject_unknown(body, SETTLEMENT_FIELDS)
-    full = body.get("settle_full_balance", False)
-    if not isinstance(full, bool):
-        raise RailHttpError("settle_full_balance must be a boolean", field="settle_full_balance")
+    full = _boolean(body.get("settle_full_balance", False))
     if not full:
         if "amount" not in body:
             raise RailHttpError("The amount field is required.", field="amount")
@@ -52,9 +52,16 @@ async def create_settlement(rail: Rail, request: Request) -> Response:
     return await rail.money_call(apply, {"path": request.url.path})
 
 
+def _boolean(value: Any) -> bool:
+    # Razorpay takes 0/1 for a boolean too (the Python SDK's own example sends settle_full_balance: 0).
+    if value is True or value is False or (type(value) is int and value in (0, 1)):
+        return bool(value)
+    raise RailHttpError("settle_full_balance must be a boolean", field="settle_full_balance")
+
+
 def _apply_settlement(rail: Rail, body: dict[str, Any], headers: dict[str, str], fault: str | None) -> dict[str, Any]:
     balance = rail.journal.balance(CURRENCY)
-    full = bool(body.get("settle_full_balance", False))
+    full = _boolean(body.get("settle_full_balance", False))
     # settle_full_balance: true ignores any amount sent (SPEC §14).
     amount = balance if full else int(body["amount"])
     if amount < MIN_SETTLEMENT:
@@ -89,18 +96,54 @@ def _apply_settlement(rail: Rail, body: dict[str, Any], headers: dict[str, str],
 
 
 async def list_settlements(rail: Rail, request: Request) -> Response:
-    count, skip = validation.page(request)
+    query = validation.list_query(request, extra=(EXPAND,))
+    payouts = _expand(request)
     cutoff = rail.lag_cutoff_ms()
-    items = [e for e, created in rail.journal.list_entities("settlement") if cutoff is None or created <= cutoff]
-    return JSONResponse(collection(items[skip : skip + count]))
+    visible = [e for e, created in rail.journal.list_entities("settlement") if cutoff is None or created <= cutoff]
+    items = query.page(query.window(visible))
+    return JSONResponse(collection([with_payouts(e) if payouts else e for e in items]))
 
 
 async def fetch_settlement(rail: Rail, request: Request) -> Response:
+    validation.reject_unknown(dict(request.query_params), (EXPAND,))
+    payouts = _expand(request)
     found = rail.journal.entity(request.path_params["settlement_id"], "settlement")
     cutoff = rail.lag_cutoff_ms()
     if found is None or (cutoff is not None and found[1] > cutoff):
         raise not_found()
-    return JSONResponse(found[0])
+    return JSONResponse(with_payouts(found[0]) if payouts else found[0])
+
+
+def _expand(request: Request) -> bool:
+    """True for `expand[]=ondemand_payouts`, the one expansion Razorpay offers on instant settlements."""
+    wanted = request.query_params.getlist(EXPAND)
+    if any(value != "ondemand_payouts" for value in wanted):
+        raise RailHttpError("The selected expand is invalid.", field="expand")
+    return bool(wanted)
+
+
+def with_payouts(settlement: dict[str, Any]) -> dict[str, Any]:
+    """The settlement with its one payout, as `expand[]=ondemand_payouts` shows it.
+
+    The sandbox settles in one payout, processed at once; its id and UTR are derived from the
+    settlement's id, so every read shows the same payout.
+    """
+    created = settlement["created_at"]
+    payout = {
+        "id": stable_id("setlodp_", "payout", settlement["id"]),
+        "entity": "settlement.ondemand_payout",
+        "initiated_at": created,
+        "processed_at": created,
+        "reversed_at": None,
+        "amount": settlement["amount_requested"],
+        "amount_settled": settlement["amount_settled"],
+        "fees": settlement["fees"],
+        "tax": settlement["tax"],
+        "utr": str(int(hashlib.sha256(("utr\x1f" + settlement["id"]).encode()).hexdigest(), 16))[-12:],
+        "status": "processed",
+        "created_at": created,
+    }
+    return {**settlement, "ondemand_payouts": collection([payout])}
 
 
 async def fetch_balance(rail: Rail, request: Request) -> Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.requests import Request
@@ -40,12 +41,12 @@ def reject_unknown(body: Mapping[str, Any], allowed: Iterable[str]) -> None:
         raise RailHttpError(f"{extra[0]} is/are not required and should not be sent", field=extra[0])
 
 
-def positive_int(value: Any, field: str, *, minimum: int = 1) -> int:
+def positive_int(value: Any, field: str, *, minimum: int = 1, below_minimum: str | None = None) -> int:
     # bool is an int subclass and 100.0 == 100: both are refused, amounts are integers of paise (SPEC §4).
     if isinstance(value, bool) or not isinstance(value, int):
         raise RailHttpError(f"The {field} must be an integer.", field=field)
     if value < minimum:
-        raise RailHttpError(f"The {field} must be at least {minimum}.", field=field)
+        raise RailHttpError(below_minimum or f"The {field} must be at least {minimum}.", field=field)
     return value
 
 
@@ -103,19 +104,64 @@ def idempotency_key(value: str | None) -> str | None:
     return value
 
 
-def page(request: Request) -> tuple[int, int]:
-    """(count, skip) from the query: count 1..100 (default 10), skip >= 0 (SPEC §14)."""
+MIN_TIMESTAMP = 946_684_800  # 2000-01-01: Razorpay's bounds for `from`/`to` on every list
+MAX_TIMESTAMP = 4_765_046_400
+LIST_PARAMS = ("count", "skip", "from", "to")
+
+
+@dataclass(frozen=True)
+class ListQuery:
+    """A list request's paging and time window: `from`/`to` are inclusive unix seconds (SPEC §14)."""
+
+    count: int
+    skip: int
+    since: int | None
+    until: int | None
+
+    def window(self, items: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The entities created inside [from, to], in the order given."""
+        return [
+            item
+            for item in items
+            if (self.since is None or item["created_at"] >= self.since)
+            and (self.until is None or item["created_at"] <= self.until)
+        ]
+
+    def page(self, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return items[self.skip : self.skip + self.count]
+
+
+def list_query(request: Request, *, extra: Iterable[str] = ()) -> ListQuery:
+    """count 1..100 (default 10), skip >= 0, from/to unix seconds; any other parameter is refused.
+
+    Razorpay refuses a query parameter it does not know rather than ignoring it, and so does the
+    sandbox: a filter that is silently dropped looks exactly like a filter that matched everything.
+    """
+    reject_unknown(dict(request.query_params), (*LIST_PARAMS, *extra))
     count = _query_int(request, "count", DEFAULT_COUNT)
     if not 1 <= count <= MAX_COUNT:
         raise RailHttpError(f"The count may not be greater than {MAX_COUNT}.", field="count")
     skip = _query_int(request, "skip", 0)
     if skip < 0:
         raise RailHttpError("The skip must be at least 0.", field="skip")
-    return count, skip
+    since, until = (_timestamp(request, name) for name in ("from", "to"))
+    return ListQuery(count, skip, since, until)
 
 
-def time_range(request: Request) -> tuple[int | None, int | None]:
-    return _query_int(request, "from", None), _query_int(request, "to", None)
+def _timestamp(request: Request, name: str) -> int | None:
+    value: int | None = _query_int(request, name, None)
+    if value is not None and not MIN_TIMESTAMP <= value <= MAX_TIMESTAMP:
+        raise RailHttpError(f"{name} must be between {MIN_TIMESTAMP} and {MAX_TIMESTAMP}", field=name)
+    return value
+
+
+def required_notes(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The `notes` of an edit (PATCH) body, the only field Razorpay lets you change; empty counts as missing."""
+    reject_unknown(body, ("notes",))
+    value = notes(body.get("notes"))
+    if not value:
+        raise RailHttpError("The notes field is required.", field="notes")
+    return value
 
 
 def _query_int(request: Request, name: str, default: int | None) -> Any:
