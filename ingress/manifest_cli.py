@@ -2,7 +2,9 @@
 
 It prints a YAML `provenance:` block with one `pinned_manifests` entry per tool the upstream serves
 now. Nothing is written: pinning is the human's decision, made by reviewing each tool's description
-and schema (printed as comments) and copying the block into the mandate, then re-signing it.
+and schema (printed as comments) and copying the block into the mandate, then re-signing it. It also
+says, as a comment, when the upstream has no balance tool (razorpay-mcp-server has none): instant
+settlements through it are then refused, whatever is pinned.
 """
 
 from __future__ import annotations
@@ -41,4 +43,8 @@ def manifest_pin(upstream: str, server_id: str | None, show: bool) -> None:
         for tool in tools:
             summary = " ".join((tool.description or "").split())
             click.echo(f"# {tool.name} {definition_hash(tool)[:12]}: {summary[:200]}")
+        balance = rail.tools.fetch_balance
+        if balance is None or balance not in {tool.name for tool in tools}:
+            click.echo(f"# No balance tool ({balance or 'none configured'}): create_instant_settlement through this "
+                       "upstream is refused with G2_BALANCE_UNREADABLE.")  # fmt: skip
     click.echo(pins_yaml(tools, server_id=server_id), nl=False)

@@ -9,7 +9,9 @@
   (G6 judges the upstream's current manifest there) → rail worker → the upstream via the adapter.
 * Read tools Interlock knows to be reads (fetch_payment, fetch_refund) pass through after G1 and the
   same pin check, with the upstream's own result. Any other upstream tool is never passed through:
-  the upstream's own readOnlyHint is a claim by the party G6 guards against.
+  the upstream's own readOnlyHint is a claim by the party G6 guards against. An upstream error result
+  comes back in Interlock's error shape (its words kept, a caller_action added): razorpay-mcp-server
+  answers in plain text, which an agent cannot act on without being told whether to repeat.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from interlock.messages import CallerAction, Verdict
 from interlock.scope import check_scope
 from interlock.tools import MONEY_TOOLS, READ_TOOLS, TOOLS
 from rails.base import RailError, RailErrorKind
-from rails.mcp_upstream import McpUpstreamRail
+from rails.mcp_upstream import McpUpstreamRail, error_of, result_text
 from rails.upstream_manifest import definition_hash
 
 logger = logging.getLogger(__name__)
@@ -104,9 +106,27 @@ async def _pass_through(ingress: Ingress, caller: Caller, name: str, args: dict[
     rail = ingress.rail()
     assert isinstance(rail, McpUpstreamRail)
     try:
-        return await ingress.blocking(rail.call_raw, name, args)
+        result: CallToolResult = await ingress.blocking(rail.call_raw, name, args)
     except RailError as exc:
         return _unreachable(name, exc)
+    return result if not result.is_error else _upstream_error(name, args, result)
+
+
+_ID_FIELD = {"fetch_payment": "payment_id", "fetch_refund": "refund_id"}
+
+
+def _upstream_error(tool: str, args: dict[str, Any], result: CallToolResult) -> CallToolResult:
+    exc = error_of(result, tool)
+    said = " ".join(result_text(result).split())[:500]
+    if exc.not_found:
+        field = _ID_FIELD.get(tool)
+        return results.error("NOT_FOUND", f"the rail has no entity {args.get(field or '')!r} (upstream: {said})",
+                             CallerAction.DO_NOT_RETRY, field=field)  # fmt: skip
+    if exc.kind is RailErrorKind.REJECTED:
+        return results.error("RAIL_REJECTED", f"{tool}: the upstream refused: {said}", CallerAction.DO_NOT_RETRY,
+                             field=exc.field)  # fmt: skip
+    # A read moves nothing, so an error we cannot read as a refusal is safe to repeat.
+    return results.error("RAIL_AMBIGUOUS", f"{tool}: the upstream failed: {said}", CallerAction.RETRY_SAME_CALL)
 
 
 def _unreachable(tool: str, exc: RailError) -> CallToolResult:

@@ -1,25 +1,25 @@
 """The rail as an upstream MCP server exposing Razorpay MCP tool names (INTERLOCK_RAIL=mcp-upstream).
 
-Tool per rail method (the argument names are razorpay-mcp-server's):
+Which tool answers each rail method is a `rails.upstream_tools.ToolMap` (by default razorpay-mcp-server's
+own names; the balance tool is optional: razorpay-mcp-server has none). The upstream tool has no
+idempotency header: `create_refund` carries our stamp in `receipt` and `notes.interlock_sik` only, and
+the idempotency key a REST call would send is dropped (docs/proxy.md).
 
-    fetch_payment                        {payment_id}
-    fetch_refund                         {refund_id}
-    create_refund                        {payment_id, amount, speed?, notes, receipt}
-    fetch_multiple_refunds_for_payment   {payment_id, count, skip}
-    create_instant_settlement            {amount | settle_full_balance, description?, notes}
-    fetch_all_instant_settlements        {count, skip}
-    fetch_balance                        {}   (the sandbox front only, like GET /v1/balance)
-
-The upstream tool has no idempotency header: `create_refund` carries our stamp in `receipt` and
-`notes.interlock_sik` only, and the idempotency key a REST call would send is dropped (docs/proxy.md).
-
-Classification gives the same `RailError` kinds as the REST client:
-* an `isError` result whose body is a Razorpay error (`{"error": {"code", ...}}`) with a definitive
-  4xx (or, when no status is given, code BAD_REQUEST_ERROR) → REJECTED;
-* any other `isError` result, an unreadable result, the deadline passing or the session dropping after
-  the request was handed to the upstream session → AMBIGUOUS;
-* nothing handed over — no session within the deadline, or the deadline or the caller's send window
-  (rails.deadline.send_window) passed first → NOT_SENT.
+Classification gives the same `RailError` kinds as the REST client. Two ways of reporting a failure
+are read, told apart by the result itself:
+* the sandbox front's own profile: an `isError` result whose text is JSON — a Razorpay error body
+  (`{"error": {"code", ...}}`) with a definitive 4xx (or, when no status is given, code
+  BAD_REQUEST_ERROR) → REJECTED; any other JSON (a 5xx, a gateway page, a transport error) → AMBIGUOUS;
+* razorpay-mcp-server's: plain text. "Validation errors: ..." (the server's own check of the arguments,
+  before any rail call) → REJECTED; "<action> failed: <reason>", where the razorpay-go SDK has kept only
+  the rail error's description (no status, no code), → REJECTED only when the reason is one of Razorpay's
+  refusals of the request itself (`_refusal`); an empty reason (a non-JSON error page), a transport
+  failure ('Post "...": context deadline exceeded ...'), a server or gateway error, "still being
+  processed", or anything not recognised → AMBIGUOUS. Wrongly ambiguous is slow; wrongly rejected could
+  pay twice — so only recognised refusals are definitive.
+Also AMBIGUOUS: an unreadable result, the deadline passing or the session dropping after the request was
+handed to the upstream session. NOT_SENT: nothing handed over — no session within the deadline, or the
+deadline or the caller's send window (rails.deadline.send_window) passed first.
 
 Each call, opening the upstream session included, has one total deadline, INTERLOCK_RAIL_TIMEOUT_MS
 (rails.mcp_session says how it is enforced and how close to the byte the send window is checked).
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -41,29 +42,27 @@ from rails.checks import MAX_PAGE, entity_id, page_args
 from rails.checks import amount as amount_arg
 from rails.mcp_session import UpstreamAmbiguous, UpstreamNotSent, UpstreamSession, UpstreamTarget
 from rails.models import Balance, Page, Payment, RailEntity, Refund, Settlement
-from rails.razorpay import RailError, RailErrorKind
+from rails.razorpay import ID_NOT_FOUND, RailError, RailErrorKind
+from rails.upstream_tools import ToolMap
 
 logger = logging.getLogger(__name__)
 
 E = TypeVar("E", bound=RailEntity)
 BAD_REQUEST = "BAD_REQUEST_ERROR"
 
-FETCH_PAYMENT = "fetch_payment"
-FETCH_REFUND = "fetch_refund"
-CREATE_REFUND = "create_refund"
-LIST_REFUNDS = "fetch_multiple_refunds_for_payment"
-CREATE_SETTLEMENT = "create_instant_settlement"
-LIST_SETTLEMENTS = "fetch_all_instant_settlements"
+# The default map's names (rails.upstream_tools), for callers that look for a tool in the manifest.
 FETCH_BALANCE = "fetch_balance"
 
 
 class McpUpstreamRail:
-    def __init__(self, session: UpstreamSession) -> None:
+    def __init__(self, session: UpstreamSession, *, tools: ToolMap | None = None) -> None:
         self.session = session
+        self.tools = tools or ToolMap()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> McpUpstreamRail:
-        """Rail from INTERLOCK_UPSTREAM_COMMAND or _URL (exactly one) and INTERLOCK_RAIL_TIMEOUT_MS."""
+        """Rail from INTERLOCK_UPSTREAM_COMMAND or _URL (exactly one), INTERLOCK_RAIL_TIMEOUT_MS and the tool map
+        (INTERLOCK_UPSTREAM_TOOLS, once interlock.config declares it: docs/proxy.md)."""
         if settings.upstream_command is None and settings.upstream_url is None:
             raise ConfigError(
                 "INTERLOCK_RAIL=mcp-upstream needs INTERLOCK_UPSTREAM_URL (streamable HTTP) or "
@@ -71,7 +70,8 @@ class McpUpstreamRail:
                 variable="INTERLOCK_UPSTREAM_URL",
             )
         target = UpstreamTarget(command=settings.upstream_command, url=settings.upstream_url)
-        return cls(UpstreamSession(target, timeout_s=settings.rail_timeout_ms / 1000))
+        tools = ToolMap.parse(getattr(settings, "upstream_tools", None))
+        return cls(UpstreamSession(target, timeout_s=settings.rail_timeout_ms / 1000), tools=tools)
 
     def close(self) -> None:
         self.session.close()
@@ -97,11 +97,12 @@ class McpUpstreamRail:
     # -- payments and refunds ------------------------------------------------------------------
 
     def fetch_payment(self, payment_id: str) -> Payment:
-        body = self._call(FETCH_PAYMENT, {"payment_id": entity_id(payment_id, "payment_id")})
-        return _parse(Payment, body, FETCH_PAYMENT)
+        tool = self.tools.fetch_payment
+        return _parse(Payment, self._call(tool, {"payment_id": entity_id(payment_id, "payment_id")}), tool)
 
     def fetch_refund(self, refund_id: str) -> Refund:
-        return _parse(Refund, self._call(FETCH_REFUND, {"refund_id": entity_id(refund_id, "refund_id")}), FETCH_REFUND)
+        tool = self.tools.fetch_refund
+        return _parse(Refund, self._call(tool, {"refund_id": entity_id(refund_id, "refund_id")}), tool)
 
     def create_refund(
         self,
@@ -124,12 +125,12 @@ class McpUpstreamRail:
             args["notes"] = dict(notes)
         if receipt is not None:
             args["receipt"] = receipt
-        return _parse(Refund, self._call(CREATE_REFUND, args), CREATE_REFUND)
+        return _parse(Refund, self._call(self.tools.create_refund, args), self.tools.create_refund)
 
     def list_refunds_for_payment(self, payment_id: str, *, count: int = MAX_PAGE, skip: int = 0) -> Page[Refund]:
         """One page, newest first; page on with skip until `page.exhausted` (SPEC §9)."""
         args = {"payment_id": entity_id(payment_id, "payment_id"), **page_args(count, skip)}
-        return _page(Refund, self._call(LIST_REFUNDS, args), count, skip, LIST_REFUNDS)
+        return _page(Refund, self._call(self.tools.list_refunds, args), count, skip, self.tools.list_refunds)
 
     # -- instant settlements and balance -------------------------------------------------------
 
@@ -141,6 +142,8 @@ class McpUpstreamRail:
         description: str | None = None,
         notes: Mapping[str, Any] | None,
     ) -> Settlement:
+        """Interlock's rail worker always sends the amount G2 resolved. razorpay-mcp-server requires `amount` even
+        with settle_full_balance, so a settle_full_balance call here is refused by it (REJECTED, nothing sent)."""
         if (amount is None) == (not settle_full_balance):
             raise InvalidInput("pass exactly one of amount or settle_full_balance=True", field="amount")
         args: dict[str, Any] = {"settle_full_balance": True} if settle_full_balance else {"amount": amount_arg(amount)}
@@ -148,13 +151,20 @@ class McpUpstreamRail:
             args["description"] = description
         if notes:
             args["notes"] = dict(notes)
-        return _parse(Settlement, self._call(CREATE_SETTLEMENT, args), CREATE_SETTLEMENT)
+        return _parse(Settlement, self._call(self.tools.create_settlement, args), self.tools.create_settlement)
 
     def list_instant_settlements(self, *, count: int = 10, skip: int = 0) -> Page[Settlement]:
-        return _page(Settlement, self._call(LIST_SETTLEMENTS, page_args(count, skip)), count, skip, LIST_SETTLEMENTS)
+        tool = self.tools.list_settlements
+        return _page(Settlement, self._call(tool, page_args(count, skip)), count, skip, tool)
 
     def fetch_balance(self) -> Balance:
-        return _parse(Balance, self._call(FETCH_BALANCE, {}), FETCH_BALANCE)
+        tool = self.tools.fetch_balance
+        if tool is None:
+            # Said the way a rail without the endpoint says it (404), so G2 refuses for good, not as an outage.
+            missing = "the upstream has no balance tool"
+            raise RailError(RailErrorKind.REJECTED, missing, method="MCP", path="fetch_balance", http_status=404,
+                            description=missing)  # fmt: skip
+        return _parse(Balance, self._call(tool, {}), tool)
 
     # -- transport and classification ----------------------------------------------------------
 
@@ -164,23 +174,78 @@ class McpUpstreamRail:
 
 def classify_result(result: CallToolResult, tool: str) -> dict[str, Any]:
     """The entity body of a successful result, or the RailError its error result means."""
+    if result.is_error:
+        raise error_of(result, tool)
     text = result_text(result)
     body = result.structured_content if isinstance(result.structured_content, dict) else _json_object(text)
-    if not result.is_error:
-        if body is None:
-            raise RailError(RailErrorKind.AMBIGUOUS, "unreadable result", method="MCP", path=tool, body=text[:2000])
-        return body
-    error = body.get("error") if body is not None else None
-    status = body.get("http_status") if body is not None else None
+    if body is None:
+        raise RailError(RailErrorKind.AMBIGUOUS, "unreadable result", method="MCP", path=tool, body=text[:2000])
+    return body
+
+
+def error_of(result: CallToolResult, tool: str) -> RailError:
+    """What an `isError` result of *tool* says about the money: REJECTED only when it is a refusal we recognise."""
+    text = result_text(result)
+    body = result.structured_content if isinstance(result.structured_content, dict) else _json_object(text)
+    if body is None:
+        return _text_error(text, tool)
+    error = body.get("error")
+    status = body.get("http_status")
     fields: dict[str, Any] = {"method": "MCP", "path": tool, "body": text[:2000]}
     fields["http_status"] = status if isinstance(status, int) and not isinstance(status, bool) else None
     if isinstance(error, dict):
         fields.update(code=error.get("code"), description=error.get("description"), field=error.get("field"))
     if _definitive(error, fields["http_status"]):
-        raise RailError(RailErrorKind.REJECTED, f"{fields['http_status'] or ''} {fields['description']}", **fields)
+        return RailError(RailErrorKind.REJECTED, f"{fields['http_status'] or ''} {fields['description']}", **fields)
     # An error result we cannot read as the rail's own refusal (a 5xx, a gateway page, the upstream's own
     # failure text) may hide an applied call.
-    raise RailError(RailErrorKind.AMBIGUOUS, " ".join(text.split())[:200] or "error result", **fields)
+    return RailError(RailErrorKind.AMBIGUOUS, " ".join(text.split())[:200] or "error result", **fields)
+
+
+# razorpay-mcp-server's failure text: "<action> failed: <reason>" (pkg/razorpay/*.go, fmt.Sprintf).
+_FAILED = re.compile(r"(?P<action>[a-z][a-z ]*? failed): (?P<reason>.*)", re.DOTALL)
+# Its own check of the arguments (pkg/razorpay/tools_params.go): nothing was sent to the rail.
+_VALIDATION = re.compile(r"(Validation errors:|missing required parameter:|invalid parameter type:)")
+_PARAM = re.compile(r"(?:missing required parameter|invalid parameter type): (\w+)")
+# Razorpay's answers that say nothing was decided: only the SDK's "description" survives, so these are
+# recognised by their words. Checked before the refusals below.
+_UNDECIDED = re.compile(
+    r'^[A-Z][a-z]+ "|deadline|time ?out|timed out|\bEOF\b|connection|reset by peer|broken pipe|being processed|'
+    r"in progress|try again|temporar|unavailable|gateway|server|resource does not exist|invalid character|"
+    r"cannot unmarshal", re.IGNORECASE)  # fmt: skip
+# Razorpay's refusals of the request itself (4xx BAD_REQUEST_ERROR descriptions): the rail decided, nothing moved.
+_EXACT_REFUSALS = (ID_NOT_FOUND.lower(), "the requested url was not found on the server")
+_REFUSAL = re.compile(
+    r"\bgreater than\b|\bexceeds?\b|\bfully refunded\b|\b(must|should) (be|not)\b|\bat ?least\b|\bminimum\b|"
+    r"\bis (invalid|not valid|required)\b|\bnot required and should not be sent\b|\bhas already been\b|"
+    r"\balready (been )?used\b|\binsufficient\b|\bnot enough\b|\bnot (been )?captured\b|\bapi key\b|"
+    r"\bauthentication failed\b", re.IGNORECASE)  # fmt: skip
+
+
+def _text_error(text: str, tool: str) -> RailError:
+    """The RailError of a plain-text error result (razorpay-mcp-server's way), definitive only when recognised."""
+    text = text.strip()
+    fields: dict[str, Any] = {"method": "MCP", "path": tool, "body": text[:2000]}
+    if _VALIDATION.match(text):
+        param = _PARAM.search(text)
+        return RailError(RailErrorKind.REJECTED, " ".join(text.split()), description=" ".join(text.split()),
+                         field=param.group(1) if param else None, **fields)  # fmt: skip
+    failed = _FAILED.fullmatch(text)
+    reason = failed.group("reason").strip() if failed else ""
+    if failed and _refusal(reason):
+        # The id case keeps Razorpay's exact words: RailError.not_found (G2_PAYMENT_NOT_FOUND) reads them.
+        described = ID_NOT_FOUND if reason.rstrip(".").lower() == ID_NOT_FOUND.lower() else reason
+        return RailError(RailErrorKind.REJECTED, text, description=described, **fields)
+    # Not a refusal we recognise (an empty reason is a non-JSON error page): it may hide an applied call.
+    return RailError(RailErrorKind.AMBIGUOUS, " ".join(text.split())[:200] or "error result",
+                     description=reason or None, **fields)  # fmt: skip
+
+
+def _refusal(reason: str) -> bool:
+    plain = reason.rstrip(".").lower()
+    if plain in _EXACT_REFUSALS:
+        return True
+    return bool(reason) and not _UNDECIDED.search(reason) and bool(_REFUSAL.search(reason))
 
 
 def _definitive(error: Any, status: int | None) -> bool:

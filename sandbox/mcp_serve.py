@@ -30,8 +30,8 @@ def serve_front_http(front: Front, host: str, port: int, *, ready_file: Path | N
         tmp.write_text(json.dumps({"host": bound_host, "port": bound_port, "pid": os.getpid(),
                                    "url": f"http://{bound_host}:{bound_port}{MCP_PATH}"}))  # fmt: skip
         tmp.replace(ready_file)
-    logger.warning("sandbox MCP front serving on http://%s:%s%s over rail %s", bound_host, bound_port, MCP_PATH,
-                   front.rail_url)  # fmt: skip
+    logger.warning("sandbox MCP front (profile %s) serving on http://%s:%s%s over rail %s", front.profile.name,
+                   bound_host, bound_port, MCP_PATH, front.rail_url)  # fmt: skip
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, timeout_graceful_shutdown=2)
     uvicorn.Server(config).run(sockets=[sock])
 

@@ -1,14 +1,23 @@
-"""The sandbox front's tools: Razorpay MCP tool names and arguments, each mapped to one REST call.
+"""The sandbox front's own profile ("sandbox", the default): Razorpay MCP tool names and arguments, each
+mapped to one REST call, with errors that keep the rail's HTTP status and error body.
 
 The definitions are this module's data: what `interlock manifest pin --upstream` pins for the front.
 Changing a description here changes that pin, exactly as an upstream release would.
+
+Results: a 2xx answers the rail's JSON as text. Anything else is an `isError` result whose text is
+`{"http_status": N, "error": {...}}` (the rail's own error body) or `{"http_status": N, "body": "..."}`
+(a page that is not JSON), or `{"transport_error": "..."}` when the rail did not answer at all.
+The other profile, razorpay-mcp-server's own contract, is sandbox.mcp_razorpay.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
+
+from mcp_types import CallToolResult, TextContent
 
 _ID = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 _PAGING = {
@@ -44,6 +53,21 @@ class RestCall:
     path: str
     json: dict[str, Any] | None = None
     params: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class RestReply:
+    """What the rail answered to a RestCall: its status and body, or the transport error when it did not."""
+
+    status: int | None
+    text: str = ""
+    error: Exception | None = None
+
+    def json_body(self) -> Any:
+        try:
+            return json.loads(self.text)
+        except ValueError:
+            return None
 
 
 def _tool(name: str, description: str, properties: dict[str, Any], required: tuple[str, ...] = (),
@@ -117,3 +141,40 @@ def _id(args: dict[str, Any], field: str) -> str:
 
 def _paging(args: dict[str, Any]) -> dict[str, Any]:
     return {k: args[k] for k in ("count", "skip", "from", "to") if args.get(k) is not None}
+
+
+def text_result(text: str, *, is_error: bool) -> CallToolResult:
+    return CallToolResult(content=[TextContent(text=text)], is_error=is_error)
+
+
+def envelope_error(payload: dict[str, Any]) -> CallToolResult:
+    return text_result(json.dumps(payload), is_error=True)
+
+
+class SandboxProfile:
+    """The front's own contract: errors carry the rail's status and error body as JSON."""
+
+    name = "sandbox"
+    server_name = "sandbox-razorpay-mcp"
+    rail_timeout_s = 30.0
+
+    def tools(self) -> list[dict[str, Any]]:
+        return [spec.to_mcp() for spec in TOOLS.values()]
+
+    def request(self, name: str, arguments: dict[str, Any]) -> RestCall | CallToolResult:
+        if name not in TOOLS:
+            return envelope_error({"error": {"code": "BAD_REQUEST_ERROR", "description": f"unknown tool {name}"}})
+        try:
+            return rest_call(name, arguments)
+        except ValueError as exc:
+            return envelope_error({"error": {"code": "BAD_REQUEST_ERROR", "description": str(exc)}})
+
+    def answer(self, name: str, call: RestCall, reply: RestReply) -> CallToolResult:
+        if reply.status is None:
+            return envelope_error({"transport_error": f"{type(reply.error).__name__}: {reply.error}"})
+        body = reply.json_body()
+        if 200 <= reply.status < 300 and isinstance(body, dict):
+            return text_result(json.dumps(body), is_error=False)
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            return envelope_error({"http_status": reply.status, "error": body["error"]})
+        return envelope_error({"http_status": reply.status, "body": reply.text[:2000]})

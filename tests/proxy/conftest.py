@@ -1,6 +1,9 @@
 """Proxy mode as real processes: redis-server, the sandbox rail, its MCP front (the upstream), gate
 worker, rail worker, reconciler and the HTTP ingress with INTERLOCK_RAIL=mcp-upstream. The agent is
-the official MCP client speaking streamable HTTP to the ingress with a bearer token."""
+the official MCP client speaking streamable HTTP to the ingress with a bearer token.
+
+The front serves its own profile ("sandbox") unless a test asks for "razorpay-mcp-server", the real
+server's contract (sandbox/mcp_razorpay.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ import itertools
 import json
 import sqlite3
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,6 +35,8 @@ from tests.mandates import AGENT, MERCHANT, write_mandate
 from tests.procs import INTERLOCK, Proc, wait_until
 
 TOKEN = "proxy-test-token-5e4d3c2b1a"
+RAZORPAY = "razorpay-mcp-server"
+PROFILE_ENV = "INTERLOCK_SANDBOX_MCP_PROFILE"
 FAST = {
     "INTERLOCK_RECONCILE_MIN_DELAY_MS": "300",
     "INTERLOCK_RAIL_TIMEOUT_MS": "3000",
@@ -79,6 +85,17 @@ class Proxy:
         current[tool] = {"description": description}
         self.overrides.write_text(json.dumps(current))
 
+    def refuse(self, tool: str, text: str | None) -> None:
+        """The upstream-refusal fault: from the next call on, the front answers *tool* with this error text
+        without calling the rail (None: it calls the rail again)."""
+        current = json.loads(self.overrides.read_text()) if self.overrides.exists() else {}
+        entry = current.setdefault(tool, {})
+        if text is None:
+            entry.pop("error_text", None)
+        else:
+            entry["error_text"] = text
+        self.overrides.write_text(json.dumps(current))
+
     def ledger(self) -> sqlite3.Connection:
         return open_ledger(self.stack.ledger_path, readonly=True)
 
@@ -113,10 +130,11 @@ def proxy_factory(tmp_path: Path, redis_server: EmbeddedRedis, rail_sandbox: San
     stacks: list[Stack] = []
 
     def make(*, mandate_changes: dict[str, Any] | None = None, unpin: tuple[str, ...] = (),
-             env: dict[str, str] | None = None) -> Proxy:  # fmt: skip
+             env: dict[str, str] | None = None, profile: str | None = None) -> Proxy:  # fmt: skip
         data = tmp_path / f"proxy{len(stacks)}"
-        stack = Stack(data, redis_url=redis_server.url,
-                      env={**rail_sandbox.rail_env(), **FAST, "INTERLOCK_RAIL": "mcp-upstream", **(env or {})})
+        front_profile = {PROFILE_ENV: profile} if profile is not None else {}
+        stack = Stack(data, redis_url=redis_server.url, env={**rail_sandbox.rail_env(), **FAST,
+                      "INTERLOCK_RAIL": "mcp-upstream", **front_profile, **(env or {})})  # fmt: skip
         stacks.append(stack)
         overrides = data / "manifest-overrides.json"
         ready = data / "front.ready.json"
@@ -143,14 +161,27 @@ def proxy_factory(tmp_path: Path, redis_server: EmbeddedRedis, rail_sandbox: San
     rail_sandbox.clear_faults()
 
 
-@pytest.fixture
-def front(tmp_path: Path, rail_sandbox: SandboxProcess) -> Iterator[str]:
+@contextmanager
+def front_process(tmp_path: Path, rail_sandbox: SandboxProcess, env: dict[str, str] | None = None) -> Iterator[str]:
     """The sandbox's MCP front alone (no Interlock stack), over HTTP; yields its /mcp URL."""
-    ready = tmp_path / "front.json"
+    ready = tmp_path / f"front{next(_ids)}.json"
     proc = Proc([*INTERLOCK, "sandbox", "--mcp", "--port", "0", "--rail-url", rail_sandbox.url, "--ready-file",
-                 str(ready)], rail_sandbox.rail_env(), tmp_path / "front.log")  # fmt: skip
+                 str(ready)], {**rail_sandbox.rail_env(), **(env or {})}, ready.with_suffix(".log"))  # fmt: skip
     try:
         info = wait_until(lambda: read_json(ready), timeout=30, what="the MCP front")
         yield str(info["url"])
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def front(tmp_path: Path, rail_sandbox: SandboxProcess) -> Iterator[str]:
+    with front_process(tmp_path, rail_sandbox) as url:
+        yield url
+
+
+@pytest.fixture
+def razorpay_front(tmp_path: Path, rail_sandbox: SandboxProcess) -> Iterator[str]:
+    """The front serving razorpay-mcp-server's contract."""
+    with front_process(tmp_path, rail_sandbox, {PROFILE_ENV: RAZORPAY}) as url:
+        yield url
