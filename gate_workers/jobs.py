@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from rails.base import RAIL_MCP_UPSTREAM, make_rail
 from rails.mcp_upstream import FETCH_BALANCE
 from rails.razorpay import RailError
 from rails.upstream_manifest import ManifestCache, ToolLister
+from rails.upstream_tools import ToolMap
 
 logger = logging.getLogger(__name__)
 
@@ -51,6 +53,18 @@ class GateRuntime:
     # Proxy mode: the upstream's manifest, which G6 judges instead of Interlock's own catalogue.
     upstream: ManifestCache | None = None
     rail_queues: dict[str, Any] = field(default_factory=dict)
+    # Set when proposals run on a thread pool: each thread then opens its own read-only connection here.
+    ledger_path: Path | None = None
+    _readers: threading.local = field(default_factory=threading.local, repr=False)
+
+    def reader(self) -> sqlite3.Connection:
+        """The ledger, read-only, for the calling thread: a sqlite3 connection never crosses threads."""
+        if self.ledger_path is None:
+            return self.ledger
+        conn: sqlite3.Connection | None = getattr(self._readers, "ledger", None)
+        if conn is None:
+            conn = self._readers.ledger = open_ledger(self.ledger_path, readonly=True)
+        return conn
 
     def rail_queue(self, shard: str) -> Any:
         """The shard's RQ rail queue, built once per worker rather than once per job."""
@@ -75,33 +89,39 @@ class GateRuntime:
             redis=connect(settings.redis_url),
             tool_hashes=current_pins(),
             upstream=upstream,
+            ledger_path=ledger_path,
         )
 
     def gate_context(self, mandate: Mandate | None, now: int) -> GateContext:
         """G6 judges Interlock's own tools, or in proxy mode what the upstream serves now (SPEC §7)."""
         if self.upstream is None:
-            return GateContext(mandate=mandate, now_ms=now, ledger=self.ledger, tool_hashes=self.tool_hashes)
+            return GateContext(mandate=mandate, now_ms=now, ledger=self.reader(), tool_hashes=self.tool_hashes)
         try:
             hashes = self.upstream.hashes()
         except RailError as exc:
             # Fail closed: with no manifest every upstream tool is unknown to G6 (and G2 cannot read either).
             logger.warning("upstream manifest unavailable: %s", exc)
             hashes = {}
-        return GateContext(mandate=mandate, now_ms=now, ledger=self.ledger, tool_hashes=hashes,
+        return GateContext(mandate=mandate, now_ms=now, ledger=self.reader(), tool_hashes=hashes,
                            upstream_tools=frozenset(hashes))  # fmt: skip
 
     def missing_balance_read(self) -> str | None:
         """What the rail lacks when it is known to offer no balance read: in proxy mode, an upstream that
-        lists no balance tool (razorpay-mcp-server has none). An unreadable manifest is not such knowledge."""
+        lists no balance tool (razorpay-mcp-server has none), or a tool map that names none. An unreadable
+        manifest is not such knowledge."""
         if self.upstream is None:
             return None
+        tool_map = getattr(self.rail, "tools", None)
+        name = tool_map.fetch_balance if isinstance(tool_map, ToolMap) else FETCH_BALANCE
+        if name is None:
+            return "a balance read: INTERLOCK_UPSTREAM_TOOLS maps fetch_balance to no upstream tool"
         try:
             tools = self.upstream.tools()
         except RailError:
             return None  # the read itself then fails as an outage, and G6 fails closed
-        if FETCH_BALANCE in tools:
+        if name in tools:
             return None
-        return f"a balance read: the upstream MCP server lists no {FETCH_BALANCE!r} tool"
+        return f"a balance read: the upstream MCP server lists no {name!r} tool"
 
 
 def _open_when_present(path: Path, wait_s: float) -> sqlite3.Connection:
@@ -158,7 +178,7 @@ def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
     # The window is the call's own time (the ingress's received_at_ms), not when this worker got to it:
     # a job redelivered or picked up late must key the same settlement the same way (ADR 0009).
     missing = rt.missing_balance_read() if proposal.tool == SETTLEMENT_TOOL else None
-    action = resolve(proposal, rt.rail, rt.ledger, mandate, proposal.received_at_ms,
+    action = resolve(proposal, rt.rail, rt.reader(), mandate, proposal.received_at_ms,
                      grace_ms=rt.settings.settlement_window_grace_ms, balance_read_missing=missing)  # fmt: skip
     trace = {**proposal.trace, "rail_read_done": trace_now()}
     ctx = rt.gate_context(mandate, now)

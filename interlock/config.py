@@ -39,6 +39,11 @@ class Settings(BaseSettings):
     )
     upstream_command: str | None = Field(default=None, description="upstream MCP server command line (stdio)")
     upstream_url: str | None = Field(default=None, description="upstream MCP server URL (streamable HTTP)")
+    upstream_tools: str | None = Field(
+        default=None,
+        description="JSON object renaming the upstream tools the proxy adapter reads with, e.g. "
+        '{"fetch_balance": null} (docs/proxy.md)',
+    )
     upstream_manifest_ttl_ms: int = Field(
         default=1000, ge=0, description="how long a fetched upstream tool manifest is reused (0: fetch every time)"
     )
@@ -49,6 +54,10 @@ class Settings(BaseSettings):
     rail_concurrency: int = Field(
         default=64, ge=1, le=1024, description="money calls the rail worker keeps in flight at once (1: one at a time)"
     )
+    gate_concurrency: int = Field(
+        default=16, ge=1, le=256,
+        description="proposals one gate worker evaluates at once (each waits on its own rail read)",
+    )  # fmt: skip
     settlement_window_grace_ms: int = Field(
         default=DEFAULT_SETTLEMENT_GRACE_MS, ge=0,
         description="after an idempotency window's boundary, how long a repeat of a settlement still lands on "

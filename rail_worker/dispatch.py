@@ -1,12 +1,13 @@
 """Many money calls in flight from the one leased rail worker (SPEC §8 step 6, ADR 0011).
 
-The RQ job runs in the worker's main thread: it takes a call slot, admits the Decision (a committed
-transaction, through the group-commit writer), hands the rest to a pool thread and finishes — the ledger,
-not the queue, owns the outcome from there. The pool thread starts the attempt (IN_FLIGHT committed),
-sends the request inside its send window (ADR 0005), records the answer (fenced) and publishes the
-Outcome. At most INTERLOCK_RAIL_CONCURRENCY calls are out at once; a job waits for a free slot *before*
-anything of its call is written, so no row's lease runs down in a queue. With concurrency 1 everything
-runs inline in the job, as it did before there was a pool.
+The RQ job runs in the worker's main thread: it takes a call slot and hands its Decision to a pool thread,
+then finishes — the ledger, not the queue, owns the outcome from there. The pool thread admits the
+Decision (a committed transaction through the group-commit writer, which folds the admissions of many
+threads into one commit), starts the attempt (IN_FLIGHT committed), sends the request inside its send
+window (ADR 0005), records the answer (fenced) and publishes the Outcome. At most
+INTERLOCK_RAIL_CONCURRENCY calls are out at once; a job waits for a free slot *before* anything of its
+call is written, so no row's lease runs down in a queue. With concurrency 1 everything runs inline in the
+job, as it did before there was a pool.
 """
 
 from __future__ import annotations
@@ -53,35 +54,87 @@ class Dispatcher:
         self._calls: dict[tuple[str, str], list[str]] = {}
 
     def handle_decision(self, decision: Decision) -> str:
-        """Admit a Decision and, when it authorizes an intent, dispatch its call. Returns what happened."""
+        """Admit a Decision and, when it authorizes an intent, make its call. Inline at concurrency 1 (the job
+        returns what happened); else on a pool thread, once a call slot is free: the job is done when its
+        Decision is handed over, and the admissions of many pool threads share the writer's commits."""
+        if self._pool is None:
+            with self._slot():
+                return self._admit(decision, None)
         with self._slot() as slot:
+            slot.handed_off = True
+            self._pool.submit(self._admit, decision, slot)
+        return DISPATCHED
+
+    def execute(self, merchant_id: str, sik: str, request_id: str | None) -> str:
+        """An execute job (a retry the reconciler authorized, a released hold, a stranded intent)."""
+        with self._slot() as slot:
+            if self._pool is None:
+                return self._start(merchant_id, sik, request_id, {}, None)
+            slot.handed_off = True
+            self._pool.submit(self._start, merchant_id, sik, request_id, {}, slot)
+        return DISPATCHED
+
+    def _admit(self, decision: Decision, slot: _Slot | None) -> str:
+        """*slot* is the call slot a pool thread owns (None inline, where the job holds it): released here
+        when no call follows, else by _run once the call is recorded.
+
+        The intent is claimed *before* admission: a repeat admitted on another thread a moment later then
+        waits for this call's recorded answer, whichever of the two commits first."""
+        key = (decision.merchant_id, decision.sik) if decision.sik is not None else None
+        claimed = key is not None and self._claim(key)
+        calls = False
+        try:
             admission = admit(self.rt, decision)
             trace: Trace = {**decision.trace, "admitted": trace_now()}
             if admission.execute is None:
                 if not self._waits_for_its_call(admission.outcome):
                     self._publish(admission.outcome, trace)
                 return admission.outcome.state if admission.outcome else "NO_OUTCOME"
+            calls = True
             intent = admission.execute
-            return self._start(slot, intent.merchant_id, intent.sik, decision.request_id, trace)
-
-    def execute(self, merchant_id: str, sik: str, request_id: str | None) -> str:
-        """An execute job (a retry the reconciler authorized, a released hold, a stranded intent)."""
-        with self._slot() as slot:
-            return self._start(slot, merchant_id, sik, request_id, {})
-
-    def _start(self, slot: _Slot, merchant_id: str, sik: str, request_id: str | None, trace: Trace) -> str:
-        """Start the attempt and make the call: inline at concurrency 1 (the job keeps its slot), else on a
-        pool thread, which takes the slot over — the job is done once its call is dispatched."""
-        if self._pool is None:
-            self._run(merchant_id, sik, request_id, trace, slot=None, answers_repeats=False)
+            landing = (intent.merchant_id, intent.sik)
+            if landing != key:  # a grace intent (ADR 0009): the call claims it, not the SIK claimed above
+                if claimed:
+                    claimed = self._release(key)  # type: ignore[arg-type]
+                return self._start(intent.merchant_id, intent.sik, decision.request_id, trace, slot)
+            self._run(intent.merchant_id, intent.sik, decision.request_id, trace, slot, answers_repeats=claimed)
             return "DONE"
-        slot.handed_off = True
-        with self._lock:  # only the call that registered the intent answers its repeats
-            answers_repeats = (merchant_id, sik) not in self._calls
-            if answers_repeats:
-                self._calls[(merchant_id, sik)] = []
-        self._pool.submit(self._run, merchant_id, sik, request_id, trace, slot, answers_repeats)
-        return DISPATCHED
+        except Exception:
+            if slot is None:
+                raise  # inline: the job fails, and RQ keeps the traceback
+            # Nothing admitted is lost: the agent's repeat of the call comes back to the ledger.
+            logger.exception("admission of request %s failed", decision.request_id)
+            return "FAILED"
+        finally:
+            if not calls:
+                if claimed:
+                    self._release(key)  # type: ignore[arg-type]
+                if slot is not None:
+                    self._slots.release()
+
+    def _start(self, merchant_id: str, sik: str, request_id: str | None, trace: Trace,
+               slot: _Slot | None) -> str:  # fmt: skip
+        """Start the attempt, make the call, record and publish its answer. *slot* is the call slot this
+        pool thread owns and releases when the call is recorded (None inline, where the job holds it)."""
+        claimed = self._claim((merchant_id, sik))  # only the call that claimed the intent answers its repeats
+        self._run(merchant_id, sik, request_id, trace, slot, answers_repeats=claimed)
+        return "DONE"
+
+    def _claim(self, key: tuple[str, str]) -> bool:
+        with self._lock:
+            if key in self._calls:
+                return False
+            self._calls[key] = []
+            return True
+
+    def _release(self, key: tuple[str, str]) -> bool:
+        """Give up a claim and answer the repeats that waited on it with what the ledger says now. Returns
+        False: the caller holds no claim any more."""
+        with self._lock:
+            waiting = self._calls.pop(key, [])
+        if waiting:
+            self._answer_repeats(key[0], key[1], waiting)
+        return False
 
     def _waits_for_its_call(self, outcome: Outcome | None) -> bool:
         """A repeat of a call that is on a pool thread right now is answered when that call is recorded, with
@@ -121,12 +174,10 @@ class Dispatcher:
         except Exception:  # noqa: BLE001 - an IN_FLIGHT row left behind is settled by the reconciler, by stamp
             logger.exception("the attempt on %s ended without a record", sik)
         finally:
-            with self._lock:
-                waiting = self._calls.pop((merchant_id, sik), []) if answers_repeats else []
             if slot is not None:
                 self._slots.release()
-            if waiting:
-                self._answer_repeats(merchant_id, sik, waiting)
+            if answers_repeats:
+                self._release((merchant_id, sik))
 
     def _answer_repeats(self, merchant_id: str, sik: str, request_ids: list[str]) -> None:
         try:

@@ -10,11 +10,11 @@ import threading
 import time
 
 import click
-from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
 from interlock.clock import now_ms
 from interlock.config import load_settings
+from interlock.consumer import LeanWorker
 from interlock.errors import LeaseHeld
 from interlock.queues import rail_queue, rq_queue
 from interlock.redis_conn import connect
@@ -26,6 +26,8 @@ from rail_worker.runtime import RailRuntime
 from rail_worker.writer import LedgerWriter
 
 logger = logging.getLogger(__name__)
+
+PREFETCH = 32  # Decisions taken off the queue per dequeue, at most
 
 
 @click.command("rail-worker")
@@ -49,10 +51,15 @@ def rail_worker_command(burst: bool, wait_lease: float) -> None:
             logger.info("executing intent %s left AUTHORIZED by a previous worker", sik)
             dispatcher.execute(merchant_id, sik, None)
         queue = rq_queue(rail_queue(settings.shard), rt.redis)
-        worker = SimpleWorker([queue], connection=rt.redis, serializer=JSONSerializer)
+        # The main thread only hands Decisions to call slots, so it takes them a few at a time.
+        worker = LeanWorker([queue], connection=rt.redis, serializer=JSONSerializer,
+                            prefetch=min(PREFETCH, settings.rail_concurrency))  # fmt: skip
         logger.info("rail worker %s (epoch %d) consuming %s with up to %d calls in flight", rt.owner,
                     rt.current_lease().epoch, queue.name, settings.rail_concurrency)  # fmt: skip
-        worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
+        try:
+            worker.work(burst=burst, logging_level="WARNING", with_scheduler=False)
+        finally:
+            worker.drain()  # Decisions taken and not yet handed over go back on the queue
     finally:
         dispatcher.drain()  # every call already out is recorded (or fenced) while the lease still beats
         heartbeat.stopping.set()

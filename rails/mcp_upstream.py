@@ -62,7 +62,7 @@ class McpUpstreamRail:
     @classmethod
     def from_settings(cls, settings: Settings) -> McpUpstreamRail:
         """Rail from INTERLOCK_UPSTREAM_COMMAND or _URL (exactly one), INTERLOCK_RAIL_TIMEOUT_MS and the tool map
-        (INTERLOCK_UPSTREAM_TOOLS, once interlock.config declares it: docs/proxy.md)."""
+        (INTERLOCK_UPSTREAM_TOOLS: docs/proxy.md)."""
         if settings.upstream_command is None and settings.upstream_url is None:
             raise ConfigError(
                 "INTERLOCK_RAIL=mcp-upstream needs INTERLOCK_UPSTREAM_URL (streamable HTTP) or "
@@ -70,7 +70,7 @@ class McpUpstreamRail:
                 variable="INTERLOCK_UPSTREAM_URL",
             )
         target = UpstreamTarget(command=settings.upstream_command, url=settings.upstream_url)
-        tools = ToolMap.parse(getattr(settings, "upstream_tools", None))
+        tools = ToolMap.parse(settings.upstream_tools)
         return cls(UpstreamSession(target, timeout_s=settings.rail_timeout_ms / 1000), tools=tools)
 
     def close(self) -> None:

@@ -61,6 +61,12 @@ DEFAULT_KEY_SECRET = "interlock_sandbox_secret"
     type=click.Path(dir_okay=False, path_type=Path),
     help="with --mcp: JSON {tool: {description: ...}} re-read on every request (the manifest-poisoning fault)",
 )
+@click.option(
+    "--mcp-profile",
+    type=click.Choice(["sandbox", "razorpay-mcp-server"]),
+    default=None,
+    help="with --mcp: the tool contract the front serves [env INTERLOCK_SANDBOX_MCP_PROFILE, else sandbox]",
+)
 def sandbox_command(
     port: int,
     data_dir: Path,
@@ -75,6 +81,7 @@ def sandbox_command(
     stdio: bool,
     rail_url: str | None,
     manifest_overrides: Path | None,
+    mcp_profile: str | None,
 ) -> None:
     """Run a Razorpay-compatible rail with a durable journal and fault profiles (see docs/sandbox.md).
 
@@ -85,7 +92,8 @@ def sandbox_command(
     key_id = key_id or os.environ.get("INTERLOCK_RAIL_KEY_ID") or DEFAULT_KEY_ID
     key_secret = key_secret or os.environ.get("INTERLOCK_RAIL_KEY_SECRET") or DEFAULT_KEY_SECRET
     if mcp:
-        _serve_mcp_front(host, port, stdio, rail_url, key_id, key_secret, manifest_overrides, ready_file)
+        _serve_mcp_front(host, port, stdio, rail_url, key_id, key_secret, manifest_overrides, ready_file,
+                         mcp_profile)  # fmt: skip
         return
     if port is None:
         raise click.UsageError("Missing option '--port'.")
@@ -124,7 +132,7 @@ def _profiles(specs: tuple[str, ...]) -> list[Fault]:
 
 def _serve_mcp_front(
     host: str, port: int | None, stdio: bool, rail_url: str | None, key_id: str, key_secret: str,
-    overrides: Path | None, ready_file: Path | None,
+    overrides: Path | None, ready_file: Path | None, profile: str | None,
 ) -> None:  # fmt: skip
     from sandbox.mcp_front import Front
     from sandbox.mcp_serve import serve_front_http, serve_front_stdio
@@ -132,7 +140,10 @@ def _serve_mcp_front(
     url = rail_url or os.environ.get("INTERLOCK_RAIL_URL")
     if not url:
         raise click.UsageError("--mcp needs the sandbox's origin: --rail-url or INTERLOCK_RAIL_URL")
-    front = Front(url, key_id, key_secret, overrides=overrides)
+    try:
+        front = Front(url, key_id, key_secret, overrides=overrides, profile=profile)
+    except ValueError as exc:  # an unknown INTERLOCK_SANDBOX_MCP_PROFILE
+        raise click.UsageError(str(exc)) from None
     if stdio:
         serve_front_stdio(front)
         return

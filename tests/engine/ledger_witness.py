@@ -15,6 +15,11 @@ from typing import Any
 import httpx
 
 
+class _Server(ThreadingHTTPServer):
+    # Many gate reads and money calls open connections at once: the default backlog of 5 drops SYNs.
+    request_queue_size = 1024
+
+
 class LedgerWitness:
     def __init__(self, upstream: str, ledger: Path, *, money_delay_ms: int = 200, split: bool = False) -> None:
         self.upstream = upstream.rstrip("/")
@@ -28,7 +33,8 @@ class LedgerWitness:
         self.max_concurrent = 0
         self._out = 0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self._client = httpx.Client(timeout=30, limits=httpx.Limits(max_connections=512))
+        self._server = _Server(("127.0.0.1", 0), self._handler())
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
@@ -43,6 +49,7 @@ class LedgerWitness:
     def __exit__(self, *exc: object) -> None:
         self._server.shutdown()
         self._server.server_close()
+        self._client.close()
 
     def _committed_in_flight(self, sik: str) -> str | None:
         conn = sqlite3.connect(f"file:{self.ledger}?mode=ro", uri=True)
@@ -95,8 +102,8 @@ class LedgerWitness:
                 hold_after = witness._money(body) if money else False
                 try:
                     headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
-                    answer = httpx.request(self.command, witness.upstream + self.path, content=body, headers=headers,
-                                           timeout=30)  # fmt: skip
+                    answer = witness._client.request(self.command, witness.upstream + self.path, content=body,
+                                                     headers=headers)  # fmt: skip
                     if hold_after:
                         time.sleep(witness.money_delay_ms / 1000)
                 finally:

@@ -46,7 +46,7 @@ def test_two_hundred_refunds_in_flight_together_each_commit_before_they_leave(
         outcomes = _all(engine, calls)
     finally:
         witness.__exit__()
-    assert Counter(o.state for o in outcomes) == {"APPLIED": 200}
+    assert Counter(o.state for o in outcomes) == {"APPLIED": 200}, Counter((o.state, o.reason_code) for o in outcomes)
     assert all(o.sik is not None and engine.rail.count_stamped(o.sik) == 1 for o in outcomes)
     assert witness.violations == [], witness.violations[:5]
     assert witness.money_calls == 200

@@ -8,6 +8,7 @@ import json
 import socket
 import sqlite3
 
+import pytest
 from mcp_types import TextContent, Tool
 
 from gate_workers.context import GateContext
@@ -24,6 +25,7 @@ from rail_worker.runtime import RailRuntime
 from rails.models import Balance, Payment
 from rails.razorpay import RazorpayClient
 from rails.upstream_manifest import ManifestCache
+from rails.upstream_tools import ToolMap
 from sandbox.testing import SandboxProcess
 from tests.mandates import AGENT, MERCHANT, make_mandate
 
@@ -99,3 +101,30 @@ def test_an_upstream_without_a_balance_tool_is_refused_naming_the_tool(ledger: s
     assert decision.reason_code == "G2_BALANCE_UNREADABLE" and decision.sik is None
     g2 = next(r for r in decision.results if r.gate == "G2")
     assert g2.detail["missing"] == "a balance read: the upstream MCP server lists no 'fetch_balance' tool"
+
+
+class UpstreamWithRenamedBalance(UpstreamWithoutBalance):
+    """An upstream whose balance tool Interlock reads under another name (INTERLOCK_UPSTREAM_TOOLS)."""
+
+    def __init__(self, balance_tool: str | None) -> None:
+        self.tools = ToolMap.parse(json.dumps({"fetch_balance": balance_tool}))
+
+    def list_tools(self) -> list[Tool]:
+        return [*super().list_tools(), Tool(name="get_settlement_balance", input_schema={"type": "object"})]
+
+
+@pytest.mark.parametrize(("balance_tool", "missing"), [
+    (None, "a balance read: INTERLOCK_UPSTREAM_TOOLS maps fetch_balance to no upstream tool"),
+    ("get_balance", "a balance read: the upstream MCP server lists no 'get_balance' tool"),
+])  # fmt: skip
+def test_the_balance_tool_is_looked_for_under_its_mapped_name(
+    ledger: sqlite3.Connection, balance_tool: str | None, missing: str
+) -> None:
+    upstream = UpstreamWithRenamedBalance(balance_tool)
+    rt = GateRuntime(settings=Settings(), mandates=MandateStore({AGENT: make_mandate()}), rail=upstream,
+                     ledger=ledger, redis=None, tool_hashes={},  # type: ignore[arg-type]
+                     upstream=ManifestCache(upstream, ttl_ms=0))  # fmt: skip
+    assert rt.missing_balance_read() == missing
+    found = UpstreamWithRenamedBalance("get_settlement_balance")
+    rt.rail, rt.upstream = found, ManifestCache(found, ttl_ms=0)
+    assert rt.missing_balance_read() is None
