@@ -25,6 +25,7 @@ import redis
 
 from bench.env import AGENT
 from bench.metrics import percentile
+from bench.perf_cpu import CpuSample
 from bench.perf_rail import RAILS, RailAloneSample, run_rail_alone
 from bench.perf_rig import MERCHANT, PERF_ENV, PERF_MANDATE, PerfRig, joined_traces, run_agents
 from bench.perf_trace import Definite, HopStat, breakdown
@@ -99,6 +100,7 @@ class PerfReport:
     hops: dict[str, list[HopStat]] = field(default_factory=dict)  # a run's label -> its per-hop breakdown
     definite: list[Definite] = field(default_factory=list)
     rail_alone: list[RailAloneSample] = field(default_factory=list)
+    cpu: list[CpuSample] = field(default_factory=list)  # CPU per call by process, direct and gated
 
 
 def sqlite_commit_floor(directory: Path, commits: int = 200) -> list[float]:
@@ -164,7 +166,7 @@ def _latency_and_throughput(rig: PerfRig, config: PerfConfig, report: PerfReport
         rig.rail_latency(rail_ms)
         for mode in ("direct", "gated"):
             rig.take_traces()
-            results, _ = run_agents(rig, mode, 1, calls)
+            results, _, _ = run_agents(rig, mode, 1, calls)
             sample = LatencySample(mode, rail_ms, [c.ms for c in results], sum(not c.ok for c in results))
             report.latency.append(sample)
             if mode == "gated":
@@ -175,10 +177,14 @@ def _latency_and_throughput(rig: PerfRig, config: PerfConfig, report: PerfReport
             total = max(config.calls_per_agent * agents, floor)
             for mode in ("direct", "gated"):
                 rig.take_traces()
-                results, seconds = run_agents(rig, mode, agents, total)
+                hop_run = agents == HOP_AGENTS[0 if rail_ms == 0 else "slow"]
+                label = f"{mode}, {rail_ms} ms rail, {agents} agents"
+                results, seconds, cpu = run_agents(rig, mode, agents, total, cpu_label=label if hop_run else None)
                 tput = ThroughputSample(mode, rail_ms, agents, total, sum(c.ok for c in results), seconds)
                 report.throughput.append(tput)
-                if mode == "gated" and agents == HOP_AGENTS[0 if rail_ms == 0 else "slow"]:
+                if cpu is not None:
+                    report.cpu.append(cpu)
+                if mode == "gated" and hop_run:
                     traces = joined_traces(results, rig.take_traces())
                     report.hops[f"{rail_ms} ms rail, {agents} agents"] = breakdown(traces)
                 echo(f"throughput {mode:<6} rail {rail_ms:>4} ms, {agents:>2} agents: {tput.per_second:.1f}/s")

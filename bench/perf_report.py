@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bench.metrics import percentile
 from bench.perf import LatencySample, PerfReport, ThroughputSample
+from bench.perf_cpu import BENCH
 from bench.perf_plot import plot
 from bench.perf_rail import RailAloneSample
 from bench.perf_trace import STAMPS, HopStat, definite_stats, summary_line
@@ -83,7 +84,7 @@ def render(report: PerfReport, *, command: str, plot: Path | None) -> str:
         f"p50 {floor:.2f} ms / p99 {percentile(report.sqlite_commit_ms, 99):.2f} ms "
         f"({len(report.sqlite_commit_ms)} commits)." if floor else "Physical floor: not measured.",
     ]
-    lines += _latency_section(report) + _throughput_section(report) + _hop_section(report)
+    lines += _latency_section(report) + _throughput_section(report) + _cpu_section(report) + _hop_section(report)
     lines += _definite_section(report) + _rail_alone_section(report) + _gates_section(report)
     if plot is not None:
         lines += ["", f"![performance bench]({plot.as_posix()})"]
@@ -134,6 +135,31 @@ def _throughput_section(report: PerfReport) -> list[str]:
             short = f" ({g.calls - g.applied} not applied)" if g.applied < g.calls else ""
             lines.append(f"| {rail_ms} ms | {agents} | {g.calls}{short} | {d.per_second:.1f} | "
                          f"{g.per_second:.1f} | {_ratio(g.per_second, d.per_second)} |")  # fmt: skip
+    return lines
+
+
+def _cpu_section(report: PerfReport) -> list[str]:
+    if not report.cpu:
+        return []
+    cpus = os.cpu_count() or 1
+    names = sorted({n for s in report.cpu for n in s.ms_per_call}, key=lambda n: (n == BENCH, n))
+    lines = [
+        "",
+        f"### CPU per money call, by process ({cpus} CPUs)",
+        "",
+        "User + system CPU each process spent during one throughput run, divided by its calls (`/proc/<pid>/stat`; "
+        "the bench's own process runs the agents). With every hop ready at once the machine cannot move more "
+        f"than {cpus} × 1000 / (total CPU ms per call) calls per second, whatever the design.",
+        "",
+        "| process | " + " | ".join(s.label for s in report.cpu) + " |",
+        "|---|" + "---|" * len(report.cpu),
+    ]
+    for name in names:
+        cells = [f"{s.ms_per_call[name]:.2f}" if name in s.ms_per_call else "—" for s in report.cpu]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines.append("| **total** | " + " | ".join(f"**{s.total_ms:.2f}**" for s in report.cpu) + " |")
+    lines.append("| CPU ceiling, calls/s | " + " | ".join(f"{cpus * 1000 / s.total_ms:.0f}" if s.total_ms else "—"
+                                                     for s in report.cpu) + " |")  # fmt: skip
     return lines
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import redis
 
 from bench.env import AGENT, TOKEN, mandate_data, write_mandate
+from bench.perf_cpu import CpuSample, measure
 from ingress.app import TRACE_ENV
 from ingress.tokens import token_sha256
 from interlock.agent_client import SandboxControl, mcp_client, structured
@@ -79,6 +80,13 @@ class PerfRig:
         stack.start_engine()
         stack.wait_for_ingress()
         return self
+
+    def pids(self) -> dict[str, int]:
+        """Every process of the stack by name (actors, the sandbox, redis-server), for CPU accounting."""
+        found = {name: actor.pid for name, actor in self.stack.actors.items() if actor.alive()}
+        if self.stack.redis is not None:
+            found["redis-server"] = self.stack.redis.pid
+        return found
 
     def payments(self, n: int) -> list[str]:
         assert self.control is not None
@@ -183,10 +191,19 @@ def split(ids: list[str], agents: int) -> list[list[str]]:
     return [ids[i::agents] for i in range(agents)]
 
 
-def run_agents(rig: PerfRig, mode: str, agents: int, calls: int) -> tuple[list[Call], float]:
-    """*calls* refunds on fresh payments by *agents* concurrent agents; returns the calls and the wall time."""
+def run_agents(rig: PerfRig, mode: str, agents: int, calls: int,
+               cpu_label: str | None = None) -> tuple[list[Call], float, CpuSample | None]:  # fmt: skip
+    """*calls* refunds on fresh payments by *agents* concurrent agents; returns the calls, the wall time and,
+    with *cpu_label*, the CPU every process spent per call meanwhile (the payments are made before)."""
     payments = split(rig.payments(calls), agents)
-    started = time.perf_counter()
     runner = _gated_agents if mode == "gated" else _direct_agents
-    results = asyncio.run(runner(rig, payments))
-    return results, time.perf_counter() - started
+
+    def run() -> tuple[list[Call], float]:
+        started = time.perf_counter()
+        results = asyncio.run(runner(rig, payments))
+        return results, time.perf_counter() - started
+
+    if cpu_label is None:
+        return (*run(), None)
+    (results, seconds), sample = measure(rig.pids, cpu_label, calls, run)
+    return results, seconds, sample

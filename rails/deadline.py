@@ -25,6 +25,7 @@ request bytes.
 
 from __future__ import annotations
 
+import itertools
 import ssl
 import threading
 import time
@@ -229,12 +230,24 @@ class DeadlineBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
-def http_transport(connections: int = 100) -> httpx.HTTPTransport:
+POOL_SHARD = 32  # connections per httpcore pool: its bookkeeping scans every connection on every request
+
+
+def http_transport(connections: int = 100) -> httpx.BaseTransport:
     """httpx's transport with never a retry (I3) and the deadline backend under its connection pool.
 
     *connections* should cover the calls a process keeps in flight at once (the rail worker's concurrency):
     past it a request waits for a connection inside its own deadline, and keep-alive is kept for all of
-    them so a busy worker does not reconnect per call."""
+    them so a busy worker does not reconnect per call. Above POOL_SHARD connections the pool is split into
+    several, each thread keeping to one: httpcore walks a whole pool on every request and every release,
+    which at 256 connections cost the rail worker more CPU than the HTTP itself."""
+    if connections <= POOL_SHARD:
+        return _pooled_transport(connections)
+    shards = -(-connections // POOL_SHARD)
+    return _ThreadShardedTransport([_pooled_transport(-(-connections // shards)) for _ in range(shards)])
+
+
+def _pooled_transport(connections: int) -> httpx.HTTPTransport:
     transport = httpx.HTTPTransport(retries=0)
     # httpx 0.28 has no network_backend argument: rebuild its pool the way it does, with ours underneath.
     transport._pool = httpcore.ConnectionPool(
@@ -248,6 +261,25 @@ def http_transport(connections: int = 100) -> httpx.HTTPTransport:
         network_backend=DeadlineBackend(),
     )
     return transport
+
+
+class _ThreadShardedTransport(httpx.BaseTransport):
+    """Several connection pools; a thread is given one, in turn, the first time it sends."""
+
+    def __init__(self, shards: list[httpx.HTTPTransport]) -> None:
+        self._shards = shards
+        self._mine = threading.local()
+        self._turn = itertools.count()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        shard: httpx.HTTPTransport | None = getattr(self._mine, "shard", None)
+        if shard is None:
+            shard = self._mine.shard = self._shards[next(self._turn) % len(self._shards)]
+        return shard.handle_request(request)
+
+    def close(self) -> None:
+        for shard in self._shards:
+            shard.close()
 
 
 # -- httpcore2 (the MCP SDK's streamable HTTP client, asynchronous) ----------------------------------
