@@ -11,11 +11,9 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 BENCH = "bench (the agents' MCP / REST clients)"
 _TICK = os.sysconf("SC_CLK_TCK")
-T = TypeVar("T")
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -44,17 +42,24 @@ def _self_cpu() -> float:
     return times.user + times.system
 
 
-def measure(pids: Callable[[], dict[str, int]], label: str, calls: int, run: Callable[[], T]) -> tuple[T, CpuSample]:
-    """Run *run* and charge the CPU each process spent meanwhile to *calls* calls. *pids* names the processes
-    (read before and after: a process that died in between is left out)."""
-    watched = pids()
-    before = {name: cpu_seconds(pid) for name, pid in watched.items()}
-    mine = _self_cpu()
-    result = run()
-    sample = CpuSample(label, calls)
-    sample.ms_per_call[BENCH] = (_self_cpu() - mine) * 1000 / max(calls, 1)
-    for name, pid in watched.items():
-        start, end = before[name], cpu_seconds(pid)
-        if start is not None and end is not None:
-            sample.ms_per_call[name] = (end - start) * 1000 / max(calls, 1)
-    return result, sample
+class CpuMeter:
+    """CPU each process spends between start() and stop(), charged to *calls* calls. *pids* names the processes
+    (a process that died in between is left out)."""
+
+    def __init__(self, pids: Callable[[], dict[str, int]], label: str, calls: int) -> None:
+        self.pids, self.label, self.calls = pids, label, calls
+        self._before: dict[str, tuple[int, float | None]] = {}
+        self._mine = 0.0
+
+    def start(self) -> None:
+        self._before = {name: (pid, cpu_seconds(pid)) for name, pid in self.pids().items()}
+        self._mine = _self_cpu()
+
+    def stop(self) -> CpuSample:
+        sample = CpuSample(self.label, self.calls)
+        sample.ms_per_call[BENCH] = (_self_cpu() - self._mine) * 1000 / max(self.calls, 1)
+        for name, (pid, start) in self._before.items():
+            end = cpu_seconds(pid)
+            if start is not None and end is not None:
+                sample.ms_per_call[name] = (end - start) * 1000 / max(self.calls, 1)
+        return sample

@@ -135,6 +135,17 @@ def _throughput_section(report: PerfReport) -> list[str]:
             short = f" ({g.calls - g.applied} not applied)" if g.applied < g.calls else ""
             lines.append(f"| {rail_ms} ms | {agents} | {g.calls}{short} | {d.per_second:.1f} | "
                          f"{g.per_second:.1f} | {_ratio(g.per_second, d.per_second)} |")  # fmt: skip
+    lat = _latency(report)
+    bounds = []
+    for rail_ms in sorted({t.rail_ms for t in report.throughput}):
+        direct, gated = lat.get(("direct", rail_ms)), lat.get(("gated", rail_ms))
+        if direct is not None and gated is not None and gated.p50:
+            bounds.append(f"{direct.p50 / gated.p50:.2f} at {rail_ms} ms ({direct.p50:.1f} / {gated.p50:.1f} ms)")
+    if bounds:
+        lines += ["", "Each agent waits for its answer before its next call, so C agents move C / latency calls per "
+                  "second: at equal concurrency gated / direct throughput can reach at most direct / gated latency "
+                  "(p50, one agent, from the latency table): " + "; ".join(bounds) + ". A gated call makes two rail "
+                  "round trips (the gate's payment read, then the money call), a direct call one."]  # fmt: skip
     return lines
 
 

@@ -20,7 +20,7 @@ from typing import Any
 import redis
 
 from bench.env import AGENT, TOKEN, mandate_data, write_mandate
-from bench.perf_cpu import CpuSample, measure
+from bench.perf_cpu import CpuMeter, CpuSample
 from ingress.app import TRACE_ENV
 from ingress.tokens import token_sha256
 from interlock.agent_client import SandboxControl, mcp_client, structured
@@ -156,32 +156,70 @@ def _direct_refund(client: RazorpayClient, payment_id: str) -> Call:
     return Call(ok, (time.perf_counter() - started) * 1000)
 
 
-async def _direct_agents(rig: PerfRig, payments: list[list[str]]) -> list[Call]:
+class Window:
+    """The timed part of a throughput run: from when every agent is ready to when the last call is answered.
+    Connecting (an MCP session's handshake, a REST client's pool) is set-up, not throughput."""
+
+    def __init__(self, agents: int, meter: CpuMeter | None) -> None:
+        self.meter = meter
+        self._waiting = self._running = agents
+        self._go = asyncio.Event()
+        self.started = self.ended = 0.0
+        self.cpu: CpuSample | None = None
+
+    async def ready(self) -> None:
+        """Called by each agent once it is connected; returns when all are."""
+        self._waiting -= 1
+        if self._waiting == 0:
+            if self.meter is not None:
+                self.meter.start()
+            self.started = time.perf_counter()
+            self._go.set()
+        await self._go.wait()
+
+    def done(self) -> None:
+        """Called by each agent after its last answer; the last one ends the window."""
+        self._running -= 1
+        if self._running == 0:
+            self.ended = time.perf_counter()
+            if self.meter is not None:
+                self.cpu = self.meter.stop()
+
+
+async def _direct_agents(rig: PerfRig, payments: list[list[str]], window: Window) -> list[Call]:
     client = rig.direct_client()
     loop = asyncio.get_running_loop()
     results: list[Call] = []
     with ThreadPoolExecutor(max_workers=len(payments)) as pool:
 
         async def agent(mine: list[str]) -> None:
-            for pid in mine:
-                results.append(await loop.run_in_executor(pool, _direct_refund, client, pid))
+            await window.ready()
+            try:
+                for pid in mine:
+                    results.append(await loop.run_in_executor(pool, _direct_refund, client, pid))
+            finally:
+                window.done()
 
         await asyncio.gather(*(agent(mine) for mine in payments))
     client.close()
     return results
 
 
-async def _gated_agents(rig: PerfRig, payments: list[list[str]]) -> list[Call]:
+async def _gated_agents(rig: PerfRig, payments: list[list[str]], window: Window) -> list[Call]:
     results: list[Call] = []
 
     async def agent(mine: list[str]) -> None:
         async with mcp_client(rig.url, TOKEN, timeout_s=120) as client:
-            for pid in mine:
-                started, sent = time.perf_counter(), trace_now()
-                answer = structured(await client.call_tool("create_refund", {"payment_id": pid, "amount": REFUND}))
-                got, ms = trace_now(), (time.perf_counter() - started) * 1000
-                state = answer.get("state")
-                results.append(Call(state == "APPLIED", ms, state, answer.get("sik"), sent, got))
+            await window.ready()
+            try:
+                for pid in mine:
+                    started, sent = time.perf_counter(), trace_now()
+                    answer = structured(await client.call_tool("create_refund", {"payment_id": pid, "amount": REFUND}))
+                    got, ms = trace_now(), (time.perf_counter() - started) * 1000
+                    state = answer.get("state")
+                    results.append(Call(state == "APPLIED", ms, state, answer.get("sik"), sent, got))
+            finally:
+                window.done()
 
     await asyncio.gather(*(agent(mine) for mine in payments))
     return results
@@ -193,17 +231,11 @@ def split(ids: list[str], agents: int) -> list[list[str]]:
 
 def run_agents(rig: PerfRig, mode: str, agents: int, calls: int,
                cpu_label: str | None = None) -> tuple[list[Call], float, CpuSample | None]:  # fmt: skip
-    """*calls* refunds on fresh payments by *agents* concurrent agents; returns the calls, the wall time and,
-    with *cpu_label*, the CPU every process spent per call meanwhile (the payments are made before)."""
+    """*calls* refunds on fresh payments by *agents* concurrent agents; returns the calls, the seconds from every
+    agent connected to the last answer and, with *cpu_label*, the CPU every process spent per call meanwhile."""
     payments = split(rig.payments(calls), agents)
     runner = _gated_agents if mode == "gated" else _direct_agents
-
-    def run() -> tuple[list[Call], float]:
-        started = time.perf_counter()
-        results = asyncio.run(runner(rig, payments))
-        return results, time.perf_counter() - started
-
-    if cpu_label is None:
-        return (*run(), None)
-    (results, seconds), sample = measure(rig.pids, cpu_label, calls, run)
-    return results, seconds, sample
+    meter = CpuMeter(rig.pids, cpu_label, calls) if cpu_label is not None else None
+    window = Window(len(payments), meter)
+    results = asyncio.run(runner(rig, payments, window))
+    return results, window.ended - window.started, window.cpu

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
+import time
 
+from bench.perf_cpu import BENCH, CpuMeter, cpu_seconds
 from bench.perf_rail import RailAloneSample, calls_for
 from bench.perf_report import _bottleneck
 from bench.perf_trace import Definite, breakdown, definite_stats, hops, summary_line, total_ms
 from bench.rail_double import RailDouble
+from tests.procs import wait_until
 
 FULL = {"agent_sent": 0, "ingress_received": 1000, "enqueued": 1500, "gate_dequeued": 4000, "rail_read_done": 6000,
         "decision_enqueued": 6500, "admitted": 10_000, "request_sent": 11_000, "answer_received": 13_000,
@@ -94,3 +100,40 @@ def test_the_rail_double_answers_a_repeated_key_with_the_original_refund_and_lis
     page = call("GET", "/v1/payments/pay_1/refunds?count=1&skip=0")
     assert isinstance(page, dict) and [r["id"] for r in page["items"]] == [other["id"]]  # type: ignore[index]
     assert asyncio.run(double.answer("DELETE", "/v1/anything", {}, b""))[0] == 400
+
+
+def _python(code: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+SPIN = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
+
+
+def test_cpu_per_call_is_charged_to_the_process_that_spent_it() -> None:
+    busy, sleeper = _python(SPIN.format(s=20)), _python("import time; time.sleep(20)")
+    try:
+        meter = CpuMeter(lambda: {"busy": busy.pid, "sleeper": sleeper.pid}, "a run", calls=2)
+        base = cpu_seconds(busy.pid) or 0.0
+        meter.start()
+        started = time.monotonic()
+        wait_until(lambda: (cpu_seconds(busy.pid) or 0.0) - base >= 0.3, timeout=20, what="0.3 s of CPU")
+        sample = meter.stop()
+        wall_ms = (time.monotonic() - started) * 1000
+    finally:
+        for proc in (busy, sleeper):
+            proc.kill()
+            proc.wait()
+    # 0.3 s or more over 2 calls, and never more than one CPU's worth of the wall time
+    assert 140 <= sample.ms_per_call["busy"] <= wall_ms / 2 + 20
+    assert sample.ms_per_call["sleeper"] < 10
+    assert BENCH in sample.ms_per_call and sample.total_ms >= sample.ms_per_call["busy"]
+
+
+def test_a_process_gone_before_the_end_is_left_out() -> None:
+    short = _python("pass")
+    meter = CpuMeter(lambda: {"short": short.pid, "bench itself": os.getpid()}, "a run", calls=1)
+    meter.start()
+    short.wait()
+    sample = meter.stop()
+    assert "short" not in sample.ms_per_call and "bench itself" in sample.ms_per_call
+    assert cpu_seconds(short.pid) is None
