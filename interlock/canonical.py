@@ -17,14 +17,14 @@ def canonical_json(value: Any) -> bytes:
     Floats are refused outright: no money value, key or hash input in Interlock is a float, and
     JCS number formatting of floats is exactly the kind of ambiguity a hash must not depend on.
     """
-    _refuse_floats(value, "$")
-    if _plain(value):
+    if _plain(value):  # holds no float, by construction
         try:
             # The same bytes as rfc8785.dumps for plain values (tests/interlock/test_canonical_fast.py checks it),
             # at a fraction of the cost: every audit record and every intent's hash goes through here.
             return json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode("utf-8")
         except UnicodeEncodeError:
             pass  # a lone surrogate: rfc8785 refuses it with its own error
+    _refuse_floats(value, "$")
     return rfc8785.dumps(value)
 
 

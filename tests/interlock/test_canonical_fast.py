@@ -41,3 +41,11 @@ def test_what_the_fast_path_does_not_take() -> None:
         canonical_json({"a": 2**53})
     with pytest.raises(rfc8785.CanonicalizationError):
         canonical_json({"a": "\ud800"})
+
+
+@pytest.mark.parametrize("value", [1.5, {"amount": 100.0}, {"lines": [{"amount": 1, "fee": 0.5}]}, (1, 2.0)])
+def test_a_float_anywhere_is_refused_with_its_path(value: Any) -> None:
+    with pytest.raises(TypeError, match=r"float at \$.* cannot be canonicalised"):
+        canonical_json(value)
+    with pytest.raises(TypeError, match=r"\$\.lines\[0\]\.fee"):
+        canonical_json({"lines": [{"amount": 1, "fee": 0.5}]})
