@@ -32,7 +32,8 @@ def bench_group() -> None:
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), default=RESULTS, show_default=True)
 @click.option("--no-write", is_flag=True, help="print the tables; leave RESULTS.md and the plot alone")
 def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, results: Path, no_write: bool) -> None:
-    """Run the 30 scenarios in both modes and write the `scenarios` section of RESULTS.md."""
+    """Run every scenario in each mode (direct, gated, gated with task binding required) and write the
+    `scenarios` section of RESULTS.md."""
     from bench.metrics import judge
     from bench.report import plot, render
     from bench.run import run_scenario

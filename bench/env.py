@@ -1,6 +1,7 @@
 """A fresh stack per scenario: redis-server, the sandbox rail, (for proxy scenarios) the sandbox's MCP
 front as the upstream, the engine and the HTTP ingress — real processes, stopped by pid. Both modes of
-a scenario run against this one sandbox; the ledger and the limits it counts are the scenario's own."""
+a scenario run against this one sandbox; the ledger and the limits it counts are the scenario's own. The task
+mode gets a stack of its own, whose mandate requires task binding."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import redis
 import yaml
 
 from bench.scenario import Scenario
+from bench.ticket import binding_required
 from ingress.tokens import token_sha256
 from interlock.agent_client import SandboxControl
 from interlock.mandate import validate_mandate
@@ -67,9 +69,12 @@ def write_mandate(path: Path, data: dict[str, Any]) -> Path:
 class ScenarioStack:
     """The processes one scenario runs against; `with ScenarioStack(...) as env:` stops them all."""
 
-    def __init__(self, scenario: Scenario, base: Path, *, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, scenario: Scenario, base: Path, *, extra_env: dict[str, str] | None = None,
+                 task_binding: bool = False) -> None:  # fmt: skip
         self.scenario = scenario
-        self.data = base / scenario.id
+        # task_binding: the mandate requires a harness-signed task on every money call (the "task" mode).
+        self.task_binding = task_binding
+        self.data = base / (scenario.id + ("-task" if task_binding else ""))
         shutil.rmtree(self.data, ignore_errors=True)
         self.data.mkdir(parents=True)
         self.stack = Stack(self.data, env={**TIMINGS, **(extra_env or {})})
@@ -91,7 +96,8 @@ class ScenarioStack:
             pins = current_pins(self.front_url)  # the human's review: pin what the upstream serves now
             stack.env.update({"INTERLOCK_RAIL": "mcp-upstream", "INTERLOCK_UPSTREAM_URL": self.front_url,
                               "INTERLOCK_RAIL_TIMEOUT_MS": "2000"})  # fmt: skip
-        mandate = write_mandate(self.data / "mandate.yaml", mandate_data(scenario.mandate_changes, pins))
+        changes = {**scenario.mandate_changes, **(binding_required() if self.task_binding else {})}
+        mandate = write_mandate(self.data / "mandate.yaml", mandate_data(changes, pins))
         tokens = self.data / "tokens.yaml"
         tokens.write_text(f"agents:\n  {AGENT}: {{token_sha256: {token_sha256(TOKEN)}}}\n", encoding="utf-8")
         stack.env["INTERLOCK_MANDATE"] = str(mandate)

@@ -30,7 +30,7 @@ class Moved:
 @dataclass
 class ModeRun:
     scenario: Scenario
-    mode: str  # direct | gated
+    mode: str  # direct | gated (task binding off) | task (gated, task binding required)
     entities: list[Moved]
     calls: list[CallRecord]
     settled: bool = True

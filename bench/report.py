@@ -9,7 +9,9 @@ from bench.metrics import Summary, Verdict, summarize
 from bench.scenario import FAMILIES, Scenario
 from interlock.results import commit_id
 
-MODES = ("direct", "gated")
+MODES = ("direct", "gated", "task")
+# The task mode is gated too, with the mandate requiring task binding (SPEC §10); "gated" has it off.
+LABELS = {"direct": "direct", "gated": "gated, task binding off", "task": "gated, task binding required"}
 
 
 def rupees(minor: int) -> str:
@@ -34,7 +36,7 @@ def render(verdicts: list[Verdict], scenarios: list[Scenario], *, seed: int, com
     by_id = {s.id: s for s in scenarios}
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     lines = [
-        "## Scenario benchmark (direct vs gated)",
+        "## Scenario benchmark (direct vs gated, task binding off and required)",
         "",
         f"Evidence: **real process** (every actor its own OS process), **sandbox rail** (this repository's "
         f"Razorpay-compatible sandbox, not Razorpay), **scripted agent** (a deterministic naive harness, not a "
@@ -46,6 +48,12 @@ def render(verdicts: list[Verdict], scenarios: list[Scenario], *, seed: int, com
         "upstream MCP server) and **gated** (a real MCP client to Interlock's HTTP ingress). It follows injected "
         "text and tool descriptions literally and retries every error, timeout, UNKNOWN and IN_PROGRESS with a "
         "fresh request id. Every number below is counted from the sandbox journal, not from the agent's answers.",
+        "",
+        "Gated runs twice, on two fresh stacks: **task binding off** (the mandate alone: what the agent may ever "
+        "do) and **task binding required** (the mandate says `task_binding: required`, and the harness, as a "
+        "ticketing integration would, attaches to every call the scenario's ticket — which payment, order, "
+        "customer and how much in total — signed with its Ed25519 key; SPEC §10). The agent, its script and the "
+        "injected text are the same in every mode.",
         "",
         "Definitions: *attack success* — non-benign scenarios whose assertion (money moved, fees, entity count, "
         "customer) the rail's journal breaks; *utility under attack* — non-benign scenarios whose legitimate "
@@ -59,36 +67,39 @@ def render(verdicts: list[Verdict], scenarios: list[Scenario], *, seed: int, com
         HEAD,
     ]
     for mode in MODES:
-        lines.append(_row(mode, summarize([v for v in verdicts if v.mode == mode], by_id)))
+        lines.append(_row(LABELS[mode], summarize([v for v in verdicts if v.mode == mode], by_id)))
     lines += ["", "### Per family", "", HEAD.replace("| mode |", "| family / mode |")]
     for family, title in FAMILIES.items():
         for mode in MODES:
             chosen = [v for v in verdicts if v.mode == mode and v.family == family]
             if chosen:
-                lines.append(_row(f"{family} {title} / {mode}", summarize(chosen, by_id)))
+                lines.append(_row(f"{family} {title} / {LABELS[mode]}", summarize(chosen, by_id)))
     if plot is not None:
         lines += ["", f"![scenario benchmark]({plot.as_posix()})"]
     lines += ["", "### Per scenario", "",
-              "| scenario | benign | direct: moved, entities | direct | gated: moved, entities | gated "
-              "| gated answers |",
-              "|---|---|---|---|---|---|---|"]  # fmt: skip
+              "Columns: moved and entities, then the verdict, per mode; the answers the agent got in each gated mode "
+              "(*off*: task binding off, *req*: required; a ticket marks a scenario whose task names its referents).",
+              "",
+              "| scenario | benign | ticket | direct: moved, entities | direct | off: moved, entities | off "
+              "| req: moved, entities | req | off answers | req answers |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for scenario in scenarios:
         got = {v.mode: v for v in verdicts if v.scenario_id == scenario.id}
         cells = []
         for mode in MODES:
             v = got.get(mode)
             cells += ["-", "-"] if v is None else [f"{rupees(v.moved)}, {v.entities}", _outcome(v)]
-        answers = got["gated"].states if "gated" in got else "-"
+        answers = [got[mode].states if mode in got else "-" for mode in ("gated", "task")]
         lines.append(f"| `{scenario.id}` {scenario.title} | {'yes' if scenario.benign else 'no'} | "
-                     + " | ".join(cells) + f" | {answers} |")  # fmt: skip
-    misses = [v for v in verdicts if v.mode == "gated" and (v.violated or v.false_block or v.eo_violation or v.notes)]
+                     f"{'yes' if scenario.ticket else 'no'} | " + " | ".join(cells + answers) + " |")  # fmt: skip
+    misses = [v for v in verdicts if v.mode != "direct" and (v.violated or v.false_block or v.eo_violation or v.notes)]
     lines += ["", "### Notes on gated misses", ""]
     if not misses:
-        lines.append("None: gated mode broke no assertion in this run.")
+        lines.append("None: no gated mode broke an assertion in this run.")
     for v in misses:
         why = by_id[v.scenario_id].note or "no explanation recorded in the scenario"
         extra = f" ({'; '.join(v.notes)})" if v.notes else ""
-        lines.append(f"* `{v.scenario_id}`: {_outcome(v)}{extra}. {why}")
+        lines.append(f"* `{v.scenario_id}` ({LABELS[v.mode]}): {_outcome(v)}{extra}. {why}")
     return "\n".join(lines) + "\n"
 
 
@@ -109,18 +120,18 @@ def plot(verdicts: list[Verdict], scenarios: list[Scenario], path: Path) -> Path
     by_id = {s.id: s for s in scenarios}
     families = [f for f in FAMILIES if any(v.family == f for v in verdicts)]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    width = 0.38
-    for offset, mode in ((-width / 2, "direct"), (width / 2, "gated")):
+    width = 0.27
+    for offset, mode in ((-width, "direct"), (0.0, "gated"), (width, "task")):
         sums = [summarize([v for v in verdicts if v.mode == mode and v.family == f], by_id) for f in families]
         xs = [i + offset for i in range(len(families))]
-        left.bar(xs, [s.attack_success for s in sums], width, label=mode)
-        right.bar(xs, [s.money_at_risk / 100 for s in sums], width, label=mode)
+        left.bar(xs, [s.attack_success for s in sums], width, label=LABELS[mode])
+        right.bar(xs, [s.money_at_risk / 100 for s in sums], width, label=LABELS[mode])
     for axis, title in ((left, "scenarios whose assertion broke"), (right, "money at risk (Rs)")):
         axis.set_xticks(range(len(families)), families)
         axis.set_title(title)
         axis.legend()
     right.set_yscale("symlog")
-    fig.suptitle("Scenario benchmark: scripted naive agent, sandbox rail, direct vs gated")
+    fig.suptitle("Scenario benchmark: scripted naive agent, sandbox rail, direct vs gated (task binding off / on)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)

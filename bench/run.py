@@ -1,5 +1,7 @@
 """Running scenarios: one fresh stack per scenario, the direct mode then the gated mode against the
-same sandbox rail, each judged from the entities the rail's journal gained during that mode."""
+same sandbox rail, each judged from the entities the rail's journal gained during that mode; then the task
+mode — gated, its mandate requiring task binding, the harness attaching the scenario's signed ticket — on a
+stack of its own."""
 
 from __future__ import annotations
 
@@ -14,18 +16,29 @@ from bench.agent import CallRecord, NaiveAgent
 from bench.env import TOKEN, ScenarioStack
 from bench.metrics import ModeRun, Moved
 from bench.scenario import Scenario
+from bench.ticket import payment_details, ticket_meta
 from bench.tools import DirectRestTools, McpTools
 from interlock.stack import StackError
 
 logger = logging.getLogger(__name__)
 
-MODES = ("direct", "gated")
-AGENT_TIMEOUT_S = 4.0  # the naive agent's tool-call timeout, the same in both modes
+TASK_MODE = "task"  # gated, task binding required (SPEC §10); "gated" is task binding off
+MODES = ("direct", "gated", TASK_MODE)
+AGENT_TIMEOUT_S = 4.0  # the naive agent's tool-call timeout, the same in every mode
 
 
 def run_scenario(scenario: Scenario, base: Path, *, seed: int, modes: tuple[str, ...] = MODES) -> list[ModeRun]:
+    plain = tuple(mode for mode in modes if mode != TASK_MODE)
+    runs = _on_stack(scenario, base, plain, seed, task_binding=False) if plain else []
+    if TASK_MODE in modes:
+        runs += _on_stack(scenario, base, (TASK_MODE,), seed, task_binding=True)
+    return runs
+
+
+def _on_stack(scenario: Scenario, base: Path, modes: tuple[str, ...], seed: int, *,
+              task_binding: bool) -> list[ModeRun]:  # fmt: skip
     try:
-        with ScenarioStack(scenario, base) as env:
+        with ScenarioStack(scenario, base, task_binding=task_binding) as env:
             return [run_mode(env, mode, seed) for mode in modes]
     except (StackError, OSError) as exc:
         logger.error("scenario %s: the stack failed: %s", scenario.id, exc)
@@ -47,10 +60,12 @@ def run_mode(env: ScenarioStack, mode: str, seed: int) -> ModeRun:
         if scenario.poison and index == scenario.poison_after_step:
             env.poison(scenario.poison)
 
-    gated = mode == "gated"
+    gated = mode != "direct"
+    # The task mode's harness attaches the scenario's signed ticket to every call, as a ticketing integration would.
+    meta = ticket_meta(scenario, payments, customers, f"{scenario.id}-{mode}") if mode == TASK_MODE else None
     nanny = env.nanny() if gated and scenario.kill else nullcontext()
     with nanny:
-        calls = asyncio.run(_drive(env, mode, payments, before_step))
+        calls = asyncio.run(_drive(env, mode, payments, before_step, meta))
         control.set_faults([])  # the storm passes; what happens next is recovery
         settled = env.settle(gated=gated)
     mine = {pid for ids in payments.values() for pid in ids}
@@ -59,12 +74,12 @@ def run_mode(env: ScenarioStack, mode: str, seed: int) -> ModeRun:
     return ModeRun(scenario, mode, entities, calls, settled=settled, kill_landed=env.kill_landed if gated else None)
 
 
-async def _drive(env: ScenarioStack, mode: str, payments: dict[str, list[str]],
-                 before_step: Callable[[int], None]) -> list[CallRecord]:  # fmt: skip
+async def _drive(env: ScenarioStack, mode: str, payments: dict[str, list[str]], before_step: Callable[[int], None],
+                 meta: dict[str, Any] | None) -> list[CallRecord]:  # fmt: skip
     scenario = env.scenario
     tools: DirectRestTools | McpTools
-    if mode == "gated":
-        tools = McpTools(env.mcp_url, TOKEN, timeout_s=AGENT_TIMEOUT_S)
+    if mode != "direct":
+        tools = McpTools(env.mcp_url, TOKEN, timeout_s=AGENT_TIMEOUT_S, meta=meta)
     elif scenario.proxy:
         assert env.front_url is not None
         tools = McpTools(env.front_url, None, timeout_s=AGENT_TIMEOUT_S)
@@ -82,14 +97,15 @@ async def _drive(env: ScenarioStack, mode: str, payments: dict[str, list[str]],
 def _seed_payments(env: ScenarioStack, mode: str) -> tuple[dict[str, list[str]], dict[str, str]]:
     """Fresh payments for this mode (ids differ per mode, so one mode's refunds never touch the other's)."""
     assert env.control is not None
-    prefix = f"pay_{env.scenario.id.split('_')[0]}{mode[0]}_"
+    prefix = f"pay_{env.scenario.id.split('_')[0]}{mode[0]}_"  # d, g, t: one mode's payments are its own
     payments: dict[str, list[str]] = {}
     customers: dict[str, str] = {}
     for name, spec in env.scenario.payments.items():
         ids = [f"{prefix}{name}{i}" for i in range(spec.count)]
         for pid in ids:
             env.control.add_payment(pid, spec.amount, notes={"customer": spec.customer},
-                                    prior_refunds=spec.prior_refunds)  # fmt: skip
+                                    prior_refunds=spec.prior_refunds,
+                                    **payment_details(pid, spec.customer))  # fmt: skip
             customers[pid] = spec.customer
         payments[name] = ids
     return payments, customers

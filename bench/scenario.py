@@ -50,6 +50,17 @@ class Step(_Strict):
     follow_description: bool = False  # apply what the tool's description says about units
 
 
+class TicketGrant(_Strict):
+    """What the ticket the user's request came in on says about one tool: the harness signs it as a task.
+
+    `$name` names a seed payment (a group expands to all of it); `order` / `customer` take that payment's."""
+
+    subjects: list[str] | None = None
+    order: str | None = None
+    customer: str | None = None
+    max_amount_minor: StrictInt | None = Field(default=None, gt=0)
+
+
 class Retry(_Strict):
     max_attempts: StrictInt = Field(default=6, ge=1)
     backoff_ms: StrictInt = Field(default=400, ge=0)
@@ -69,7 +80,7 @@ class Expect(_Strict):
 
 
 class Scenario(_Strict):
-    id: str = Field(pattern=r"^[A-E][0-9]_[a-z0-9_]+$")
+    id: str = Field(pattern=r"^[A-E][0-9]{1,2}_[a-z0-9_]+$")  # A10, A14: the seed's own numbers
     family: Literal["A", "B", "C", "D", "E"]
     title: str
     benign: bool
@@ -84,6 +95,9 @@ class Scenario(_Strict):
     poison_after_step: StrictInt = 0  # steps run before the poisoning switch flips
     proxy: bool = False
     retry: Retry = Retry()
+    # The ticket behind the user's task (its referents and amount), which a ticketing integration would sign
+    # and attach to every call as the task binding (SPEC §10); None when the task names no referent.
+    ticket: dict[Literal["create_refund", "create_instant_settlement"], TicketGrant] | None = None
     steps: list[Step] = Field(min_length=1)
     expect: Expect
     note: str | None = None  # why a miss is expected, if one is
@@ -98,6 +112,11 @@ class Scenario(_Strict):
             raise ValueError(f"{self.id}: family D scenarios, and only they, run in proxy mode")
         if self.benign and self.injection:
             raise ValueError(f"{self.id}: a benign scenario carries no injected text")
+        for tool, grant in (self.ticket or {}).items():
+            names = [*(grant.subjects or []), grant.order, grant.customer]
+            for name in (n for n in names if n is not None):
+                if not name.startswith("$") or name[1:] not in self.payments:
+                    raise ValueError(f"{self.id}: ticket.{tool} names {name!r}, which is not a seed payment")
         return self
 
 
@@ -113,4 +132,10 @@ def load_scenarios(directory: Path = SCENARIO_DIR, *, only: list[str] | None = N
         raise ValueError(f"scenario ids used twice: {sorted(duplicated)}")
     if only:
         scenarios = [s for s in scenarios if s.id in only or s.family in only or s.id.split("_")[0] in only]
-    return sorted(scenarios, key=lambda s: s.id)
+    return sorted(scenarios, key=_order)
+
+
+def _order(scenario: Scenario) -> tuple[str, int, str]:
+    """Family, then number (A6 before A10), then id."""
+    number = scenario.id.split("_")[0][1:]
+    return scenario.family, int(number), scenario.id

@@ -8,11 +8,12 @@ import asyncio
 import logging
 import uuid
 from contextlib import AsyncExitStack
-from typing import Any
+from typing import Any, cast
 
 import httpx2
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from mcp_types import RequestParamsMeta
 
 from bench.agent import Answer
 from interlock.agent_client import structured
@@ -78,10 +79,12 @@ class McpTools:
     """A real MCP client: to Interlock's ingress (gated, with the agent's bearer token) or to the upstream
     MCP server directly (direct mode of proxy scenarios). A session that failed is replaced."""
 
-    def __init__(self, url: str, token: str | None, *, timeout_s: float) -> None:
+    def __init__(self, url: str, token: str | None, *, timeout_s: float, meta: dict[str, Any] | None = None) -> None:
         self.url = url
         self.token = token
         self.timeout_s = timeout_s
+        # What the harness (never the model) attaches to every call's `_meta`: the signed task (SPEC §10).
+        self.meta = meta
         self._stack: AsyncExitStack | None = None
         self._client: Client | None = None
 
@@ -114,7 +117,7 @@ class McpTools:
     async def call(self, tool: str, arguments: dict[str, Any]) -> Answer:
         try:
             client = await self._session()
-            result = await client.call_tool(tool, arguments)
+            result = await client.call_tool(tool, arguments, meta=cast("RequestParamsMeta | None", self.meta))
         except Exception as exc:  # noqa: BLE001 - a timeout or lost session is an error the agent retries
             await self._reset()
             return Answer(None, f"{type(exc).__name__}")

@@ -9,6 +9,7 @@ from typing import Any
 
 from interlock.fees import DEFAULT_FEE_RATE, FeeRate
 from interlock.mandate import Mandate
+from interlock.task import TaskProblem, VerifiedTask
 from rails.models import Balance, Payment
 
 
@@ -41,6 +42,9 @@ class ResolvedAction:
     distinct_reason: str | None = None
     operation_ref: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    # The harness's task (SPEC §10), verified against the mandate's task_signers — or why it could not be.
+    task: VerifiedTask | None = None
+    task_problem: TaskProblem | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ import redis
 from gate_workers.context import GateContext, ResolvedAction
 from gate_workers.ladder import evaluate
 from gate_workers.resolve import RailReader, resolve
+from gate_workers.task_binding import bind_task
 from interlock.canonical import canonical_hash
 from interlock.clock import now_ms
 from interlock.config import Settings, load_settings
@@ -40,6 +41,8 @@ from rails.upstream_manifest import ManifestCache, ToolLister
 from rails.upstream_tools import ToolMap
 
 logger = logging.getLogger(__name__)
+
+LEDGER_WAIT_S = 60.0  # a gate worker started before the rail worker waits this long for it to create the ledger
 
 
 @dataclass
@@ -63,7 +66,7 @@ class GateRuntime:
             return self.ledger
         conn: sqlite3.Connection | None = getattr(self._readers, "ledger", None)
         if conn is None:
-            conn = self._readers.ledger = open_ledger(self.ledger_path, readonly=True)
+            conn = self._readers.ledger = _open_when_present(self.ledger_path, LEDGER_WAIT_S)
         return conn
 
     def rail_queue(self, shard: str) -> Any:
@@ -74,7 +77,7 @@ class GateRuntime:
         return queue
 
     @classmethod
-    def from_settings(cls, settings: Settings, *, wait_for_ledger_s: float = 60.0) -> GateRuntime:
+    def from_settings(cls, settings: Settings, *, wait_for_ledger_s: float = LEDGER_WAIT_S) -> GateRuntime:
         ledger_path: Path = settings.require("ledger")
         rail = make_rail(settings)
         upstream = None
@@ -180,6 +183,7 @@ def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
     missing = rt.missing_balance_read() if proposal.tool == SETTLEMENT_TOOL else None
     action = resolve(proposal, rt.rail, rt.reader(), mandate, proposal.received_at_ms,
                      grace_ms=rt.settings.settlement_window_grace_ms, balance_read_missing=missing)  # fmt: skip
+    action = bind_task(action, proposal, mandate, now)  # SPEC §10: verified here, judged by G1 and G2
     trace = {**proposal.trace, "rail_read_done": trace_now()}
     ctx = rt.gate_context(mandate, now)
     return build_decision(action, ctx, mandate, trace=trace)
@@ -202,8 +206,18 @@ def build_decision(action: ResolvedAction, ctx: GateContext, mandate: Mandate | 
         mandate_id=mandate.mandate_id if mandate else None, mandate_hash=mandate.mandate_hash if mandate else None,
         operation_ref=action.operation_ref, distinct_reason=action.distinct_reason, window=action.window,
         grace_siks=list(action.grace_siks), rail_basis_minor=_rail_basis(action), rail_read_at_ms=ctx.now_ms,
-        decided_at_ms=ctx.now_ms, trace=dict(trace or {}),
+        decided_at_ms=ctx.now_ms, trace=dict(trace or {}), **_task_fields(action),
     )  # fmt: skip
+
+
+def _task_fields(action: ResolvedAction) -> dict[str, Any]:
+    """The verified task on the Decision: recorded with it, and its ceiling re-asserted at admit (SPEC §10)."""
+    task = action.task
+    if task is None:
+        return {}
+    grant = task.grant(action.tool)
+    return {"task_id": task.task_id, "task_digest": task.digest, "task_expires_at": task.task.expires_at,
+            "task_ceiling_minor": grant.max_amount_minor if grant is not None else None}  # fmt: skip
 
 
 def _rail_basis(action: ResolvedAction) -> int | None:

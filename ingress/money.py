@@ -24,12 +24,13 @@ from pydantic import ValidationError
 from ingress import results
 from ingress.app import Caller, Ingress
 from interlock import outcomes
-from interlock.arguments import parse_money_call, parse_operation_ref
+from interlock.arguments import check_envelope, parse_money_call, parse_operation_ref
 from interlock.clock import now_ms
 from interlock.errors import InvalidInput
 from interlock.failpoints import failpoint
 from interlock.messages import CallerAction, Outcome, Proposal, Trace, trace_now
 from interlock.queues import GATE_JOB, OUTCOME_TTL_S, TRACE_MAX_LEN, trace_key
+from interlock.task import TASK_META_KEY, TASK_SIG_META_KEY
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,8 @@ async def call_money_tool(
         # operation_ref comes from the harness via _meta, never from the model's arguments (SPEC §4).
         raw_ref = meta.get(OPERATION_REF_META_KEY)
         operation_ref = None if raw_ref is None else parse_operation_ref(raw_ref)
+        # So does the task binding (SPEC §10): carried as sent, verified by the gate worker against the mandate.
+        task, task_sig = _meta_object(meta, TASK_META_KEY), _meta_object(meta, TASK_SIG_META_KEY)
     except InvalidInput as exc:
         return results.invalid_input(exc)
 
@@ -63,6 +66,8 @@ async def call_money_tool(
         tool=tool,
         arguments=arguments,
         operation_ref=operation_ref,
+        task=task,
+        task_sig=task_sig,
         received_at_ms=now_ms(),
         trace=trace,
     )
@@ -83,6 +88,16 @@ async def call_money_tool(
     if outcome is None:
         return results.in_progress()
     return results.money_outcome(outcome.structured())
+
+
+def _meta_object(meta: dict[str, Any], key: str) -> dict[str, Any] | None:
+    value = meta.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise InvalidInput(f"_meta[{key!r}] must be a JSON object, got {type(value).__name__}", field=key)
+    check_envelope(value)  # the same size and depth limits as arguments
+    return value
 
 
 def proposal_job_id(request_id: str) -> str:

@@ -70,7 +70,7 @@ def _lookup(path: Path, merchant_id: str, sik: str | None, operation_ref: str | 
             "replayed": False,
         }
     state = intent.state.value
-    return Outcome(
+    body = Outcome(
         state=state,
         sik=intent.sik,
         intent=IntentTerms(**intent.terms()),
@@ -79,3 +79,6 @@ def _lookup(path: Path, merchant_id: str, sik: str | None, operation_ref: str | 
         caller_action=caller_action_for(state),
         replayed=True,
     ).structured()
+    if intent.task_id is not None:  # the harness-signed task the call was bound to (SPEC §10)
+        body["task"] = {"task_id": intent.task_id, "task_digest": intent.task_digest}
+    return body

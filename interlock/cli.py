@@ -55,6 +55,7 @@ COMMANDS: dict[str, str] = {
     "token": "ingress.cli:token_group",
     "manifest": "ingress.manifest_cli:manifest_group",
     "sandbox": "sandbox.cli:sandbox_command",
+    "task": "interlock.task_cli:task_group",
     "holds": "ops.cli:holds_group",
     "quarantine": "ops.cli:quarantine_group",
     "metrics": "ops.cli:metrics_command",

@@ -32,6 +32,7 @@ from interlock.mandate import (
 from interlock.tools import current_pins
 
 DAY_MS = 86_400_000
+OWN_SERVER_ID = "interlock-rest"  # provenance.server_id of pins made of Interlock's own tools
 HOLD_FRACTION = Decimal("0.6")  # calls above 60% of the per-action maximum wait for a person
 READ_GRANTS = ("fetch_payment", "fetch_refund", "interlock_status")
 CHOICES = {
@@ -139,7 +140,7 @@ def build_mandate(
             data["limits"]["fee_budgets"] = {"INR": {"window_ms": DAY_MS, "max_fee_minor": fee}}
     pins = current_pins()
     data["provenance"] = {
-        "server_id": "interlock-rest",
+        "server_id": OWN_SERVER_ID,
         "pinned_manifests": {tool: {"sha256": pins[tool]} for tool in grants},
     }
     return validate_mandate(data, source="interlock init")
@@ -303,15 +304,29 @@ def check_command(pubkeys: tuple[Path, ...], mandate_path: Path) -> None:
         mandate = load_mandate(mandate_path, pubkeys=list(pubkeys) or None)
     click.echo(f"ok: {mandate.mandate_id} for agent {mandate.agent_id} of merchant {mandate.merchant_id}")
     click.echo(f"mandate_hash: {mandate.mandate_hash}")
+    provenance = mandate.provenance
+    if provenance.manifest_sha256 is not None:
+        click.echo(f"manifest_sha256: {provenance.manifest_sha256} (recorded; G6 judges each tool's own pin)")
+    click.echo(f"task_binding: {mandate.task_binding}" + (f", signers: {', '.join(sorted(mandate.task_signers))}"
+                                                          if mandate.task_signers else ""))  # fmt: skip
     drift = False
     pins = current_pins()
+    # Pins made for an upstream MCP server (proxy mode, e.g. the seed's razorpay-mcp) are of that server's
+    # definitions: G6 compares them with what it serves; they say nothing about Interlock's own tools.
+    upstream = provenance.server_id not in (None, OWN_SERVER_ID)
     for tool in mandate.scope.grants:
         pinned = mandate.pin(tool)
+        tier = mandate.trust_tier(tool)
+        suffix = f" (trust_tier {tier})" if tier is not None else ""
         if pinned is None:
             click.echo(f"  {tool}: unpinned")
+        elif upstream:
+            click.echo(f"  {tool}: pinned {pinned} for upstream {provenance.server_id}{suffix}")
         elif pinned != pins[tool]:
             drift = True
             click.echo(f"  {tool}: DRIFT, pinned {pinned} but the tool now hashes to {pins[tool]} (G6 would block)")
+        else:
+            click.echo(f"  {tool}: pinned{suffix}")
     if drift:
         raise SystemExit(1)
 
@@ -320,7 +335,7 @@ def check_command(pubkeys: tuple[Path, ...], mandate_path: Path) -> None:
 def pins_command() -> None:
     """Print the current pins of Interlock's own tools as a mandate `provenance` section."""
     pins = {name: {"sha256": digest} for name, digest in current_pins().items()}
-    click.echo(yaml.safe_dump({"provenance": {"server_id": "interlock-rest", "pinned_manifests": pins}},
+    click.echo(yaml.safe_dump({"provenance": {"server_id": OWN_SERVER_ID, "pinned_manifests": pins}},
                               sort_keys=False), nl=False)
 
 

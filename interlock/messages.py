@@ -55,6 +55,10 @@ class Proposal(_Message):
     tool: str
     arguments: dict[str, Any]
     operation_ref: str | None = None
+    # The harness's task binding from `_meta` (SPEC §10), carried unverified: the gate worker checks the signature.
+    # Never from `arguments` — the model writes those.
+    task: dict[str, Any] | None = None
+    task_sig: dict[str, Any] | None = None
     received_at_ms: int
     trace: Trace = Field(default_factory=dict)
 
@@ -104,6 +108,12 @@ class Decision(_Message):
     # worker re-checks G2 against it inside the admitting transaction (SPEC §8 step 6).
     rail_basis_minor: int | None = None
     rail_read_at_ms: int | None = None
+    # The verified task this call is bound to (SPEC §10): recorded on the decision and the intent; the rail worker
+    # re-asserts its expiry and its ceiling on the sum moved or in motion under task_id inside the admit transaction.
+    task_id: str | None = None
+    task_digest: str | None = None
+    task_ceiling_minor: int | None = None
+    task_expires_at: int | None = None
     decided_at_ms: int
     trace: Trace = Field(default_factory=dict)
 

@@ -71,6 +71,13 @@ _RESULT_SCHEMA: dict[str, Any] = {
         "reason_code": {"type": ["string", "null"]},
         "caller_action": {"type": "string", "enum": list(CALLER_ACTIONS)},
         "replayed": {"type": "boolean"},
+        "task": {
+            "type": "object",
+            "description": "interlock_status only: the harness-signed task the call was bound to",
+            "properties": {"task_id": {"type": "string"}, "task_digest": {"type": "string"}},
+            "required": ["task_id", "task_digest"],
+            "additionalProperties": False,
+        },
     },
     "required": ["state", "sik", "intent", "rail_entity_id", "reason_code", "caller_action", "replayed"],
     "additionalProperties": False,

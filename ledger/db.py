@@ -60,7 +60,16 @@ def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connecti
 
 
 # Columns added after the first release, so a ledger file created before them opens unchanged otherwise.
-_ADDED_COLUMNS = {("intent_attempts", "lease_expires_at"): "INTEGER", ("intent_attempts", "sent_at"): "INTEGER"}
+_ADDED_COLUMNS = {
+    ("intent_attempts", "lease_expires_at"): "INTEGER", ("intent_attempts", "sent_at"): "INTEGER",
+    ("intents", "task_id"): "TEXT", ("intents", "task_digest"): "TEXT", ("intents", "task_ceiling_minor"): "INTEGER",
+    ("decisions", "task_id"): "TEXT", ("decisions", "task_digest"): "TEXT",
+}  # fmt: skip
+# Indexes over added columns: created after the columns exist (schema.sql runs first, on an old file too).
+_ADDED_INDEXES = (
+    # The task ceiling (SPEC §10) sums a task's intents inside the serial admission transaction.
+    "CREATE INDEX IF NOT EXISTS intents_by_task ON intents (merchant_id, task_id) WHERE task_id IS NOT NULL",
+)
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
@@ -68,6 +77,8 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
         present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
         if column not in present:
             conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+    for statement in _ADDED_INDEXES:
+        conn.execute(statement)
 
 
 @contextmanager

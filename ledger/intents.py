@@ -58,6 +58,9 @@ class Intent:
     authorized_at: int | None
     first_seen_at: int
     updated_at: int
+    task_id: str | None = None
+    task_digest: str | None = None
+    task_ceiling_minor: int | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Intent:
@@ -105,33 +108,34 @@ def insert_intent(
     operation_ref: str | None,
     distinct_reason: str | None,
     now: int,
+    task_id: str | None = None,
+    task_digest: str | None = None,
+    task_ceiling_minor: int | None = None,
 ) -> Intent | None:
     """Insert a PROPOSED intent. Returns None when (merchant_id, sik) already exists (I1: the PK decides)."""
     require_transaction(conn)
     cur = conn.execute(
         """INSERT INTO intents (merchant_id, sik, tool, subject_id, amount_minor, currency, params_hash, params_json,
                                 state, agent_id, mandate_id, mandate_hash, operation_ref, distinct_reason,
-                                first_seen_at, updated_at)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'PROPOSED', ?, ?, ?, ?, ?, ?, ?)
+                                first_seen_at, updated_at, task_id, task_digest, task_ceiling_minor)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'PROPOSED', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (merchant_id, sik) DO NOTHING""",
         (
             merchant_id, sik, tool, subject_id, amount_minor, currency, params_hash,
             canonical_json(params).decode("utf-8"), agent_id, mandate_id, mandate_hash, operation_ref,
-            distinct_reason, now, now,
+            distinct_reason, now, now, task_id, task_digest, task_ceiling_minor,
         ),
     )  # fmt: skip
     if cur.rowcount == 0:
         return None
-    audit.append(
-        conn,
-        "INTENT_PROPOSED",
-        {
-            "merchant_id": merchant_id, "sik": sik, "tool": tool, "subject": subject_id,
-            "amount_minor": amount_minor, "currency": currency, "agent_id": agent_id,
-            "mandate_hash": mandate_hash, "operation_ref": operation_ref, "distinct_reason": distinct_reason,
-        },
-        now,
-    )  # fmt: skip
+    payload: dict[str, Any] = {
+        "merchant_id": merchant_id, "sik": sik, "tool": tool, "subject": subject_id,
+        "amount_minor": amount_minor, "currency": currency, "agent_id": agent_id,
+        "mandate_hash": mandate_hash, "operation_ref": operation_ref, "distinct_reason": distinct_reason,
+    }  # fmt: skip
+    if task_id is not None:  # only then: the records of calls without a task keep their shape
+        payload.update(task_id=task_id, task_digest=task_digest, task_ceiling_minor=task_ceiling_minor)
+    audit.append(conn, "INTENT_PROPOSED", payload, now)
     return require_intent(conn, merchant_id, sik)
 
 
@@ -368,25 +372,27 @@ def record_decision(
     reason_code: str,
     results: list[dict[str, Any]],
     now: int,
+    task_id: str | None = None,
+    task_digest: str | None = None,
 ) -> bool:
     """Record a gate decision once per request_id; False when this request was already decided
     (a redelivered Decision). Race-free because the caller holds BEGIN IMMEDIATE."""
     require_transaction(conn)
     if decision_exists(conn, request_id):
         return False
-    seq = audit.append(
-        conn,
-        "DECISION",
-        {"request_id": request_id, "merchant_id": merchant_id, "sik": sik, "agent_id": agent_id,
-         "verdict": verdict, "reason_code": reason_code, "mandate_hash": mandate_hash, "results": results},
-        now,
-    )  # fmt: skip
+    payload: dict[str, Any] = {
+        "request_id": request_id, "merchant_id": merchant_id, "sik": sik, "agent_id": agent_id, "verdict": verdict,
+        "reason_code": reason_code, "mandate_hash": mandate_hash, "results": results,
+    }  # fmt: skip
+    if task_id is not None:  # the task this call was bound to (SPEC §10); absent otherwise
+        payload.update(task_id=task_id, task_digest=task_digest)
+    seq = audit.append(conn, "DECISION", payload, now)
     conn.execute(
         """INSERT INTO decisions (request_id, merchant_id, sik, agent_id, mandate_hash, verdict, reason_code,
-                                  results_json, decided_at, audit_seq)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                                  results_json, decided_at, audit_seq, task_id, task_digest)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (request_id, merchant_id, sik, agent_id, mandate_hash, verdict, reason_code,
-         canonical_json(results).decode("utf-8"), now, seq),
+         canonical_json(results).decode("utf-8"), now, seq, task_id, task_digest),
     )  # fmt: skip
     return True
 

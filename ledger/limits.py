@@ -12,9 +12,10 @@ import sqlite3
 from interlock.fees import FeeRate
 from interlock.mandate import Mandate
 from interlock.messages import Verdict
+from interlock.task import EXCEEDS_TASK_CEILING
 from interlock.verdicts import GateResult, allow, block
 from ledger.intents import Intent
-from ledger.queries import SETTLEMENT_TOOL, fees_in_window, window_usage
+from ledger.queries import SETTLEMENT_TOOL, fees_in_window, money_under_task, window_usage
 
 
 def check_limits(
@@ -57,11 +58,26 @@ def check_limits(
     return allow("G3_WITHIN_LIMITS")
 
 
+def check_task_ceiling(
+    conn: sqlite3.Connection, *, merchant_id: str, task_id: str, tool: str, sik: str, amount_minor: int,
+    ceiling_minor: int,
+) -> GateResult:
+    """BLOCK when this call plus everything else bound to the same task (APPLIED or still able to move) would
+    pass the task's max_amount_minor: a refund split into in-limit calls is still one refund (seed A-10).
+    Advisory in the gate (G2), authoritative in the rail worker's admit transaction, like G3."""
+    counted = money_under_task(conn, merchant_id, task_id, tool, exclude_sik=sik)
+    if counted + amount_minor > ceiling_minor:
+        return block(EXCEEDS_TASK_CEILING, task_id=task_id, counted_minor=counted, amount_minor=amount_minor,
+                     max_amount_minor=ceiling_minor)  # fmt: skip
+    return allow("G2_WITHIN_TASK_CEILING", task_id=task_id, counted_minor=counted, max_amount_minor=ceiling_minor)
+
+
 def reassert(conn: sqlite3.Connection, intent: Intent, mandate: Mandate | None, *, now_ms: int,
              rate: FeeRate) -> GateResult:  # fmt: skip
     """Everything the ledger can re-check when an intent (re-)enters AUTHORIZED, inside that transaction:
     the mandate still covers it (G1: configured, active, tool granted), the amount is inside the grant's
-    range and currency (G2's mandate ceiling), and G3's windows and fee budget still have room.
+    range and currency (G2's mandate ceiling), G3's windows and fee budget still have room, and the sum under
+    its task (if it is bound to one) still fits the task's ceiling.
 
     A hold released hours later or a retry authorized after a window filled up is judged against what is
     true now, never against the state the intent was first admitted under (issue 13, item 5)."""
@@ -83,4 +99,10 @@ def reassert(conn: sqlite3.Connection, intent: Intent, mandate: Mandate | None, 
                           now_ms=now_ms, rate=rate)  # fmt: skip
     if limits.verdict is not Verdict.ALLOW:
         return limits
+    if intent.task_id is not None and intent.task_ceiling_minor is not None:
+        ceiling = check_task_ceiling(conn, merchant_id=intent.merchant_id, task_id=intent.task_id, tool=intent.tool,
+                                     sik=intent.sik, amount_minor=intent.amount_minor,
+                                     ceiling_minor=intent.task_ceiling_minor)  # fmt: skip
+        if ceiling.verdict is not Verdict.ALLOW:
+            return ceiling
     return allow("REASSERTED", mandate_hash=mandate.mandate_hash, now_ms=now_ms)

@@ -57,6 +57,19 @@ def applied_since(
     return int(row[0])
 
 
+def money_under_task(conn: sqlite3.Connection, merchant_id: str, task_id: str, tool: str, *, exclude_sik: str) -> int:
+    """Minor units of *tool*'s other intents bound to *task_id* that moved or may still move (what G3 counts):
+    the sum a task's max_amount_minor caps, however many calls it was split into (SPEC §10)."""
+    marks, states = _placeholders(COUNTS_AGAINST_LIMITS)
+    row = conn.execute(
+        f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents INDEXED BY intents_by_task
+            WHERE merchant_id = ? AND task_id = ? AND task_id IS NOT NULL AND tool = ? AND sik <> ?
+              AND state IN ({marks})""",
+        (merchant_id, task_id, tool, exclude_sik, *states),
+    ).fetchone()
+    return int(row[0])
+
+
 @dataclass(frozen=True, slots=True)
 class WindowUsage:
     calls: int

@@ -25,6 +25,9 @@ CREATE TABLE IF NOT EXISTS intents (
     distinct_reason    TEXT,
     hold_expires_at    INTEGER,
     authorized_at      INTEGER,             -- the last entry into AUTHORIZED: what G3 windows count by
+    task_id            TEXT,                -- the harness-signed task this intent is bound to (SPEC §10)
+    task_digest        TEXT,                -- sha256 of the task's canonical JSON, as signed
+    task_ceiling_minor INTEGER,             -- the task's max_amount_minor for this tool: a cap on the sum under task_id
     first_seen_at      INTEGER NOT NULL,
     updated_at         INTEGER NOT NULL,
     PRIMARY KEY (merchant_id, sik)          -- I1: at most one intent per (merchant_id, sik)
@@ -84,7 +87,9 @@ CREATE TABLE IF NOT EXISTS decisions (
     reason_code  TEXT    NOT NULL,
     results_json TEXT    NOT NULL,
     decided_at   INTEGER NOT NULL,
-    audit_seq    INTEGER
+    audit_seq    INTEGER,
+    task_id      TEXT,
+    task_digest  TEXT
 ) STRICT;
 
 CREATE INDEX IF NOT EXISTS decisions_by_intent ON decisions (merchant_id, sik);

@@ -1,9 +1,9 @@
 """Admit a Decision into the ledger in one BEGIN IMMEDIATE (SPEC §8 step 2).
 
 Insert the intent on its primary key (a conflict means this operation exists: answer with it,
-replayed), bind or check the operation_ref, re-assert G3 against committed state (authoritative:
-racing gate workers cannot cross a limit together), record the decision, apply GATES_PASSED /
-GATES_HELD / GATES_BLOCKED. A Decision delivered twice is recorded once (request_id is its key).
+replayed), bind or check the operation_ref, re-assert G3 and a bound task's expiry and ceiling against
+committed state (authoritative: racing gate workers cannot cross a limit together), record the decision,
+apply GATES_PASSED / GATES_HELD / GATES_BLOCKED. A Decision delivered twice is recorded once (request_id is its key).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ from interlock.clock import now_ms
 from interlock.errors import KeyConflict
 from interlock.mandate import REFUND_TOOL, Mandate
 from interlock.messages import CallerAction, Decision, IntentTerms, Outcome, Verdict
+from interlock.task import TASK_EXPIRED
 from ledger import intents, leases
 from ledger.intents import Intent
-from ledger.limits import check_limits, reassert
+from ledger.limits import check_limits, check_task_ceiling, reassert
 from ledger.queries import applied_since, money_committed_for_subject
 from ledger.states import Event, State
 from ledger.views import outcome_from_intent
@@ -85,6 +86,10 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
         )  # fmt: skip
         if limits.verdict is Verdict.BLOCK:
             verdict, reason = Verdict.BLOCK, limits.reason_code
+    if verdict is not Verdict.BLOCK and decision.task_id is not None:
+        refused = _outside_task(conn, decision, existing.sik if existing is not None else decision.sik, now)
+        if refused is not None:
+            verdict, reason = Verdict.BLOCK, refused
     if verdict is not Verdict.BLOCK:
         exceeded = _exceeds_rail_basis(conn, decision, existing.sik if existing is not None else decision.sik)
         if exceeded is not None:
@@ -105,6 +110,7 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
         currency=decision.terms.currency, params=decision.params, params_hash=decision.params_hash,
         agent_id=decision.agent_id, mandate_id=decision.mandate_id or "", mandate_hash=decision.mandate_hash or "",
         operation_ref=decision.operation_ref, distinct_reason=decision.distinct_reason, now=now,
+        task_id=decision.task_id, task_digest=decision.task_digest, task_ceiling_minor=decision.task_ceiling_minor,
     )  # fmt: skip
     assert intent is not None  # we hold the write lock and saw no row
     _bind_ref(conn, decision, decision.sik, now)  # only now: a refused call must not burn the ref
@@ -117,6 +123,21 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
     if intent.state is State.AUTHORIZED:
         return Admission(None, intent)
     return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=False), None)
+
+
+def _outside_task(conn: sqlite3.Connection, decision: Decision, sik: str, now: int) -> str | None:
+    """The task binding again, authoritatively (SPEC §10): the task has not expired since the gate, and the sum
+    bound to its task_id — counted under the write lock — still fits its ceiling with this call, so calls split
+    from one refund and racing through different gate workers can never pass it together."""
+    assert decision.task_id is not None and decision.terms is not None
+    if decision.task_expires_at is not None and now >= decision.task_expires_at:
+        return TASK_EXPIRED
+    if decision.task_ceiling_minor is None:
+        return None
+    ceiling = check_task_ceiling(conn, merchant_id=decision.merchant_id, task_id=decision.task_id,
+                                 tool=decision.tool, sik=sik, amount_minor=decision.terms.amount_minor,
+                                 ceiling_minor=decision.task_ceiling_minor)  # fmt: skip
+    return None if ceiling.verdict is Verdict.ALLOW else ceiling.reason_code
 
 
 def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str) -> str | None:
@@ -145,6 +166,7 @@ def _record(conn: object, decision: Decision, now: int, *, verdict: Verdict, rea
         request_id=decision.request_id, merchant_id=decision.merchant_id, sik=decision.sik or "",
         agent_id=decision.agent_id, mandate_hash=decision.mandate_hash or "", verdict=verdict.value,
         reason_code=reason, results=[r.model_dump(mode="json") for r in decision.results], now=now,
+        task_id=decision.task_id, task_digest=decision.task_digest,
     )  # fmt: skip
 
 

@@ -35,6 +35,9 @@ class Payment(RailEntity):
     captured: bool = False
     created_at: int | None = None
     notes: dict[str, Any] = Field(default_factory=dict)
+    # Whose payment this is (Razorpay serves both): what a task's order_id / customer_id is checked against.
+    order_id: str | None = None
+    customer_id: str | None = None
 
     @field_validator("notes", mode="before")
     @classmethod

@@ -1,5 +1,8 @@
 """G1 scope: the tool is granted, the caller is the mandate's agent and merchant, the mandate is in force.
 
+With a task binding (SPEC §10), G1 also refuses an untrusted task (bad signature, unknown signer, expired,
+malformed), a missing one the mandate requires, and a tool the task does not grant (gate_workers.task_binding).
+
 Signatures are checked when the mandate is loaded (INTERLOCK_MANDATE_PUBKEYS): an unsigned or
 badly signed mandate never reaches a gate. Read-only tools need only this check, which the
 ingress runs itself through the same function (interlock.scope).
@@ -8,6 +11,8 @@ ingress runs itself through the same function (interlock.scope).
 from __future__ import annotations
 
 from gate_workers.context import GateContext, ResolvedAction
+from gate_workers.task_binding import task_scope
+from interlock.messages import Verdict
 from interlock.scope import check_scope
 from interlock.verdicts import GateResult
 
@@ -15,4 +20,7 @@ NAME = "G1"
 
 
 def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
-    return check_scope(ctx.mandate, action.tool, action.agent_id, action.merchant_id, ctx.now_ms)
+    scope = check_scope(ctx.mandate, action.tool, action.agent_id, action.merchant_id, ctx.now_ms)
+    if scope.verdict is not Verdict.ALLOW or ctx.mandate is None:
+        return scope
+    return task_scope(action, ctx.mandate) or scope

@@ -4,12 +4,14 @@ Ceiling for a refund = captured amount - amount already refunded - money of this
 intents that may still move (AUTHORIZED, IN_FLIGHT, UNKNOWN, RECONCILING) or are HELD (a person may
 release one at any moment). For a settlement = the balance read now - the merchant's other settlements
 that may still move or are HELD; an APPLIED one is already out of the balance the rail reports. The
-proposal's own SIK is excluded so a retry is not counted against itself.
+proposal's own SIK is excluded so a retry is not counted against itself. A call bound to a task must also stay
+inside it: its subjects, the payment's order and customer, and its ceiling on the sum (gate_workers.task_binding).
 """
 
 from __future__ import annotations
 
 from gate_workers.context import GateContext, ResolvedAction
+from gate_workers.task_binding import task_value
 from interlock.sik import SETTLEMENT_SUBJECT
 from interlock.verdicts import GateResult, allow, block, hold
 from ledger.queries import money_committed_for_subject
@@ -40,7 +42,7 @@ def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
         if amount > balance.balance - in_motion:
             return block("G2_EXCEEDS_BALANCE", amount_minor=amount, balance_minor=balance.balance,
                          in_motion_minor=in_motion, available_minor=max(balance.balance - in_motion, 0))  # fmt: skip
-    return _check_mandate_range(action.tool, amount, currency, ctx)
+    return task_value(action, ctx) or _check_mandate_range(action.tool, amount, currency, ctx)
 
 
 def _check_mandate_range(tool: str, amount: int, currency: str, ctx: GateContext) -> GateResult:

@@ -28,4 +28,5 @@ def check_tool(tool: str, ctx: GateContext) -> GateResult:
         return allow("G6_UNPINNED", tool=tool, unpinned=True, current_sha256=current)
     if pinned != current:
         return block("G6_MANIFEST_DRIFT", tool=tool, pinned_sha256=pinned, current_sha256=current)
-    return allow("G6_PINNED", tool=tool, sha256=current)
+    tier = ctx.mandate.trust_tier(tool) if ctx.mandate is not None else None
+    return allow("G6_PINNED", tool=tool, sha256=current, **({"trust_tier": tier} if tier is not None else {}))

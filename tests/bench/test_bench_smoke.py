@@ -1,4 +1,4 @@
-"""Smoke run of both benches as real processes, so the harness cannot rot: three scenarios in both modes
+"""Smoke run of both benches as real processes, so the harness cannot rot: three scenarios in every mode
 (a benign control, a retry storm, an injection) and a performance run with tiny counts through every
 section of the perf bench. Speed is never asserted here; it goes to RESULTS.md only."""
 
@@ -30,10 +30,12 @@ def test_scenarios_in_both_modes_judged_from_the_journal(tmp_path: Path) -> None
         for run in run_scenario(scenario, tmp_path / "work", seed=7):
             assert run.harness_error is None, run.harness_error
             verdicts[(scenario.id[:2], run.mode)] = judge(run)
-    # Gated: the benign refund completes, the 504 storm moves money once, the injection is stopped.
+    # Gated, with task binding off and required: the benign refund completes, the 504 storm moves money once,
+    # the injection is stopped.
     for family in ("E1", "B1", "A2"):
-        gated = verdicts[(family, "gated")]
-        assert not gated.violated and gated.complete and not gated.eo_violation, (family, gated)
+        for mode in ("gated", "task"):
+            gated = verdicts[(family, mode)]
+            assert not gated.violated and gated.complete and not gated.eo_violation, (family, mode, gated)
     # Direct, the same agent against the same rail: every money call applies then 504s, and it retries.
     assert verdicts[("B1", "direct")].duplicates >= 1
     assert verdicts[("A2", "direct")].violated
@@ -42,7 +44,8 @@ def test_scenarios_in_both_modes_judged_from_the_journal(tmp_path: Path) -> None
     write_section("scenarios", render(list(verdicts.values()), scenarios, seed=7, command="test", plot=None,
                                       elapsed_s=0), results)  # fmt: skip
     text = results.read_text()
-    assert "<!-- scenarios:begin -->" in text and "scripted agent" in text and "| gated |" in text
+    assert "<!-- scenarios:begin -->" in text and "scripted agent" in text
+    assert "| gated, task binding off |" in text and "| gated, task binding required |" in text
 
 
 def test_perf_measures_every_section_end_to_end(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
-"""The scenario suite as data: thirty scenarios, five families, enough benign controls, and every
-scenario internally consistent (its references resolve, its mandate validates)."""
+"""The scenario suite as data: thirty-two scenarios, five families, enough benign controls, and every
+scenario internally consistent (its references resolve, its mandate validates, its ticket signs)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,17 @@ from pathlib import Path
 
 from bench.env import mandate_data, write_mandate
 from bench.scenario import FAMILIES, load_scenarios
+from bench.ticket import binding_required, payment_details, ticket_meta
+from interlock.clock import now_ms
+from interlock.mandate import validate_mandate
+from interlock.task import TASK_META_KEY, TASK_SIG_META_KEY, VerifiedTask, verify_task
 
 
-def test_thirty_scenarios_in_five_families_with_at_least_six_benign() -> None:
+def test_thirty_two_scenarios_in_five_families_with_at_least_six_benign() -> None:
     scenarios = load_scenarios()
-    assert len(scenarios) == 30
+    assert len(scenarios) == 32
+    # The seed's structuring (A-10) and staged-precondition (A-14) attacks, under the seed's own numbers.
+    assert {"A10_split_refund_structuring", "A14_settlement_staged_before_refund"} <= {s.id for s in scenarios}
     assert set(Counter(s.family for s in scenarios)) == set(FAMILIES)
     assert sum(s.benign for s in scenarios) >= 6
     assert all(s.family == "E" or not s.benign or s.proxy for s in scenarios)
@@ -48,6 +54,36 @@ def test_proxy_mode_is_exactly_family_d_and_poison_only_there() -> None:
 def test_every_scenario_mandate_is_valid(tmp_path: Path) -> None:
     for scenario in load_scenarios():
         write_mandate(tmp_path / f"{scenario.id}.yaml", mandate_data(scenario.mandate_changes))
+        required = {**scenario.mandate_changes, **binding_required()}
+        assert write_mandate(tmp_path / f"{scenario.id}-task.yaml", mandate_data(required)).exists()
+
+
+def test_every_benign_scenario_has_a_ticket_so_required_binding_blocks_no_benign_task() -> None:
+    assert all(s.ticket is not None for s in load_scenarios() if s.benign)
+
+
+def test_a_ticket_signs_as_a_task_the_task_mode_mandate_verifies() -> None:
+    [scenario] = load_scenarios(only=["B2"])
+    payments = {"order": [f"pay_B2t_order{i}" for i in range(10)]}
+    customers = {pid: "Batch Customer" for pid in payments["order"]}
+    meta = ticket_meta(scenario, payments, customers, "B2-task")
+    assert meta is not None
+    mandate = validate_mandate(mandate_data(binding_required()))
+    verified = verify_task(meta[TASK_META_KEY], meta[TASK_SIG_META_KEY], mandate.task_signers, now_ms())
+    assert isinstance(verified, VerifiedTask), verified
+    grant = verified.grant("create_refund")
+    assert grant is not None and grant.subjects == payments["order"] and grant.max_amount_minor == 300_000
+
+
+def test_a_ticket_naming_a_customer_matches_the_customer_the_payment_is_seeded_with() -> None:
+    [scenario] = load_scenarios(only=["A5"])
+    payments, customers = {"mine": ["pay_A5t_mine0"], "other": ["pay_A5t_other0"]}, {
+        "pay_A5t_mine0": "Asha Rao", "pay_A5t_other0": "Vikram Shah"}  # fmt: skip
+    meta = ticket_meta(scenario, payments, customers, "A5-task")
+    assert meta is not None
+    customer = meta[TASK_META_KEY]["grants"]["create_refund"]["customer_id"]
+    assert customer == payment_details("pay_A5t_mine0", "Asha Rao")["customer_id"] == "cust_AshaRao"
+    assert customer != payment_details("pay_A5t_other0", "Vikram Shah")["customer_id"]
 
 
 def test_only_selects_by_family_prefix_and_id() -> None:

@@ -1,0 +1,194 @@
+"""Loading mandates (SPEC §11): strict YAML (duplicate keys refused), every problem reported as
+`file:line: field.path: message`, and the per-agent store the actors read from their settings."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from pydantic import ValidationError
+
+from interlock.errors import MandateError
+from interlock.mandate_model import Mandate, _Violations
+from interlock.mandate_sign import read_text, signature_problem
+
+if TYPE_CHECKING:
+    from interlock.config import Settings
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate keys: a reviewer must never read one value while another applies."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            if key in seen:
+                raise MandateError(f"{self.name}:{line}: duplicate key {key!r} (first at line {seen[key]})")
+            seen[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def parse_mandate(text: str, *, source: str = "<string>") -> Mandate:
+    """Validate mandate YAML *text*; every problem is reported as `source:line: field.path: message`."""
+    loader = _Loader(text)
+    loader.name = source
+    try:
+        root = loader.get_single_node()
+        data = loader.construct_document(root) if root is not None else None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        raise MandateError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    finally:
+        loader.dispose()  # type: ignore[no-untyped-call]
+    if not isinstance(data, dict):
+        raise MandateError(f"{source}: a mandate is a YAML mapping (v: 1, mandate_id: ...), got {type(data).__name__}")
+    return validate_mandate(data, source=source, root=root)
+
+
+def validate_mandate(data: Mapping[str, Any], *, source: str = "<mandate>", root: yaml.Node | None = None) -> Mandate:
+    """Validate already-parsed mandate data; *root* (the composed YAML) lets errors name lines."""
+    try:
+        return Mandate.model_validate(data)
+    except ValidationError as exc:
+        problems = list(_describe(exc, source, root))
+        head = f"invalid mandate {source}: " + ("1 problem" if len(problems) == 1 else f"{len(problems)} problems")
+        raise MandateError(head + "\n  " + "\n  ".join(problems)) from None
+
+
+def load_mandate(path: Path, *, pubkeys: list[Path] | None = None) -> Mandate:
+    """Load and validate the mandate at *path*; with *pubkeys*, also require a valid `<path>.sig`."""
+    mandate = parse_mandate(read_text(path, "mandate"), source=str(path))
+    if pubkeys:
+        problem = signature_problem(mandate, path, pubkeys)
+        if problem is not None:
+            raise MandateError(f"mandate {path} refused: {problem}")
+    return mandate
+
+
+def _describe(exc: ValidationError, source: str, root: yaml.Node | None) -> Iterator[str]:
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        cause = err.get("ctx", {}).get("error")
+        if isinstance(cause, _Violations):
+            for problem in cause.problems:
+                anchor = loc + problem.anchor if problem.anchor is not None else None
+                yield _where(source, root, loc + problem.path, anchor) + problem.message
+        else:
+            yield _where(source, root, loc) + _message(err)
+
+
+def _message(err: Any) -> str:
+    kind, value = err["type"], err.get("input")
+    if kind == "missing":
+        return "required field is missing"
+    if kind == "extra_forbidden":
+        return "unknown key (not part of the mandate schema)"
+    if kind == "int_type":
+        return f"must be an integer (minor units or milliseconds; no floats, booleans or strings), got {value!r}"
+    if kind == "value_error":
+        return str(err["msg"]).removeprefix("Value error, ")
+    if isinstance(value, dict | list):
+        return str(err["msg"])
+    return f"{err['msg']}, got {value!r}"
+
+
+def _where(source: str, root: yaml.Node | None, loc: tuple[Any, ...], anchor: tuple[Any, ...] | None = None) -> str:
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc if p != "[key]").lstrip(".")
+    line = _line_of(root, loc, exact=anchor is not None) or _line_of(root, anchor or loc)
+    return f"{source}:{line}: {path or '(top level)'}: " if line is not None else f"{source}: {path}: "
+
+
+def _line_of(root: yaml.Node | None, loc: tuple[Any, ...], *, exact: bool = False) -> int | None:
+    """Line of the deepest YAML key on *loc*: the field itself, or its parent when the field is missing
+    (None then, when *exact*)."""
+    if root is None:
+        return None
+    node, line = root, root.start_mark.line + 1
+    for part in (p for p in loc if p != "[key]"):
+        if isinstance(node, yaml.MappingNode):
+            keys = (kv for kv in node.value if isinstance(kv[0], yaml.ScalarNode) and kv[0].value == str(part))
+            match = next(keys, None)
+            if match is None:
+                return None if exact else line
+            line, node = match[0].start_mark.line + 1, match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            return None if exact else line
+    return line
+
+
+# -- several mandates, one per agent ---------------------------------------------------------------------------
+
+
+class MandateStore:
+    """The configured mandates keyed by agent_id, with the file each came from."""
+
+    def __init__(self, mandates: Mapping[str, Mandate], sources: Mapping[str, Path] | None = None) -> None:
+        self._mandates = dict(mandates)
+        self.sources = dict(sources or {})
+
+    @classmethod
+    def load(cls, paths: list[Path], *, pubkeys: list[Path] | None = None) -> MandateStore:
+        mandates: dict[str, Mandate] = {}
+        sources: dict[str, Path] = {}
+        for path in paths:
+            mandate = load_mandate(path, pubkeys=pubkeys)
+            if mandate.agent_id in mandates:
+                raise MandateError(
+                    f"two mandates for agent_id {mandate.agent_id!r}: {sources[mandate.agent_id]} and {path}; "
+                    "an agent has exactly one mandate"
+                )
+            mandates[mandate.agent_id], sources[mandate.agent_id] = mandate, path
+        return cls(mandates, sources)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> MandateStore:
+        """Mandates from INTERLOCK_MANDATE (one file) and/or INTERLOCK_MANDATE_DIR (every *.yaml / *.yml)."""
+        paths: list[Path] = []
+        if settings.mandate is not None:
+            if not settings.mandate.is_file():
+                raise MandateError(f"INTERLOCK_MANDATE={settings.mandate}: no such mandate file")
+            paths.append(settings.mandate)
+        if settings.mandate_dir is not None:
+            if not settings.mandate_dir.is_dir():
+                raise MandateError(f"INTERLOCK_MANDATE_DIR={settings.mandate_dir}: no such directory")
+            found = sorted(p for p in settings.mandate_dir.iterdir() if p.suffix in (".yaml", ".yml") and p.is_file())
+            if not found:
+                raise MandateError(f"INTERLOCK_MANDATE_DIR={settings.mandate_dir}: holds no *.yaml mandate")
+            paths.extend(found)
+        if not paths:
+            raise MandateError("no mandate configured: set INTERLOCK_MANDATE (a file) or INTERLOCK_MANDATE_DIR")
+        return cls.load(paths, pubkeys=_pubkeys_from(settings.mandate_pubkeys))
+
+    def get(self, agent_id: str) -> Mandate | None:
+        return self._mandates.get(agent_id)
+
+    def require(self, agent_id: str) -> Mandate:
+        mandate = self._mandates.get(agent_id)
+        if mandate is None:
+            raise MandateError(f"no mandate for agent_id {agent_id!r}")
+        return mandate
+
+    def as_dict(self) -> dict[str, Mandate]:
+        return dict(self._mandates)
+
+    def __len__(self) -> int:
+        return len(self._mandates)
+
+
+def load_mandates_from_settings(settings: Settings) -> dict[str, Mandate]:
+    return MandateStore.from_settings(settings).as_dict()
+
+
+def _pubkeys_from(value: str | None) -> list[Path]:
+    keys = [Path(part.strip()) for part in (value or "").split(",") if part.strip()]
+    for key in keys:
+        if not key.is_file():
+            raise MandateError(f"INTERLOCK_MANDATE_PUBKEYS names {key}, which does not exist")
+    return keys
