@@ -23,6 +23,7 @@ from chaos.cells import (
     select,
 )
 from chaos.matrix import run_matrix, save, summarise, summarise_burst, summarise_pause
+from chaos.mutants import MUTANTS
 from interlock.results import commit_id, write_section
 
 
@@ -34,7 +35,10 @@ from interlock.results import commit_id, write_section
 @click.option("--out", type=click.Path(path_type=Path), default=Path("data/chaos"), show_default=True)
 @click.option("--parallel", type=click.IntRange(1, 8), default=2, show_default=True, help="trials at once")
 @click.option("--proxy", is_flag=True, help="run every trial in proxy mode (through the sandbox's MCP front)")
-@click.option("--mutation", default=None, help="run a deliberately broken build (INTERLOCK_MUTATION)")
+@click.option("--mutation", type=click.Choice(sorted(MUTANTS)), default=None,
+              help="run every trial against a deliberately broken copy of the tree (chaos/mutants.py)")
+@click.option("--mutants", "self_test", is_flag=True,
+              help="instead of the matrix: apply each invariant mutant and show what catches it")
 @click.option("--pause", is_flag=True,
               help="instead of the kill matrix: the pause cells (rail worker SIGSTOPped, standby takeover, SIGCONT)")
 @click.option("--burst", is_flag=True,
@@ -54,12 +58,14 @@ from interlock.results import commit_id, write_section
 def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...], seed: int, out: Path,
                   parallel: int, proxy: bool, mutation: str | None, pause: bool, burst: bool, tools: tuple[str, ...],
                   wakes: tuple[str, ...], random_trials: int, calls: int | None, in_flight: int,
-                  write_results: bool) -> None:  # fmt: skip
+                  write_results: bool, self_test: bool) -> None:  # fmt: skip
     """SIGKILL every actor at every failpoint under every rail fault (or, with --pause, SIGSTOP the rail
     worker mid-call and wake it after a standby took over; with --burst, SIGKILL it with many calls in
     flight), and judge what is left."""
-    if sum((pause, burst, bool(random_trials))) > 1:
-        raise click.UsageError("--pause, --burst and --random are separate families: choose one")
+    if sum((pause, burst, bool(random_trials), self_test)) > 1:
+        raise click.UsageError("--pause, --burst, --random and --mutants are separate families: choose one")
+    if self_test:
+        sys.exit(_self_test(seed, out.resolve(), write_results=write_results))
     if random_trials:
         from chaos.random_mode import run_random
 
@@ -108,3 +114,22 @@ def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...],
     passed = len(results) - len(bad)
     click.echo(f"chaos: {passed} passed, {len(bad)} failed")
     sys.exit(1 if bad else 0)
+
+
+def _self_test(seed: int, out: Path, *, write_results: bool) -> int:
+    """Every invariant mutant against what must catch it; exit status 1 when one got through."""
+    from chaos.mutants import MUTANTS, check, summarise
+    from chaos.trial import run_mutant_cell
+
+    results = []
+    for mutant in MUTANTS.values():
+        result = check(mutant, out / "mutants", seed=seed, run_cell=run_mutant_cell)
+        click.echo(f"  {mutant.name}: {'caught' if result.caught else 'NOT CAUGHT'} ({result.seconds}s) by {result.by}")
+        results.append(result)
+    command = "interlock chaos " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    report = summarise(results, command=command.strip(), commit=commit_id())
+    if write_results:
+        write_section("mutants", report)
+    caught = sum(r.caught for r in results)
+    click.echo(f"invariant mutants: {caught}/{len(results)} caught")
+    return 0 if caught == len(results) else 1

@@ -70,7 +70,7 @@ def summarise(results: list[TrialResult], skipped: list[tuple[str, str, str]], *
         f"pre-empted: {preempted}**",
     ]
     if mutation:
-        lines.append(f"- **MUTATED BUILD** (INTERLOCK_MUTATION={mutation}): violations are expected here")
+        lines.append(f"- **MUTATED BUILD** (mutant `{mutation}`, chaos/mutants.py): violations are expected here")
     lines += [
         "",
         "Expected in every cell: at most one rail entity carries the stamp; every intent needs nothing more",
@@ -120,7 +120,7 @@ def summarise_pause(results: list[TrialResult], *, command: str, seed: int, wall
         f"{sum(r.kill_landed for r in results)}; pre-empted: {sum(r.preempted is not None for r in results)}**",
     ]
     if mutation:
-        lines.append(f"- **MUTATED BUILD** (INTERLOCK_MUTATION={mutation}): violations are expected here")
+        lines.append(f"- **MUTATED BUILD** (mutant `{mutation}`, chaos/mutants.py): violations are expected here")
     lines += [
         "",
         "Expected in every cell, besides the kill matrix's checks (never two entities, nothing left unsettled,",
@@ -182,7 +182,7 @@ def summarise_burst(results: list[TrialResult], *, command: str, seed: int, wall
         f"max {max(left, default=0)}**",
     ]
     if mutation:
-        lines.append(f"- **MUTATED BUILD** (INTERLOCK_MUTATION={mutation}): violations are expected here")
+        lines.append(f"- **MUTATED BUILD** (mutant `{mutation}`, chaos/mutants.py): violations are expected here")
     lines += [
         "",
         "Expected in every trial, besides the kill matrix's checks on every intent (never two entities, nothing",

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 import redis as redis_lib
 
+from chaos import mutants
 from chaos.cells import Cell
 from chaos.verdict import NEEDS_NOTHING, Observation, judge
 from ingress.tokens import token_sha256
@@ -78,8 +79,8 @@ def run_trial(cell: Cell, trial: int, seed: int, base: Path, *, mutation: str | 
     tokens = data / "tokens.yaml"
     tokens.write_text(f"agents:\n  {AGENT}: {{token_sha256: {token_sha256(TOKEN)}}}\n", encoding="utf-8")
     env = {"INTERLOCK_MANDATE": str(MANDATE), **TIMINGS, **cell.timings}
-    if mutation:
-        env["INTERLOCK_MUTATION"] = mutation
+    if mutation:  # every process of the trial runs a patched copy of the tree (chaos/mutants.py)
+        env.update(mutants.env_for(mutants.build(mutants.MUTANTS[mutation], base)))
     stack = Stack(data, env=env)
     result = TrialResult(cell.key + ("|proxy" if proxy else ""), trial, seed, False, None, "", "", "",
                          data_dir=str(data))  # fmt: skip
@@ -318,3 +319,13 @@ class _RedisKiller(threading.Thread):
                 time.sleep(0.01)
         finally:
             self.done.set()
+
+
+def run_mutant_cell(cell_key: str, tree: Path, seed: int) -> list[str]:
+    """One kill-matrix trial of *cell_key* whose processes run the mutated copy *tree*; its violations."""
+    from chaos.cells import build_cells
+
+    cell = {c.key: c for c in build_cells()[0]}[cell_key]
+    name = tree.name.removeprefix("mutant-")
+    result = run_trial(cell, 0, seed, tree.parent, mutation=name)  # the trial finds the same copy there
+    return result.violations

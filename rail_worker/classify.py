@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from interlock import mutations
 from ledger.states import Event
 from rails.models import Refund, Settlement
 from rails.razorpay import RailError, RailErrorKind
@@ -39,7 +38,7 @@ class Classified:
 
 
 def classify_entity(entity: Refund | Settlement, sik: str) -> Classified:
-    if not entity.carries_stamp(sik) and not mutations.active("record_replayed_id"):
+    if not entity.carries_stamp(sik):
         # A 2xx for some other entity (dup_response, a gateway replay): the real one may or may not exist.
         return Classified(Event.RAIL_AMBIGUOUS, "REPLAYED_RESPONSE", http_status=200,
                           reason_code="RAIL_REPLAYED_RESPONSE", response=entity.raw,

@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from interlock import mutations
 from interlock.clock import now_ms
 from interlock.errors import IllegalTransition, StaleLease
 from interlock.failpoints import arm, failpoint
@@ -115,10 +114,6 @@ def complete(rt: RailRuntime, started: Started) -> Outcome | None:
         with send_window(send_by, wall_until_ms=wall_until, wall_clock=now_ms, lost=rt.lease_lost):
             result = call_rail(rt, intent, request)
         trace["answer_received"] = trace_now()
-    if result.event is Event.RAIL_AMBIGUOUS and mutations.active("blind_retry"):
-        # The defect I3 forbids, for the chaos matrix's self-test: a fresh key, the same money, again.
-        request = {**request, "idempotency_key": f"mut_{intent.attempt_seq}_{now_ms()}", "receipt": None}
-        result = call_rail(rt, intent, request)
     failpoint("rail.after_call_before_commit")
     try:
         recorded = _record_until_written(rt, intent, result, started.lease_epoch, sent_at)
