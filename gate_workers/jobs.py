@@ -186,14 +186,16 @@ def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
     action = bind_task(action, proposal, mandate, now)  # SPEC §10: verified here, judged by G1 and G2
     trace = {**proposal.trace, "rail_read_done": trace_now()}
     ctx = rt.gate_context(mandate, now)
-    return build_decision(action, ctx, mandate, trace=trace)
+    return build_decision(action, ctx, mandate, trace=trace, mandate_hash=rt.mandates.hash_of(proposal.agent_id))
 
 
 def build_decision(action: ResolvedAction, ctx: GateContext, mandate: Mandate | None, *,
-                   trace: Trace | None = None) -> Decision:  # fmt: skip
+                   trace: Trace | None = None, mandate_hash: str | None = None) -> Decision:  # fmt: skip
     """The ladder's verdict on *action*, as the Decision the rail worker admits; *trace* is the call's per-hop
-    trace so far (interlock.messages.Trace), carried on."""
+    trace so far (interlock.messages.Trace), carried on; *mandate_hash* is the mandate's, when already known."""
     outcome = evaluate(action, ctx)
+    if mandate_hash is None and mandate is not None:
+        mandate_hash = mandate.mandate_hash
     terms = None
     if action.sik is not None:
         assert action.subject is not None and action.amount_minor is not None and action.currency is not None
@@ -203,7 +205,7 @@ def build_decision(action: ResolvedAction, ctx: GateContext, mandate: Mandate | 
         request_id=action.request_id, agent_id=action.agent_id, merchant_id=action.merchant_id, tool=action.tool,
         sik=action.sik, terms=terms, params=action.params, params_hash=canonical_hash(action.params),
         verdict=outcome.verdict, reason_code=outcome.reason_code, results=outcome.results,
-        mandate_id=mandate.mandate_id if mandate else None, mandate_hash=mandate.mandate_hash if mandate else None,
+        mandate_id=mandate.mandate_id if mandate else None, mandate_hash=mandate_hash,
         operation_ref=action.operation_ref, distinct_reason=action.distinct_reason, window=action.window,
         grace_siks=list(action.grace_siks), rail_basis_minor=_rail_basis(action), rail_read_at_ms=ctx.now_ms,
         decided_at_ms=ctx.now_ms, trace=dict(trace or {}), **_task_fields(action),

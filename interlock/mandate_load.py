@@ -132,6 +132,8 @@ class MandateStore:
     def __init__(self, mandates: Mapping[str, Mandate], sources: Mapping[str, Path] | None = None) -> None:
         self._mandates = dict(mandates)
         self.sources = dict(sources or {})
+        # Hashed once: every decision and every attempt compares against it, and a hash is a full canonical dump.
+        self._hashes = {agent_id: mandate.mandate_hash for agent_id, mandate in self._mandates.items()}
 
     @classmethod
     def load(cls, paths: list[Path], *, pubkeys: list[Path] | None = None) -> MandateStore:
@@ -168,6 +170,10 @@ class MandateStore:
 
     def get(self, agent_id: str) -> Mandate | None:
         return self._mandates.get(agent_id)
+
+    def hash_of(self, agent_id: str) -> str | None:
+        """The mandate_hash of *agent_id*'s mandate as loaded (None: no mandate)."""
+        return self._hashes.get(agent_id)
 
     def require(self, agent_id: str) -> Mandate:
         mandate = self._mandates.get(agent_id)

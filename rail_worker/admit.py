@@ -59,7 +59,7 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
         return Admission(_unkeyed(decision), None)
     mandate = rt.mandates.get(decision.agent_id)
     verdict, reason = decision.verdict, decision.reason_code
-    if mandate is None or mandate.mandate_hash != decision.mandate_hash:
+    if mandate is None or rt.mandates.hash_of(decision.agent_id) != decision.mandate_hash:
         # The mandate changed between the gate and here: judge nothing against a stale policy.
         verdict, reason = Verdict.BLOCK, "G1_MANDATE_CHANGED"
     elif not mandate.is_active(now) or mandate.grant(decision.tool) is None:

@@ -151,7 +151,7 @@ def _mandate_withdrawn(rt: RailRuntime, conn: Any, intent: Intent, now: int) -> 
     """G1 again at the last moment: a mandate replaced, expired or no longer granting the tool stops an
     AUTHORIZED intent (a first attempt or a retry) before anything is sent. Returns the stopped intent."""
     mandate = rt.mandates.get(intent.agent_id)
-    if mandate is not None and mandate.mandate_hash == intent.mandate_hash:
+    if mandate is not None and rt.mandates.hash_of(intent.agent_id) == intent.mandate_hash:
         grant = mandate.grant(intent.tool)
         if mandate.is_active(now) and grant is not None:
             return None
