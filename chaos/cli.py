@@ -39,6 +39,10 @@ from interlock.results import commit_id, write_section
               help="run every trial against a deliberately broken copy of the tree (chaos/mutants.py)")
 @click.option("--mutants", "self_test", is_flag=True,
               help="instead of the matrix: apply each invariant mutant and show what catches it")
+@click.option("--races", type=click.IntRange(0), default=0,
+              help="instead of the matrix: N operations, each sent by --race-agents agents at once")
+@click.option("--race-agents", type=click.IntRange(2, 32), default=8, show_default=True,
+              help="--races: agents sending every operation")
 @click.option("--pause", is_flag=True,
               help="instead of the kill matrix: the pause cells (rail worker SIGSTOPped, standby takeover, SIGCONT)")
 @click.option("--burst", is_flag=True,
@@ -58,12 +62,14 @@ from interlock.results import commit_id, write_section
 def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...], seed: int, out: Path,
                   parallel: int, proxy: bool, mutation: str | None, pause: bool, burst: bool, tools: tuple[str, ...],
                   wakes: tuple[str, ...], random_trials: int, calls: int | None, in_flight: int,
-                  write_results: bool, self_test: bool) -> None:  # fmt: skip
+                  write_results: bool, self_test: bool, races: int, race_agents: int) -> None:  # fmt: skip
     """SIGKILL every actor at every failpoint under every rail fault (or, with --pause, SIGSTOP the rail
     worker mid-call and wake it after a standby took over; with --burst, SIGKILL it with many calls in
     flight), and judge what is left."""
-    if sum((pause, burst, bool(random_trials), self_test)) > 1:
-        raise click.UsageError("--pause, --burst, --random and --mutants are separate families: choose one")
+    if sum((pause, burst, bool(random_trials), self_test, bool(races))) > 1:
+        raise click.UsageError("--pause, --burst, --random, --mutants and --races are separate families: choose one")
+    if races:
+        sys.exit(_races(races, race_agents, seed, out.resolve(), write_results=write_results))
     if self_test:
         sys.exit(_self_test(seed, out.resolve(), write_results=write_results))
     if random_trials:
@@ -114,6 +120,21 @@ def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...],
     passed = len(results) - len(bad)
     click.echo(f"chaos: {passed} passed, {len(bad)} failed")
     sys.exit(1 if bad else 0)
+
+
+def _races(operations: int, agents: int, seed: int, out: Path, *, write_results: bool) -> int:
+    from chaos.races import run_races
+    from chaos.races import summarise as summarise_races
+
+    click.echo(f"races: {operations} operations x {agents} agents, 2 gate workers")
+    result = run_races(operations, agents, out, seed=seed)
+    command = "interlock chaos " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    if write_results:
+        write_section("races", summarise_races(result, command=command.strip(), commit=commit_id()))
+    click.echo(result.line())
+    for violation in result.violations[:10]:
+        click.echo(f"  {violation}")
+    return 1 if result.violations else 0
 
 
 def _self_test(seed: int, out: Path, *, write_results: bool) -> int:
