@@ -43,6 +43,9 @@ from interlock.results import commit_id, write_section
               help="instead of the matrix: N operations, each sent by --race-agents agents at once")
 @click.option("--race-agents", type=click.IntRange(2, 32), default=8, show_default=True,
               help="--races: agents sending every operation")
+@click.option("--redis-load", type=click.IntRange(0), default=0,
+              help="instead of the matrix: N refunds from 8 agents while redis-server is SIGKILLed 3-5 times, "
+                   "then N more while it is paused past the outcome deadline")
 @click.option("--pause", is_flag=True,
               help="instead of the kill matrix: the pause cells (rail worker SIGSTOPped, standby takeover, SIGCONT)")
 @click.option("--burst", is_flag=True,
@@ -62,12 +65,16 @@ from interlock.results import commit_id, write_section
 def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...], seed: int, out: Path,
                   parallel: int, proxy: bool, mutation: str | None, pause: bool, burst: bool, tools: tuple[str, ...],
                   wakes: tuple[str, ...], random_trials: int, calls: int | None, in_flight: int,
-                  write_results: bool, self_test: bool, races: int, race_agents: int) -> None:  # fmt: skip
+                  write_results: bool, self_test: bool, races: int, race_agents: int,
+                  redis_load: int) -> None:  # fmt: skip
     """SIGKILL every actor at every failpoint under every rail fault (or, with --pause, SIGSTOP the rail
     worker mid-call and wake it after a standby took over; with --burst, SIGKILL it with many calls in
     flight), and judge what is left."""
-    if sum((pause, burst, bool(random_trials), self_test, bool(races))) > 1:
-        raise click.UsageError("--pause, --burst, --random, --mutants and --races are separate families: choose one")
+    if sum((pause, burst, bool(random_trials), self_test, bool(races), bool(redis_load))) > 1:
+        raise click.UsageError("--pause, --burst, --random, --mutants, --races and --redis-load are separate "
+                               "families: choose one")  # fmt: skip
+    if redis_load:
+        sys.exit(_redis_load(redis_load, seed, out.resolve(), write_results=write_results))
     if races:
         sys.exit(_races(races, race_agents, seed, out.resolve(), write_results=write_results))
     if self_test:
@@ -135,6 +142,25 @@ def _races(operations: int, agents: int, seed: int, out: Path, *, write_results:
     for violation in result.violations[:10]:
         click.echo(f"  {violation}")
     return 1 if result.violations else 0
+
+
+def _redis_load(refunds: int, seed: int, out: Path, *, write_results: bool) -> int:
+    import random
+
+    from chaos.redis_load import run_redis_load
+    from chaos.redis_load import summarise as summarise_redis
+
+    kills = random.Random(seed).randint(3, 5)
+    results = [run_redis_load(refunds, 8, out, mode="kill", outages=kills, seed=seed),
+               run_redis_load(refunds, 8, out, mode="pause", outages=2, seed=seed + 1)]  # fmt: skip
+    command = "interlock chaos " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    if write_results:
+        write_section("redis", summarise_redis(results, command=command.strip(), commit=commit_id()))
+    for result in results:
+        click.echo(result.line())
+        for violation in result.violations[:10]:
+            click.echo(f"  {violation}")
+    return 1 if any(r.violations for r in results) else 0
 
 
 def _self_test(seed: int, out: Path, *, write_results: bool) -> int:
