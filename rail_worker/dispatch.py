@@ -87,9 +87,13 @@ class Dispatcher:
             admission = admit(self.rt, decision)
             trace: Trace = {**decision.trace, "admitted": trace_now()}
             if admission.execute is None:
-                if not self._waits_for_its_call(admission.outcome):
-                    self._publish(admission.outcome, trace)
-                return admission.outcome.state if admission.outcome else "NO_OUTCOME"
+                outcome = admission.outcome
+                if outcome is not None and self._pending_repeat(outcome):
+                    if self._waits_for_its_call(outcome):
+                        return "WAITING"
+                    outcome = self._read_again(outcome)  # the call it repeats may have been recorded meanwhile
+                self._publish(outcome, trace)
+                return outcome.state if outcome else "NO_OUTCOME"
             calls = True
             intent = admission.execute
             landing = (intent.merchant_id, intent.sik)
@@ -136,18 +140,35 @@ class Dispatcher:
             self._answer_repeats(key[0], key[1], waiting)
         return False
 
-    def _waits_for_its_call(self, outcome: Outcome | None) -> bool:
+    @staticmethod
+    def _pending_repeat(outcome: Outcome) -> bool:
+        return (outcome.request_id is not None and outcome.intent is not None
+                and outcome.sik is not None and outcome.replayed
+                and outcome.state in (State.AUTHORIZED, State.IN_FLIGHT))  # fmt: skip
+
+    def _waits_for_its_call(self, outcome: Outcome) -> bool:
         """A repeat of a call that is on a pool thread right now is answered when that call is recorded, with
         its recorded state — not at once with IN_FLIGHT, which would only send the agent round again."""
-        if (outcome is None or outcome.request_id is None or outcome.intent is None or outcome.sik is None
-                or not outcome.replayed or outcome.state not in (State.AUTHORIZED, State.IN_FLIGHT)):  # fmt: skip
-            return False
+        assert outcome.intent is not None and outcome.sik is not None and outcome.request_id is not None
         with self._lock:
             waiting = self._calls.get((outcome.intent.merchant_id, outcome.sik))
             if waiting is None:
                 return False
             waiting.append(outcome.request_id)
         return True
+
+    def _read_again(self, outcome: Outcome) -> Outcome:
+        """No call holds the intent now: it may have been recorded between the admission's read and here."""
+        assert outcome.intent is not None and outcome.sik is not None
+        merchant_id, sik = outcome.intent.merchant_id, outcome.sik
+        try:
+            intent = self.rt.write(lambda conn: intents.get_intent(conn, merchant_id, sik))
+        except Exception:  # noqa: BLE001 - the admission's answer stands; the agent's repeat reads the ledger
+            logger.exception("could not read %s again for request %s", sik, outcome.request_id)
+            return outcome
+        if intent is None:
+            return outcome
+        return outcome_from_intent(intent, request_id=outcome.request_id, replayed=True)
 
     @contextmanager
     def _slot(self) -> Iterator[_Slot]:

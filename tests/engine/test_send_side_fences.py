@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -512,13 +513,49 @@ def test_a_repeat_of_a_call_still_in_flight_is_answered_with_its_recorded_outcom
     assert dispatcher.handle_decision(_decision(world, "Q" * 32)) == "DISPATCHED"
     assert out.wait(10)
     repeat = _decision(world, "Q" * 32).model_copy(update={"request_id": "the-repeat"})
-    dispatcher.handle_decision(repeat)
+    dispatcher.handle_decision(repeat)  # admitted on a pool thread
+    waiting = lambda: any("the-repeat" in ids for ids in dispatcher._calls.values())  # noqa: E731
+    deadline = time.monotonic() + 10
+    while not waiting() and time.monotonic() < deadline:
+        time.sleep(0.005)
     published = rt.redis.published  # type: ignore[attr-defined]
-    assert [o.request_id for o in published] == [], "the repeat waits for the call's record"
+    assert waiting() and [o.request_id for o in published] == [], "the repeat waits for the call's record"
     release.set()
     dispatcher.drain()
     answers = {o.request_id: (o.state, o.replayed) for o in published}
     assert answers == {"req-QQQQ-ALLOW": ("APPLIED", False), "the-repeat": ("APPLIED", True)}
+    assert len(world.rail.calls) == 1
+
+
+def test_a_repeat_admitted_just_before_the_call_is_recorded_gets_the_recorded_answer(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The race: the repeat's admission reads IN_FLIGHT, then the call is recorded and lets go of the intent
+    # before the repeat can wait on it. The repeat must read again, not publish the IN_FLIGHT it read.
+    monkeypatch.setattr("rail_worker.admit.now_ms", world.clock)
+    rt = world.runtime()
+    if rt.writer is None:
+        rt.writer = LedgerWriter(rt.ledger).start()
+        world.writers.append(rt.writer)
+    out, release = threading.Event(), threading.Event()
+    world.rail.hold = lambda: (out.set(), release.wait(10))  # type: ignore[func-returns-value]
+    dispatcher = Dispatcher(rt, 4)
+    real_wait = dispatcher._waits_for_its_call
+
+    def late(outcome: Any) -> bool:
+        release.set()  # the call comes back now, between the repeat's read and its wait
+        deadline = time.monotonic() + 10
+        while dispatcher._calls and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return real_wait(outcome)
+
+    monkeypatch.setattr(dispatcher, "_waits_for_its_call", late)
+    assert dispatcher.handle_decision(_decision(world, "R" * 32)) == "DISPATCHED"
+    assert out.wait(10)
+    dispatcher.handle_decision(_decision(world, "R" * 32).model_copy(update={"request_id": "the-late-repeat"}))
+    dispatcher.drain()
+    answers = {o.request_id: (o.state, o.replayed) for o in rt.redis.published}  # type: ignore[attr-defined]
+    assert answers["the-late-repeat"] == ("APPLIED", True)
     assert len(world.rail.calls) == 1
 
 
