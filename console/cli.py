@@ -1,8 +1,12 @@
-"""`interlock console`: the operator web console as a process (loopback by default)."""
+"""`interlock console`: the operator web console as a process (loopback by default), and
+`interlock console screenshot`: a picture of a running console (docs/console.png is made with it, on purpose,
+never by a test run)."""
 
 from __future__ import annotations
 
 import logging
+import shutil
+from pathlib import Path
 
 import click
 
@@ -12,13 +16,21 @@ from interlock.redis_conn import port_in_use
 
 logger = logging.getLogger(__name__)
 
+# Debian's chromium, driven headless (never a browser downloaded by playwright: `make browser` installs it).
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
 
-@click.command("console")
+
+@click.group("console", invoke_without_command=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="bind address (keep it loopback; front it "
               "with a TLS proxy to reach it from elsewhere)")
 @click.option("--port", type=int, default=8750, show_default=True)
-def console_command(host: str, port: int) -> None:
+@click.pass_context
+def console_command(ctx: click.Context, host: str, port: int) -> None:
     """Serve the operator console; INTERLOCK_CONSOLE_TOKEN unlocks it."""
+    if ctx.invoked_subcommand is not None:
+        return
     import uvicorn
 
     from console.app import create_app
@@ -34,3 +46,38 @@ def console_command(host: str, port: int) -> None:
         raise ConfigError(str(exc), variable="INTERLOCK_CONSOLE_TOKEN") from None
     logger.info("console on http://%s:%d/", host, port)
     uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+@console_command.command("screenshot")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), required=True, help="PNG file to write")
+@click.option("--url", default="http://127.0.0.1:8750", show_default=True, help="the running console")
+@click.option("--page", default="/", show_default=True, help="console page to picture, e.g. /intents/MERCHANT/SIK")
+@click.option("--token-file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+              help="file holding the console token (default: INTERLOCK_CONSOLE_TOKEN)")
+def screenshot_command(out: Path, url: str, page: str, token_file: Path | None) -> None:
+    """Log in to a running console with its token and save a full-page PNG of PAGE."""
+    token = token_file.read_text(encoding="utf-8").strip() if token_file else load_settings().require("console_token")
+    if shutil.which(CHROMIUM) is None:
+        raise ConfigError(f"{CHROMIUM} is missing; run `make browser` (apt-get install chromium)", variable="--out")
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise ConfigError("playwright is not installed; pip install -e '.[dev]'", variable="--out") from None
+    target = url.rstrip("/") + "/" + page.lstrip("/")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            view = browser.new_page(viewport={"width": 1360, "height": 900})
+            view.goto(target)
+            if view.locator("#token").is_visible():  # the console answers 401 with its login form
+                view.fill("#token", token)
+                with view.expect_navigation():
+                    view.click("#login")
+                if view.locator("#token").is_visible():
+                    raise ConfigError(f"the console at {url} refused the token", variable="INTERLOCK_CONSOLE_TOKEN")
+            view.wait_for_load_state("networkidle")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            view.screenshot(path=str(out), full_page=True)
+        finally:
+            browser.close()
+    click.echo(f"wrote {out} ({target})")

@@ -1,12 +1,17 @@
-"""A small smoke of the real chaos matrix (one trial per representative cell), and proof that the
-matrix can fail: the same cells against deliberately broken builds must report violations."""
+"""A small smoke of the real chaos matrix (one trial per representative cell). That the matrix can fail is
+shown in test_mutants.py: deliberately broken copies of the tree must be caught."""
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from chaos.cells import build_cells
 from chaos.matrix import run_matrix, summarise
+from interlock.stack import Stack
 
 SMOKE = [
     "ingress.after_enqueue|none",
@@ -34,23 +39,33 @@ def test_representative_cells_pass_with_every_kill_landed(tmp_path: Path) -> Non
     assert "trials with a violation: 0" in report
 
 
-def test_a_build_that_records_replayed_responses_is_caught(tmp_path: Path) -> None:
-    [result] = run_matrix(cells(["rail.after_commit_before_ack|dup_response"]), 1, 77, tmp_path,
-                          progress=False, mutation="record_replayed_id")  # fmt: skip
-    assert any("WRONG_ENTITY" in v for v in result.violations), result
+def test_a_random_kill_during_a_burst_leaves_every_intent_settled(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    from chaos import random_kills
 
+    kill: dict[str, object] = {}
+    real_burst = random_kills._burst
 
-def test_a_build_that_retries_blindly_is_caught(tmp_path: Path) -> None:
-    [result] = run_matrix(cells(["rail.after_commit_before_ack|ambiguous_504"]), 1, 78, tmp_path,
-                          progress=False, mutation="blind_retry")  # fmt: skip
-    assert any("NEVER_TWO" in v for v in result.violations), result
+    async def burst(url: str, plan: list[tuple[str, str, int]], stack: Stack, victim: str, delay: float) -> None:
+        # Watch the one kill of the trial: the victim must be running when it is aimed at, and die of it.
+        target: Any = stack.redis if victim == "redis" else stack.actors[victim]
+        aimed = target.kill
 
+        def observed() -> None:
+            if kill:  # only the trial's kill, not a later stop of the same actor
+                return aimed()
+            kill.update(victim=victim, alive=target.process is not None and target.process.poll() is None)
+            aimed()
+            kill["returncode"] = target.process.poll()
 
-def test_a_random_kill_during_a_burst_leaves_every_intent_settled(tmp_path: Path) -> None:
-    from chaos.random_kills import run_random_trial
+        monkeypatch.setattr(target, "kill", observed)
+        await real_burst(url, plan, stack, victim, delay)
 
-    result = run_random_trial(1, 9001, tmp_path, calls=8)
+    monkeypatch.setattr(random_kills, "_burst", burst)
+    result = random_kills.run_random_trial(1, 9001, tmp_path, calls=8)
     assert result.violations == [], result
+    assert kill.get("alive") is True, f"the kill was aimed at a {result.victim} that was not running: {kill}"
+    assert kill["returncode"] == -signal.SIGKILL, f"the {result.victim} did not die of the kill: {kill}"
     assert result.intents >= 1
     assert result.entities <= result.intents, "never more rail entities than intents"
 

@@ -1,21 +1,23 @@
 """The console end to end in a real headless chromium: log in with the token, find the held refund,
-approve it, and watch it become APPLIED — with exactly one refund on the rail. Saves docs/console.png."""
+approve it, and watch it become APPLIED — with exactly one refund on the rail. Pictures the intent with
+`interlock console screenshot` into a temporary file: the tracked docs/console.png is rewritten only by running
+that command on purpose, never by a test run (which must leave the tree clean)."""
 
 from __future__ import annotations
 
 import shutil
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import Browser, expect, sync_playwright
 
+from console.cli import CHROMIUM, CHROMIUM_ARGS
 from tests.console.conftest import APPROVER, TOKEN, Console
+from tests.procs import INTERLOCK
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
-SCREENSHOT = Path(__file__).resolve().parents[2] / "docs" / "console.png"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 @pytest.fixture
@@ -31,7 +33,7 @@ def browser() -> Iterator[Browser]:
             launched.close()
 
 
-def test_log_in_approve_a_held_refund_and_see_it_applied(console: Console, browser: Browser) -> None:
+def test_log_in_approve_a_held_refund_and_see_it_applied(console: Console, browser: Browser, tmp_path: Path) -> None:
     pid, sik = console.held()
     page = browser.new_page(viewport={"width": 1360, "height": 900})
     refused = page.goto(f"{console.url}/holds")
@@ -59,5 +61,12 @@ def test_log_in_approve_a_held_refund_and_see_it_applied(console: Console, brows
     expect(page.locator("#chain-status")).to_have_text("chain ok")
     page.goto(f"{console.url}/intents/acc_DEMO000001/{sik}")
     expect(page.locator("#intent-state")).to_have_text("APPLIED")
-    SCREENSHOT.parent.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOT), full_page=True)
+    # The picture in docs/, taken the way a person refreshes it, but into a temporary file.
+    token_file = tmp_path / "console.token"
+    token_file.write_text(TOKEN, encoding="utf-8")
+    out = tmp_path / "console.png"
+    shot = subprocess.run([*INTERLOCK, "console", "screenshot", "--url", console.url, "--token-file", str(token_file),
+                           "--page", f"/intents/acc_DEMO000001/{sik}", "--out", str(out)],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert shot.returncode == 0, shot.stderr
+    assert out.read_bytes().startswith(PNG_MAGIC)

@@ -66,23 +66,42 @@ def test_two_gate_workers_share_one_queue(
         assert ran_on == {"gw1", "gw2"}, f"both workers should have taken jobs: {ran_on}"
 
 
+def _decision_job(client: redis.Redis, request_id: str) -> Job:
+    return Job.fetch(f"decision-{request_id}", connection=client, serializer=JSONSerializer)
+
+
+def _business_content(decision: Decision) -> dict[str, object]:
+    """What the rail worker acts on: everything but when it was decided, the rail read's timestamp and traces."""
+    body = json.loads(decision.to_json())
+    for timing in ("decided_at_ms", "rail_read_at_ms", "trace"):
+        body.pop(timing, None)
+    body["results"] = [(r["gate"], r["verdict"], r["reason_code"]) for r in body["results"]]
+    return body
+
+
 def test_a_redelivered_proposal_produces_the_same_decision(
     tmp_path: Path, redis_server: EmbeddedRedis, redis_client: redis.Redis, rail_sandbox: SandboxProcess
 ) -> None:
     env = env_for(tmp_path, redis_server, rail_sandbox)
     rail_sandbox.add_payment("pay_GW0002", 50000)
     request_id = enqueue(redis_client, "pay_GW0002", 20000)
-    # Deliver the very same job a second time, as a crashed-and-requeued worker would.
-    job = Job.fetch(f"proposal-{request_id}", connection=redis_client, serializer=JSONSerializer)
-    rq_queue(gates_queue(), redis_client).enqueue_job(job)
-    worker = Proc([*INTERLOCK, "gate-worker", "--burst"], env, tmp_path / "gw.log")
-    wait_until(lambda: not worker.alive(), timeout=60, what="burst worker to drain the queue")
-    assert worker.popen.returncode == 0, worker.output()
-    got = decisions(redis_client)
-    assert len(got) >= 1
-    first = json.loads(got[0].to_json())
-    for other in got[1:]:
-        again = json.loads(other.to_json())
-        first.pop("decided_at_ms", None), again.pop("decided_at_ms", None)
-        assert again == first
-    assert got[0].sik is not None
+    rail = rq_queue(rail_queue(), redis_client)
+
+    def drain(log: str) -> None:
+        worker = Proc([*INTERLOCK, "gate-worker", "--burst"], env, tmp_path / log)
+        wait_until(lambda: not worker.alive(), timeout=60, what="burst worker to drain the queue")
+        assert worker.popen.returncode == 0, worker.output()
+
+    drain("gw1.log")
+    assert rail.count == 1
+    first = Decision.from_json(_decision_job(redis_client, request_id).args[0])
+    # Deliver the very same proposal job a second time, as a crashed-and-requeued worker would, and evaluate it
+    # again: the decision job (keyed by request_id) is written afresh and its id queued a second time.
+    proposal = Job.fetch(f"proposal-{request_id}", connection=redis_client, serializer=JSONSerializer)
+    rq_queue(gates_queue(), redis_client).enqueue_job(proposal)
+    drain("gw2.log")
+    assert rail.count == 2, "the redelivered proposal was not evaluated again"
+    again = Decision.from_json(_decision_job(redis_client, request_id).args[0])
+    assert again.trace != first.trace, "the second read is the first decision, not a new one"
+    assert first.sik is not None and first.verdict is Verdict.ALLOW
+    assert _business_content(again) == _business_content(first)

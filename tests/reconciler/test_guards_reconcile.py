@@ -1,0 +1,120 @@
+"""Guards of reconciler/loop.py that no other test would miss (issue 17, item 7): each test here fails when the
+guard it names is deleted. In-process, over a real SQLite ledger, with the scripted rail and the injectable
+clock of tests/engine/send_world.py."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import intents, leases
+from ledger.db import open_ledger, transaction
+from ledger.states import Event, State
+from rail_worker.execute import execute
+from rails.razorpay import RailError, RailErrorKind
+from reconciler.loop import MAX_ATTEMPTS
+from tests.engine.send_world import SETTLEMENT, World, make_world
+from tests.mandates import MERCHANT
+
+SIK = "S" * 32
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    made = make_world(tmp_path, monkeypatch)
+    yield made
+    made.close()
+
+
+def _events(world: World) -> list[str]:
+    rows = open_ledger(world.path).execute("SELECT payload_json FROM audit_log WHERE kind = 'TRANSITION' ORDER BY seq")
+    return [row[0] for row in rows]
+
+
+def _unknown_after_one_attempt(world: World, conn: sqlite3.Connection) -> None:
+    world.authorized(SETTLEMENT)
+    with transaction(conn):
+        intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
+                              lease_expires_at=world.clock() + world.settings.lease_ttl_ms, request={})  # fmt: skip
+        intents.transition(conn, MERCHANT, SIK, Event.RAIL_AMBIGUOUS, now=world.clock())
+
+
+# -- grace for an IN_FLIGHT row whose own worker is alive --------------------------------------------------------------
+
+
+def test_a_live_workers_in_flight_row_gets_one_more_ttl_before_it_is_taken(world: World) -> None:
+    s = world.settings
+    world.authorized(SETTLEMENT)
+    a = world.runtime("rail:A")  # epoch 1, alive: it keeps renewing its lease below
+    conn = open_ledger(world.path)
+    with transaction(conn):
+        intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
+                              lease_expires_at=world.clock() + s.lease_ttl_ms, request={})  # fmt: skip
+
+    def time_passes_while_a_renews(ms: int) -> None:
+        step = s.lease_ttl_ms // 3  # A's heartbeat
+        for _ in range(ms // step):
+            world.clock.advance(step)
+            assert a.lease is not None
+            with transaction(conn):
+                a.lease = leases.heartbeat(conn, a.lease, now=world.clock(), ttl_ms=s.lease_ttl_ms)
+
+    time_passes_while_a_renews(s.lease_ttl_ms + s.rail_timeout_ms)  # the row's lease and the call's deadline are over
+    world.reconciler().sweep()
+    assert world.intent().state is State.IN_FLIGHT, "its worker is alive and will record the answer"
+    time_passes_while_a_renews(s.lease_ttl_ms)  # one TTL more: evidently it will not (an error left the row behind)
+    world.reconciler().sweep()
+    assert world.intent().state is not State.IN_FLIGHT
+    assert any('"LEASE_EXPIRED"' in event for event in _events(world))
+
+
+# -- a reconcile pass whose per-intent lease was lost writes nothing ---------------------------------------------------
+
+
+def test_a_finding_made_after_the_reconcile_lease_was_lost_is_discarded(world: World) -> None:
+    s = world.settings
+    conn = open_ledger(world.path)
+    _unknown_after_one_attempt(world, conn)
+    world.clock.advance(s.lease_ttl_ms + s.rail_timeout_ms + s.reconcile_min_delay_ms)
+    first = world.reconciler()
+    second = dataclasses.replace(world.reconciler(), owner="reconciler:2")
+    lister = world.rail.list_instant_settlements
+
+    def first_stalls_while_reading(**kwargs: Any) -> Any:
+        # The first reconciler stalls on its read past its per-intent lease; the second takes the intent over and
+        # is reading the rail itself when the first wakes up with its (lagging, empty) page.
+        world.clock.advance(s.lease_ttl_ms + 1)
+        assert second._expire_abandoned(world.clock()) == 1
+        with transaction(conn):
+            intents.begin_reconcile(conn, MERCHANT, SIK, now=world.clock(), owner=second.owner,
+                                    lease_expires_at=world.clock() + s.lease_ttl_ms)  # fmt: skip
+        world.rail.list_instant_settlements = lister  # type: ignore[method-assign]
+        return lister(**kwargs)
+
+    world.rail.list_instant_settlements = first_stalls_while_reading  # type: ignore[method-assign]
+    first.reconcile(MERCHANT, SIK)
+    intent = world.intent()
+    assert (intent.state, intent.lease_owner) == (State.RECONCILING, "reconciler:2"), "the second pass was overrun"
+    assert conn.execute("SELECT COUNT(*) FROM recon_findings").fetchone()[0] == 0
+    assert world.rail.calls == []
+
+
+# -- automatic retries stop at MAX_ATTEMPTS ----------------------------------------------------------------------------
+
+
+def test_a_call_confirmed_absent_is_not_retried_past_max_attempts(world: World) -> None:
+    world.authorized(SETTLEMENT)
+    world.rail.reject = RailError(RailErrorKind.AMBIGUOUS, "504", method="POST", path="/x", http_status=504)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        execute(world.runtime("rail:A"), MERCHANT, SIK, request_id=None)  # a gateway 504 that applied nothing
+        assert (world.intent().state, world.intent().attempt_seq) == (State.UNKNOWN, attempt)
+        world.clock.advance(60_000)  # past the min delay and any backoff
+        world.reconciler().sweep()
+        expected = State.AUTHORIZED if attempt < MAX_ATTEMPTS else State.CONFIRMED_NOT_APPLIED
+        assert world.intent().state is expected, f"after attempt {attempt}"
+    assert len(world.rail.calls) == MAX_ATTEMPTS
