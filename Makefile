@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck clean browser node bench chaos
+.PHONY: install run test lint typecheck clean browser node bench chaos soak
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -61,6 +61,11 @@ chaos: install
 	$(BIN)/interlock chaos --trials 10 && $(BIN)/interlock chaos --random 30 && $(BIN)/interlock chaos --pause --trials 5 \
 	  && $(BIN)/interlock chaos --burst --trials 2 && $(BIN)/interlock chaos --mutants \
 	  && $(BIN)/interlock chaos --races 1000 && $(BIN)/interlock chaos --redis-load 1000
+
+# Fifteen minutes of steady load with a random actor SIGKILLed every 20-60 s; RSS per actor plotted
+# (docs/soak-rss.png) and its growth written to RESULTS.md. Bounded in time; not part of make test.
+soak: install
+	$(BIN)/interlock chaos --soak 15
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache tests/node/node_modules

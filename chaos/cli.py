@@ -43,6 +43,8 @@ from interlock.results import commit_id, write_section
               help="instead of the matrix: N operations, each sent by --race-agents agents at once")
 @click.option("--race-agents", type=click.IntRange(2, 32), default=8, show_default=True,
               help="--races: agents sending every operation")
+@click.option("--soak", type=click.FloatRange(0), default=0,
+              help="instead of the matrix: MINUTES of steady load, a random actor SIGKILLed every 20-60 s")
 @click.option("--redis-load", type=click.IntRange(0), default=0,
               help="instead of the matrix: N refunds from 8 agents while redis-server is SIGKILLed 3-5 times, "
                    "then N more while it is paused past the outcome deadline")
@@ -66,13 +68,15 @@ def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...],
                   parallel: int, proxy: bool, mutation: str | None, pause: bool, burst: bool, tools: tuple[str, ...],
                   wakes: tuple[str, ...], random_trials: int, calls: int | None, in_flight: int,
                   write_results: bool, self_test: bool, races: int, race_agents: int,
-                  redis_load: int) -> None:  # fmt: skip
+                  redis_load: int, soak: float) -> None:  # fmt: skip
     """SIGKILL every actor at every failpoint under every rail fault (or, with --pause, SIGSTOP the rail
     worker mid-call and wake it after a standby took over; with --burst, SIGKILL it with many calls in
     flight), and judge what is left."""
-    if sum((pause, burst, bool(random_trials), self_test, bool(races), bool(redis_load))) > 1:
-        raise click.UsageError("--pause, --burst, --random, --mutants, --races and --redis-load are separate "
+    if sum((pause, burst, bool(random_trials), self_test, bool(races), bool(redis_load), bool(soak))) > 1:
+        raise click.UsageError("--pause, --burst, --random, --mutants, --races, --redis-load and --soak are separate "
                                "families: choose one")  # fmt: skip
+    if soak:
+        sys.exit(_soak(soak, seed, out.resolve(), write_results=write_results))
     if redis_load:
         sys.exit(_redis_load(redis_load, seed, out.resolve(), write_results=write_results))
     if races:
@@ -161,6 +165,29 @@ def _redis_load(refunds: int, seed: int, out: Path, *, write_results: bool) -> i
         for violation in result.violations[:10]:
             click.echo(f"  {violation}")
     return 1 if any(r.violations for r in results) else 0
+
+
+def _soak(minutes: float, seed: int, out: Path, *, write_results: bool) -> int:
+    from chaos.soak import plot, run_soak
+    from chaos.soak import summarise as summarise_soak
+    from interlock.results import RESULTS
+
+    click.echo(f"soak: {minutes:g} minutes of steady load, a random actor SIGKILLed every 20-60 s")
+    result = run_soak(minutes, out, seed=seed)
+    image = None
+    if write_results:
+        image_path = RESULTS.parent / "docs" / "soak-rss.png"
+        plot(result, image_path)
+        image = image_path.relative_to(RESULTS.parent).as_posix()
+    command = "interlock chaos " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    if write_results:
+        write_section("soak", summarise_soak(result, command=command.strip(), commit=commit_id(), image=image))
+    click.echo(result.line())
+    for name, (first, last) in sorted(result.growth_kib().items()):
+        click.echo(f"  {name}: RSS {first / 1024:.1f} -> {last / 1024:.1f} MiB")
+    for violation in result.violations[:10]:
+        click.echo(f"  {violation}")
+    return 1 if result.violations else 0
 
 
 def _self_test(seed: int, out: Path, *, write_results: bool) -> int:

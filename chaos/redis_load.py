@@ -92,7 +92,7 @@ def run_redis_load(refunds: int, agents: int, base: Path, *, mode: str = "kill",
         asyncio.run(_load(url, names, payments, stack, rng, mode, outages, result, definite))
         stop.set()
         watchdog.join(timeout=30)
-        _restart_dead(stack, tokens, result)
+        result.restarts += _restart_dead(stack, tokens)
         _settle_all(stack, payments, timeout_s=180)
         obs = _observe_all(stack, control, payments)
         control.close()
@@ -183,24 +183,27 @@ def _supervise(stack: Stack, tokens: Path, stop: threading.Event, result: RedisL
     """What supervisord does in `interlock up`: an actor that exited is started again."""
     while not stop.wait(0.5):
         try:
-            _restart_dead(stack, tokens, result)
+            result.restarts += _restart_dead(stack, tokens)
         except (StackError, OSError):
             continue  # Redis is still down: the next round tries again
 
 
-def _restart_dead(stack: Stack, tokens: Path, result: RedisLoadResult) -> None:
+def _restart_dead(stack: Stack, tokens: Path) -> int:
+    """Start every actor that exited again (not while Redis is down); returns how many."""
     redis_down = stack.redis is None or stack.redis.process is None or stack.redis.process.poll() is not None
     if redis_down:
-        return
+        return 0
+    restarted = 0
     for name, actor in list(stack.actors.items()):
         if actor.alive() or name == "sandbox":
             continue
-        result.restarts += 1
+        restarted += 1
         if name == "ingress":
             port = int(actor.args[actor.args.index("--port") + 1])
             stack.start_ingress(tokens_file=tokens, port=port)
         else:
             stack.start_actor(name, RESTART_ARGS.get(name, actor.args[3:]))
+    return restarted
 
 
 def summarise(results: list[RedisLoadResult], *, command: str, commit: str) -> str:
