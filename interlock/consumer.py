@@ -34,6 +34,7 @@ from typing import Any
 
 from rq import SimpleWorker
 from rq.defaults import DEFAULT_FAILURE_TTL
+from rq.exceptions import StopRequested
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.results import Result
@@ -165,6 +166,8 @@ class LeanWorker(SimpleWorker):
                         Result.create_failure(job, ttl, failure, worker_name=self.name, pipeline=pipe)
                     pipe.lrem(queue.intermediate_queue_key, 1, job.id)
                 pipe.execute()
+        except StopRequested:
+            raise  # RQ's warm shutdown, raised from the SIGTERM handler while the worker looks idle
         except Exception as exc:  # noqa: BLE001 - bookkeeping only: the jobs' effects are already in the ledger
             logger.warning("could not record the end of %d job(s): %s", len(ended), exc)
 
