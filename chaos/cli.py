@@ -207,3 +207,16 @@ def _self_test(seed: int, out: Path, *, write_results: bool) -> int:
     caught = sum(r.caught for r in results)
     click.echo(f"invariant mutants: {caught}/{len(results)} caught")
     return 0 if caught == len(results) else 1
+
+
+@click.command("fuzz")
+@click.option("--inputs", "n", type=click.IntRange(1), default=10_000, show_default=True, help="hostile inputs to send")
+@click.option("--seed", type=int, default=20261130, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=Path("data/fuzz"), show_default=True)
+@click.option("--write/--no-write", default=True, show_default=True, help="regenerate RESULTS.md's fuzz section")
+def fuzz_command(n: int, seed: int, out: Path, write: bool) -> None:
+    """Throw malformed tool arguments, JSON-RPC frames and raw HTTP at the ingress (HTTP and stdio) of a real
+    stack; pass only if it never dies, stays bounded, answers each with a clear error and records nothing."""
+    from chaos.fuzz import fuzz_main
+
+    sys.exit(fuzz_main(n, seed, out, write=write))

@@ -3,7 +3,8 @@
 The middleware wraps the SDK's whole ASGI app: a request without a known token is answered 401 before
 any MCP code sees it. An authenticated request carries its agent in the ASGI scope, where the tool
 handler reads it from the request that delivered the message, and as the SDK's `AuthenticatedUser`, so
-the SDK's session manager binds each MCP session to the agent that opened it.
+the SDK's session manager binds each MCP session to the agent that opened it. An authenticated POST's body
+is read here first, bounded and checked for duplicate keys (ingress.frames), then handed on to the SDK.
 
 OAuth is not offered: agents present a static bearer token. So the OAuth discovery documents under
 /.well-known/ (RFC 9728 protected-resource metadata, RFC 8414 / OIDC authorization-server metadata) answer
@@ -19,13 +20,15 @@ import json
 import logging
 import socket
 from collections.abc import Sequence
+from typing import Any
 
 import uvicorn
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ingress.app import AGENT_SCOPE_KEY, Ingress
+from ingress.frames import MAX_MESSAGE_BYTES, refusal
 from ingress.server import build_server
 from ingress.tokens import TokenTable
 from interlock.errors import InterlockError
@@ -34,6 +37,7 @@ logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
 WELL_KNOWN_PREFIX = "/.well-known/"
+TOO_LARGE = {"error": "payload_too_large", "detail": f"the body exceeds {MAX_MESSAGE_BYTES} bytes"}
 NO_OAUTH = "OAuth is not configured on this server; send a static token as `Authorization: Bearer <token>`"
 
 
@@ -62,7 +66,61 @@ class BearerAuth:
             return
         scope[AGENT_SCOPE_KEY] = agent_id
         scope["user"] = AuthenticatedUser(AccessToken(token=agent_id, client_id=agent_id, scopes=[]))
+        if scope.get("method") == "POST":
+            body = await _checked_body(scope, receive, send)
+            if body is None:
+                return  # answered (too large, ambiguous) or the client went away
+            receive = _replay(body, receive)
         await self.app(scope, receive, send)
+
+
+def _content_length(scope: Scope) -> int:
+    for name, value in scope.get("headers", []):
+        if name == b"content-length":
+            return int(value) if value.isdigit() else 0  # h11 has already refused a malformed one
+    return 0
+
+
+async def _checked_body(scope: Scope, receive: Receive, send: Send) -> bytes | None:
+    """The whole request body, read here so its size is bounded and a duplicate key is refused before
+    the SDK parses it last-wins (ingress.frames); None once answered with 413 / 400 or disconnected."""
+    chunks: list[bytes] = []
+    size = 0
+    if _content_length(scope) > MAX_MESSAGE_BYTES:
+        await _answer(send, 413, TOO_LARGE)
+        return None
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_MESSAGE_BYTES:
+            await _answer(send, 413, TOO_LARGE)
+            return None
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            break
+    body = b"".join(chunks)
+    error = refusal(body, full=False)
+    if error is not None:
+        await _answer(send, 400, error.model_dump(by_alias=True, exclude_unset=True))
+        return None
+    return body
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """A receive that hands the SDK the body already read, then waits on the client (for a disconnect)."""
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -83,7 +141,7 @@ async def _unauthorized(reason: str, send: Send) -> None:
     await _answer(send, 401, {"error": "unauthorized", "detail": reason}, [(b"www-authenticate", challenge.encode())])
 
 
-async def _answer(send: Send, status: int, body: dict[str, str], headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+async def _answer(send: Send, status: int, body: dict[str, Any], headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
     data = json.dumps(body).encode("utf-8")
     await send(
         {

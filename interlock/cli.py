@@ -63,6 +63,7 @@ COMMANDS: dict[str, str] = {
     "chaos": "chaos.cli:chaos_command",
     # -- subcommands added by later packages register below this line --
     "bench": "bench.cli:bench_group",
+    "fuzz": "chaos.cli:fuzz_command",
 }
 
 
