@@ -31,7 +31,10 @@ def commit_id() -> str:
     try:
         out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                              timeout=10)  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO,
+        # The commands that cite a commit write RESULTS.md and its plots themselves: those are outputs, not a
+        # change to what was measured, so they do not mark the tree modified.
+        outputs = [":!RESULTS.md", ":!docs/*.png"]
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", ".", *outputs], cwd=REPO,
                                capture_output=True, text=True, timeout=10).stdout.strip()  # fmt: skip
         return out.stdout.strip() + ("+uncommitted" if dirty else "") if out.returncode == 0 else "unknown"
     except (OSError, subprocess.SubprocessError):
