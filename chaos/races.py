@@ -18,13 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from chaos.trial import MANDATE, TIMINGS, _observe_all, _settle_all
+from chaos.crowd import Crowd, token_of
+from chaos.trial import _observe_all, _settle_all
 from chaos.verdict import judge
-from ingress.tokens import token_sha256
-from interlock.agent_client import SandboxControl, mcp_client, structured
-from interlock.stack import Stack, StackError
+from interlock.agent_client import mcp_client, structured
+from interlock.stack import StackError
 
 REFUND = 10_000
 PENDING = ("IN_PROGRESS", "UNKNOWN")
@@ -52,23 +50,15 @@ class RaceResult:
 
 def run_races(operations: int, agents: int, base: Path, *, gate_workers: int = 2, seed: int = 1) -> RaceResult:
     started = time.monotonic()
-    data = base / f"races-{operations}x{agents}"
-    shutil.rmtree(data, ignore_errors=True)
-    (data / "mandates").mkdir(parents=True)
     names = [f"agent_race{i}" for i in range(agents)]
-    tokens = _identities(data, names)
-    stack = Stack(data, env={"INTERLOCK_MANDATE_DIR": str(data / "mandates"), **TIMINGS}, gate_workers=gate_workers)
+    crowd = Crowd.prepare(base / f"races-{operations}x{agents}", names, gate_workers=gate_workers)
+    stack, data = crowd.stack, crowd.stack.data_dir
     result = RaceResult(operations, agents, gate_workers)
     try:
-        stack.start_redis()
-        url = stack.start_ingress(tokens_file=tokens, wait=False)
-        sandbox = stack.start_sandbox(seed=seed)
-        stack.start_engine()
-        stack.wait_for_ingress()
-        control = SandboxControl(sandbox, stack.env["INTERLOCK_RAIL_KEY_ID"], stack.env["INTERLOCK_RAIL_KEY_SECRET"])
-        payments = [f"pay_race{seed}x{i}" for i in range(operations)]
-        for pid in payments:
-            control.add_payment(pid, 500_000)
+        crowd.start(seed=seed)
+        url, control = crowd.url, crowd.control
+        assert control is not None
+        payments = crowd.payments(f"pay_race{seed}x", operations)
         answers = asyncio.run(_race(url, names, payments))
         _settle_all(stack, payments, timeout_s=120)
         obs = _observe_all(stack, control, payments)
@@ -86,30 +76,13 @@ def run_races(operations: int, agents: int, base: Path, *, gate_workers: int = 2
     return result
 
 
-def _identities(data: Path, names: list[str]) -> Path:
-    example = yaml.safe_load(MANDATE.read_text(encoding="utf-8"))
-    lines = ["agents:"]
-    for name in names:
-        mandate = {**example, "agent_id": name, "mandate_id": f"mnd_{name}"}
-        mandate["limits"] = {"windows": [], "fee_budgets": {}}  # the race is about identity, not velocity
-        (data / "mandates" / f"{name}.yaml").write_text(yaml.safe_dump(mandate), encoding="utf-8")
-        lines.append(f"  {name}: {{token_sha256: {token_sha256(_token(name))}}}")
-    tokens = data / "tokens.yaml"
-    tokens.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return tokens
-
-
-def _token(name: str) -> str:
-    return f"race-token-{name}"
-
-
 async def _race(url: str, names: list[str], payments: list[str]) -> list[tuple[str, dict[str, Any], int]]:
     """(payment, final answer, repeats) for every agent and operation."""
     answers: list[tuple[str, dict[str, Any], int]] = []
     gates = [asyncio.Barrier(len(names)) for _ in payments]
 
     async def agent(name: str) -> None:
-        async with mcp_client(url, _token(name), timeout_s=120) as client:
+        async with mcp_client(url, token_of(name), timeout_s=120) as client:
             for pid, gate in zip(payments, gates, strict=True):
                 await gate.wait()  # every agent sends this operation at the same moment
                 repeats = 0

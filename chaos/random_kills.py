@@ -11,11 +11,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from chaos.trial import MANDATE, RESTART_ARGS, TIMINGS, _observe_all, _settle_all
+from chaos.crowd import identities
+from chaos.trial import RESTART_ARGS, TIMINGS, _observe_all, _settle_all
 from chaos.verdict import judge
-from ingress.tokens import token_sha256
 from interlock.agent_client import SandboxControl, mcp_client, structured
 from interlock.stack import Stack, StackError
 
@@ -86,16 +84,7 @@ def run_random_trial(trial: int, seed: int, base: Path, *, calls: int = 12) -> R
 
 
 def _agents(data: Path) -> Path:
-    example = yaml.safe_load(MANDATE.read_text(encoding="utf-8"))
-    lines = ["agents:"]
-    for agent in AGENTS:
-        mandate = {**example, "agent_id": agent, "mandate_id": f"mnd_{agent}"}
-        mandate["limits"] = {"windows": [], "fee_budgets": {}}  # the burst is not about velocity
-        (data / "mandates" / f"{agent}.yaml").write_text(yaml.safe_dump(mandate), encoding="utf-8")
-        lines.append(f"  {agent}: {{token_sha256: {token_sha256(_token(agent))}}}")
-    tokens = data / "tokens.yaml"
-    tokens.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    return tokens
+    return identities(data, AGENTS, token=_token)
 
 
 def _token(agent: str) -> str:

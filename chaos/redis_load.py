@@ -23,10 +23,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chaos.races import _identities, _token
+from chaos.crowd import Crowd, token_of
 from chaos.trial import RESTART_ARGS, TIMINGS, _observe_all, _settle_all
 from chaos.verdict import judge
-from interlock.agent_client import SandboxControl, mcp_client, structured
+from interlock.agent_client import mcp_client, structured
 from interlock.redis_conn import EmbeddedRedis
 from interlock.stack import Stack, StackError
 
@@ -68,24 +68,16 @@ def run_redis_load(refunds: int, agents: int, base: Path, *, mode: str = "kill",
                    seed: int = 1) -> RedisLoadResult:  # fmt: skip
     rng = random.Random(seed)
     started = time.monotonic()
-    data = base / f"redis-{mode}-{refunds}"
-    shutil.rmtree(data, ignore_errors=True)
-    (data / "mandates").mkdir(parents=True)
     names = [f"agent_load{i}" for i in range(agents)]
-    tokens = _identities(data, names)
-    stack = Stack(data, env={"INTERLOCK_MANDATE_DIR": str(data / "mandates"), **TIMINGS}, gate_workers=2)
+    crowd = Crowd.prepare(base / f"redis-{mode}-{refunds}", names)
+    stack, tokens, data = crowd.stack, crowd.tokens, crowd.stack.data_dir
     result = RedisLoadResult(refunds, agents, mode)
     stop = threading.Event()
     try:
-        stack.start_redis()
-        url = stack.start_ingress(tokens_file=tokens, wait=False)
-        sandbox = stack.start_sandbox(seed=seed)
-        stack.start_engine()
-        stack.wait_for_ingress()
-        control = SandboxControl(sandbox, stack.env["INTERLOCK_RAIL_KEY_ID"], stack.env["INTERLOCK_RAIL_KEY_SECRET"])
-        payments = [f"pay_rl{seed}x{i}" for i in range(refunds)]
-        for pid in payments:
-            control.add_payment(pid, 500_000)
+        crowd.start(seed=seed)
+        url, control = crowd.url, crowd.control
+        assert control is not None
+        payments = crowd.payments(f"pay_rl{seed}x", refunds)
         watchdog = threading.Thread(target=_supervise, args=(stack, tokens, stop, result), daemon=True)
         watchdog.start()
         definite: list[float] = []  # monotonic instants of definite answers
@@ -155,7 +147,7 @@ async def _load(url: str, names: list[str], payments: list[str], stack: Stack, r
 
 async def _call(url: str, name: str, pid: str) -> str:
     try:
-        async with mcp_client(url, _token(name), timeout_s=30) as client:
+        async with mcp_client(url, token_of(name), timeout_s=30) as client:
             answer = structured(await client.call_tool("create_refund", {"payment_id": pid, "amount": REFUND}))
     except Exception as exc:  # noqa: BLE001 - the ingress may be restarting after Redis went away
         return f"error:{type(exc).__name__}"

@@ -19,9 +19,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from chaos.races import _identities, _token
+from chaos.crowd import Crowd, token_of
 from chaos.redis_load import _restart_dead
-from chaos.trial import TIMINGS, _observe_all, _settle_all
+from chaos.trial import _observe_all, _settle_all
 from chaos.verdict import judge
 from interlock.agent_client import SandboxControl, mcp_client, structured
 from interlock.stack import Stack, StackError
@@ -73,21 +73,16 @@ def run_soak(minutes: float, base: Path, *, agents: int = 4, seed: int = 1,
              kill_every_s: tuple[float, float] = (20, 60), sample_s: float = 5.0) -> SoakResult:  # fmt: skip
     rng = random.Random(seed)
     started = time.monotonic()
-    data = base / "soak"
-    shutil.rmtree(data, ignore_errors=True)
-    (data / "mandates").mkdir(parents=True)
     names = [f"agent_soak{i}" for i in range(agents)]
-    tokens = _identities(data, names)
-    stack = Stack(data, env={"INTERLOCK_MANDATE_DIR": str(data / "mandates"), **TIMINGS}, gate_workers=2)
+    crowd = Crowd.prepare(base / "soak", names)
+    stack, tokens, data = crowd.stack, crowd.tokens, crowd.stack.data_dir
     result = SoakResult(minutes)
     stop = threading.Event()
     try:
-        stack.start_redis()
-        url = stack.start_ingress(tokens_file=tokens, wait=False)
-        sandbox = stack.start_sandbox(seed=seed)
-        stack.start_engine()
-        stack.wait_for_ingress()
-        control = SandboxControl(sandbox, stack.env["INTERLOCK_RAIL_KEY_ID"], stack.env["INTERLOCK_RAIL_KEY_SECRET"])
+        crowd.start(seed=seed)
+        control = crowd.control
+        assert control is not None
+        url = crowd.url
         until = time.monotonic() + minutes * 60
         threads = [threading.Thread(target=_sample, args=(stack, stop, result, started, sample_s), daemon=True),
                    threading.Thread(target=_kill_now_and_then, args=(stack, tokens, stop, result, rng, started,
@@ -142,7 +137,7 @@ async def _load(url: str, names: list[str], control: SandboxControl, until: floa
 
 async def _call(url: str, name: str, pid: str) -> str:
     try:
-        async with mcp_client(url, _token(name), timeout_s=30) as client:
+        async with mcp_client(url, token_of(name), timeout_s=30) as client:
             answer = structured(await client.call_tool("create_refund", {"payment_id": pid, "amount": REFUND}))
     except Exception as exc:  # noqa: BLE001 - the ingress may be the actor just killed
         return f"error:{type(exc).__name__}"

@@ -5,7 +5,7 @@ the engine and chaos tests; here every interleaving is placed exactly, with no s
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,3 +199,11 @@ def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, group_commit:
                             "limits.fee_budgets": {}, "approval.hold_above_minor": None})  # fmt: skip
     assert settings.ledger is not None
     return World(settings, clock, ScriptedRail(), mandate, settings.ledger, group_commit)
+
+
+@pytest.fixture(params=[False, True], ids=["one-transaction-each", "group-commit"])
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[World]:
+    """A world per commit mode: one transaction per write, and the rail worker's group commit."""
+    made = make_world(tmp_path, monkeypatch, group_commit=request.param)
+    yield made
+    made.close()

@@ -27,20 +27,17 @@ from rail_worker.admit import admit
 from rail_worker.classify import Classified
 from rail_worker.dispatch import Dispatcher
 from rail_worker.execute import execute
+from rail_worker.runtime import RailRuntime
 from rail_worker.writer import LedgerWriter
 from rails.razorpay import RailError, RailErrorKind
+from tests.engine import send_world
 from tests.engine.send_world import REFUND, SETTLEMENT, World, make_world
 from tests.ledger.helpers import put_intent
 from tests.mandates import AGENT, MERCHANT, make_mandate
 
 SIK = "S" * 32
+world = send_world.world  # the fixture: one world per commit mode
 
-
-@pytest.fixture(params=[False, True], ids=["one-transaction-each", "group-commit"])
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[World]:
-    made = make_world(tmp_path, monkeypatch, group_commit=request.param)
-    yield made
-    made.close()
 
 
 def _attempt_out(world: World, conn: sqlite3.Connection) -> None:
@@ -497,11 +494,10 @@ def test_a_refused_repeat_does_not_bind_its_operation_ref(world: World, monkeypa
     assert intents.sik_for_operation_ref(open_ledger(world.path), MERCHANT, "ticket_7") is None
 
 
-def test_a_repeat_of_a_call_still_in_flight_is_answered_with_its_recorded_outcome(
-    world: World, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Two identical calls race: the first is out at the rail when the second is admitted. The second is told
-    # what the first recorded (APPLIED, replayed), not IN_FLIGHT, which would only send the agent round again.
+def _dispatcher_with_a_held_call(world: World, monkeypatch: pytest.MonkeyPatch,
+                                 ) -> tuple[RailRuntime, Dispatcher, threading.Event, threading.Event]:  # fmt: skip
+    """A dispatcher of 4 call slots over a group-commit writer; the rail holds each money call (*out* set when it
+    arrives) until *release* is set."""
     monkeypatch.setattr("rail_worker.admit.now_ms", world.clock)
     rt = world.runtime()
     if rt.writer is None:
@@ -509,7 +505,15 @@ def test_a_repeat_of_a_call_still_in_flight_is_answered_with_its_recorded_outcom
         world.writers.append(rt.writer)
     out, release = threading.Event(), threading.Event()
     world.rail.hold = lambda: (out.set(), release.wait(10))  # type: ignore[func-returns-value]
-    dispatcher = Dispatcher(rt, 4)
+    return rt, Dispatcher(rt, 4), out, release
+
+
+def test_a_repeat_of_a_call_still_in_flight_is_answered_with_its_recorded_outcome(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two identical calls race: the first is out at the rail when the second is admitted. The second is told
+    # what the first recorded (APPLIED, replayed), not IN_FLIGHT, which would only send the agent round again.
+    rt, dispatcher, out, release = _dispatcher_with_a_held_call(world, monkeypatch)
     assert dispatcher.handle_decision(_decision(world, "Q" * 32)) == "DISPATCHED"
     assert out.wait(10)
     repeat = _decision(world, "Q" * 32).model_copy(update={"request_id": "the-repeat"})
@@ -532,14 +536,7 @@ def test_a_repeat_admitted_just_before_the_call_is_recorded_gets_the_recorded_an
 ) -> None:
     # The race: the repeat's admission reads IN_FLIGHT, then the call is recorded and lets go of the intent
     # before the repeat can wait on it. The repeat must read again, not publish the IN_FLIGHT it read.
-    monkeypatch.setattr("rail_worker.admit.now_ms", world.clock)
-    rt = world.runtime()
-    if rt.writer is None:
-        rt.writer = LedgerWriter(rt.ledger).start()
-        world.writers.append(rt.writer)
-    out, release = threading.Event(), threading.Event()
-    world.rail.hold = lambda: (out.set(), release.wait(10))  # type: ignore[func-returns-value]
-    dispatcher = Dispatcher(rt, 4)
+    rt, dispatcher, out, release = _dispatcher_with_a_held_call(world, monkeypatch)
     real_wait = dispatcher._waits_for_its_call
 
     def late(outcome: Any) -> bool:

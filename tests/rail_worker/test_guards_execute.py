@@ -13,8 +13,6 @@ Guards of these two files covered elsewhere, in tests/engine/test_send_side_fenc
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -28,17 +26,13 @@ from rail_worker import lease as lease_module
 from rail_worker.execute import execute
 from rails.models import Settlement
 from rails.razorpay import RailError, RailErrorKind
-from tests.engine.send_world import REFUND, SETTLEMENT, ScriptedRail, World, make_world
+from tests.engine import send_world
+from tests.engine.send_world import REFUND, SETTLEMENT, ScriptedRail, World
 from tests.mandates import MERCHANT
 
 SIK = "S" * 32
+world = send_world.world  # the fixture: one world per commit mode
 
-
-@pytest.fixture(params=[False, True], ids=["one-transaction-each", "group-commit"])
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Iterator[World]:
-    made = make_world(tmp_path, monkeypatch, group_commit=request.param)
-    yield made
-    made.close()
 
 
 class CountingRail(ScriptedRail):
