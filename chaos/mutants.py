@@ -22,7 +22,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("interlock", "ingress", "gate_workers", "rail_worker", "reconciler", "ledger", "rails", "sandbox",
             "chaos", "bench", "ops", "console", "tests")  # fmt: skip
-_IGNORE = shutil.ignore_patterns("__pycache__", "node_modules", "*.pyc")
 _building = threading.Lock()  # trials run in parallel threads: one copy per mutant, made once
 
 
@@ -53,9 +52,9 @@ class Caught:
 
 MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     Mutant("I1_one_intent_per_sik", "I1: at most one intent per (merchant_id, sik)", (
-        Edit("ledger/schema.sql", "    PRIMARY KEY (merchant_id, sik)          -- I1",
-             "    PRIMARY KEY (merchant_id, sik, first_seen_at)  -- I1"),
-        Edit("ledger/intents.py", "ON CONFLICT (merchant_id, sik) DO NOTHING", "ON CONFLICT DO NOTHING"),
+        # A second proposal of the same operation starts the intent over instead of finding it: two creators.
+        Edit("ledger/intents.py", "ON CONFLICT (merchant_id, sik) DO NOTHING",
+             "ON CONFLICT (merchant_id, sik) DO UPDATE SET state = 'PROPOSED', updated_at = excluded.updated_at"),
     ), tests=("tests/ledger",)),
     Mutant("I2_commit_before_call", "I2: no money call before its IN_FLIGHT row is committed", (
         Edit("rail_worker/execute.py", '    failpoint("rail.before_wal")\n',
@@ -110,10 +109,10 @@ def _build(mutant: Mutant, tree: Path) -> Path:
     if ready.exists():
         return tree
     shutil.rmtree(tree, ignore_errors=True)
-    tree.mkdir(parents=True)
-    for package in PACKAGES:
-        shutil.copytree(ROOT / package, tree / package, ignore=_IGNORE)
-    shutil.copy2(ROOT / "pyproject.toml", tree / "pyproject.toml")
+    for relative in _tracked_files():
+        target = tree / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / relative, target)
     for edit in mutant.edits:
         target = tree / edit.path
         text = target.read_text(encoding="utf-8")
@@ -124,6 +123,17 @@ def _build(mutant: Mutant, tree: Path) -> Path:
         target.write_text(text.replace(edit.find, edit.replace), encoding="utf-8")
     ready.touch()
     return tree
+
+
+def _tracked_files() -> list[str]:
+    """The project as committed (and as edited in the working tree): what the tests may read, from the packages
+    to deploy/'s example mandate. Without git, every file under the packages and deploy/."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, timeout=60)
+    if listed.returncode == 0:
+        return [name for name in listed.stdout.decode("utf-8").split("\0")
+                if name and (ROOT / name).is_file() and "node_modules" not in name]  # fmt: skip
+    return [str(path.relative_to(ROOT)) for top in (*PACKAGES, "deploy") for path in (ROOT / top).rglob("*")
+            if path.is_file() and "__pycache__" not in path.parts]  # fmt: skip
 
 
 def env_for(tree: Path) -> dict[str, str]:
@@ -144,15 +154,35 @@ def check(mutant: Mutant, base: Path, *, seed: int = 4242,
         by = (f"chaos cell {mutant.cell}: {hit[0][:160]}" if hit
               else f"chaos cell {mutant.cell} saw {violations or 'no violation'}")  # fmt: skip
         return Caught(mutant.name, bool(hit), by, round(time.monotonic() - started, 1))
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutant.tests],
-                          cwd=tree, env={**os.environ, **env_for(tree)}, capture_output=True, text=True,
-                          timeout=600)  # fmt: skip
+    control = _control(mutant.tests, base)
+    if control is not None:
+        return Caught(mutant.name, False, f"the tests fail without the mutant too: {control}",
+                      round(time.monotonic() - started, 1))  # fmt: skip
+    proc = _pytest(mutant.tests, tree)
     failed = [line for line in proc.stdout.splitlines() if line.startswith("FAILED ")]
     # Exit status 1 is "tests failed"; anything else (2: collection error, 4: usage) proves nothing.
     caught = proc.returncode == 1 and bool(failed)
     summary = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-200:]
     by = f"{failed[0][7:][:160]}" if caught else f"the tests did not fail (exit {proc.returncode}: {summary})"
     return Caught(mutant.name, caught, by, round(time.monotonic() - started, 1))
+
+
+_controls: dict[tuple[str, ...], str | None] = {}  # tests -> why they fail unmutated (None: they pass)
+
+
+def _control(tests: tuple[str, ...], base: Path) -> str | None:
+    """Run *tests* on an unmutated copy, once per process: a mutant is caught only by tests that pass without it."""
+    if tests not in _controls:
+        tree = build(Mutant("control", "nothing", ()), base)
+        proc = _pytest(tests, tree)
+        last = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-200:]
+        _controls[tests] = None if proc.returncode == 0 else f"exit {proc.returncode}: {last}"
+    return _controls[tests]
+
+
+def _pytest(tests: tuple[str, ...], tree: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests], cwd=tree,
+                          env={**os.environ, **env_for(tree)}, capture_output=True, text=True, timeout=900)  # fmt: skip
 
 
 def summarise(results: list[Caught], *, command: str, commit: str) -> str:
