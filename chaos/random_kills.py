@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.crowd import identities
-from chaos.trial import RESTART_ARGS, TIMINGS, _observe_all, _settle_all
+from chaos.trial import TIMINGS, _observe_all, _restart_the_dead, _settle_all
 from chaos.verdict import judge
 from interlock.agent_client import SandboxControl, mcp_client, structured
 from interlock.stack import Stack, StackError
@@ -125,11 +125,4 @@ def _restart(stack: Stack, tokens: Path) -> None:
 
     if stack.redis is not None and (stack.redis.process is None or stack.redis.process.poll() is not None):
         stack.redis = EmbeddedRedis(stack.redis.data_dir, port=stack.redis.port).start()
-    for name, actor in list(stack.actors.items()):
-        if actor.alive() or name == "sandbox":
-            continue
-        if name == "ingress":
-            port = int(actor.args[actor.args.index("--port") + 1])
-            stack.start_ingress(tokens_file=tokens, port=port)
-        else:
-            stack.start_actor(name, RESTART_ARGS.get(name, actor.args[3:]))
+    _restart_the_dead(stack, tokens)

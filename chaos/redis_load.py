@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from chaos.crowd import Crowd, token_of
-from chaos.trial import RESTART_ARGS, TIMINGS, _observe_all, _settle_all
+from chaos.trial import TIMINGS, _observe_all, _restart_the_dead, _settle_all
 from chaos.verdict import judge
 from interlock.agent_client import mcp_client, structured
 from interlock.redis_conn import EmbeddedRedis
@@ -181,21 +181,9 @@ def _supervise(stack: Stack, tokens: Path, stop: threading.Event, result: RedisL
 
 
 def _restart_dead(stack: Stack, tokens: Path) -> int:
-    """Start every actor that exited again (not while Redis is down); returns how many."""
+    """Start every actor that exited again, once Redis is back (they would only exit again); returns how many."""
     redis_down = stack.redis is None or stack.redis.process is None or stack.redis.process.poll() is not None
-    if redis_down:
-        return 0
-    restarted = 0
-    for name, actor in list(stack.actors.items()):
-        if actor.alive() or name == "sandbox":
-            continue
-        restarted += 1
-        if name == "ingress":
-            port = int(actor.args[actor.args.index("--port") + 1])
-            stack.start_ingress(tokens_file=tokens, port=port)
-        else:
-            stack.start_actor(name, RESTART_ARGS.get(name, actor.args[3:]))
-    return restarted
+    return 0 if redis_down else _restart_the_dead(stack, tokens)
 
 
 def summarise(results: list[RedisLoadResult], *, command: str, commit: str) -> str:

@@ -190,16 +190,19 @@ def _preemption(first: dict[str, Any]) -> str | None:
     return None
 
 
-def _restart_the_dead(stack: Stack, tokens: Path, *, leave: frozenset[str] = frozenset()) -> None:
+def _restart_the_dead(stack: Stack, tokens: Path, *, leave: frozenset[str] = frozenset()) -> int:
+    """Start every actor that exited again (not the sandbox, nor those in *leave*); returns how many."""
+    restarted = 0
     for name, actor in list(stack.actors.items()):
-        if actor.alive() or name in leave:
+        if actor.alive() or name in leave or name == "sandbox":
             continue
+        restarted += 1
         if name == "ingress":
             port = int(actor.args[actor.args.index("--port") + 1])
             stack.start_ingress(tokens_file=tokens, port=port)
-        elif name != "sandbox":
-            args = RESTART_ARGS.get(name, actor.args[3:])
-            stack.start_actor(name, args)
+        else:
+            stack.start_actor(name, RESTART_ARGS.get(name, actor.args[3:]))
+    return restarted
 
 
 def _settle_and_observe(stack: Stack, control: SandboxControl, payment_id: str, partition: bool,

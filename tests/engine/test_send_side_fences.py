@@ -39,11 +39,26 @@ SIK = "S" * 32
 world = send_world.world  # the fixture: one world per commit mode
 
 
-
 def _attempt_out(world: World, conn: sqlite3.Connection) -> None:
     """Attempt 1 of SIK started by rail:A under epoch 1, with a 3 s row lease (inside the caller's transaction)."""
     intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
                           lease_expires_at=world.clock() + 3000, request={})  # fmt: skip
+
+
+def _confirmed_absent(world: World, conn: sqlite3.Connection) -> None:
+    """Attempt 1 out, its answer ambiguous, then confirmed absent by a reconcile pass (inside the caller's
+    transaction)."""
+    _attempt_out(world, conn)
+    intents.transition(conn, MERCHANT, SIK, Event.RAIL_AMBIGUOUS, now=world.clock())
+    intents.begin_reconcile(conn, MERCHANT, SIK, now=world.clock(), owner="r", lease_expires_at=world.clock() + 1)
+    intents.transition(conn, MERCHANT, SIK, Event.RECONCILE_CONFIRMED_ABSENT, now=world.clock())
+
+
+def _retry_authorized(world: World, conn: sqlite3.Connection) -> None:
+    """A retry authorized under the world's mandate, re-asserted as the reconciler does."""
+    check = reassert(conn, intents.require_intent(conn, MERCHANT, SIK), world.mandate, now_ms=world.clock(),
+                     rate=DEFAULT_FEE_RATE)  # fmt: skip
+    intents.transition(conn, MERCHANT, SIK, Event.RETRY_AUTHORIZED, now=world.clock(), reasserted=check)
 
 
 def _standby_takes_over(world: World, owner: str = "rail:B") -> object:
@@ -84,16 +99,11 @@ def test_a_retry_consults_earlier_attempts_evidence_before_it_sends(world: World
     world.authorized(SETTLEMENT)
     conn = open_ledger(world.path)
     with transaction(conn):  # attempt 1 went UNKNOWN and was (wrongly) confirmed absent ...
-        _attempt_out(world, conn)
-        intents.transition(conn, MERCHANT, SIK, Event.RAIL_AMBIGUOUS, now=world.clock())
-        intents.begin_reconcile(conn, MERCHANT, SIK, now=world.clock(), owner="r", lease_expires_at=world.clock() + 1)
-        intents.transition(conn, MERCHANT, SIK, Event.RECONCILE_CONFIRMED_ABSENT, now=world.clock())
+        _confirmed_absent(world, conn)
         # ... its stamped answer is on its attempt row (kept by a superseded worker), and a retry is authorized.
         intents.finish_attempt(conn, MERCHANT, SIK, 1, now=world.clock(), outcome="FENCED_APPLIED",
                                rail_entity_id="setlod_EARLIER0000001")  # fmt: skip
-        intent = intents.require_intent(conn, MERCHANT, SIK)
-        check = reassert(conn, intent, world.mandate, now_ms=world.clock(), rate=DEFAULT_FEE_RATE)
-        intents.transition(conn, MERCHANT, SIK, Event.RETRY_AUTHORIZED, now=world.clock(), reasserted=check)
+        _retry_authorized(world, conn)
     execute(world.runtime(), MERCHANT, SIK, request_id=None)
     assert world.rail.calls == [], "attempt 2 must not leave while attempt 1 is known to have applied"
     assert (world.intent().state, world.intent().rail_entity_id) == (State.APPLIED, "setlod_EARLIER0000001")
@@ -450,13 +460,8 @@ def test_an_expired_mandate_withdraws_a_retry_so_late_evidence_can_still_settle_
     world.authorized(SETTLEMENT)
     conn = open_ledger(world.path)
     with transaction(conn):
-        _attempt_out(world, conn)
-        intents.transition(conn, MERCHANT, SIK, Event.RAIL_AMBIGUOUS, now=world.clock())
-        intents.begin_reconcile(conn, MERCHANT, SIK, now=world.clock(), owner="r", lease_expires_at=world.clock() + 1)
-        intents.transition(conn, MERCHANT, SIK, Event.RECONCILE_CONFIRMED_ABSENT, now=world.clock())
-        check = reassert(conn, intents.require_intent(conn, MERCHANT, SIK), world.mandate, now_ms=world.clock(),
-                         rate=DEFAULT_FEE_RATE)  # fmt: skip
-        intents.transition(conn, MERCHANT, SIK, Event.RETRY_AUTHORIZED, now=world.clock(), reasserted=check)
+        _confirmed_absent(world, conn)
+        _retry_authorized(world, conn)
     world.clock.ms = world.mandate.expires_at
     execute(world.runtime(), MERCHANT, SIK, request_id=None)
     assert world.rail.calls == []
@@ -561,13 +566,8 @@ def test_a_second_stamped_entity_is_put_on_the_audit_chain(world: World) -> None
     world.authorized(SETTLEMENT)
     conn = open_ledger(world.path)
     with transaction(conn):
-        _attempt_out(world, conn)
-        intents.transition(conn, MERCHANT, SIK, Event.RAIL_AMBIGUOUS, now=world.clock())
-        intents.begin_reconcile(conn, MERCHANT, SIK, now=world.clock(), owner="r", lease_expires_at=world.clock() + 1)
-        intents.transition(conn, MERCHANT, SIK, Event.RECONCILE_CONFIRMED_ABSENT, now=world.clock())
-        check = reassert(conn, intents.require_intent(conn, MERCHANT, SIK), world.mandate, now_ms=world.clock(),
-                         rate=DEFAULT_FEE_RATE)  # fmt: skip
-        intents.transition(conn, MERCHANT, SIK, Event.RETRY_AUTHORIZED, now=world.clock(), reasserted=check)
+        _confirmed_absent(world, conn)
+        _retry_authorized(world, conn)
         second = intents.start_attempt(conn, MERCHANT, SIK, now=world.clock(), lease_owner="rail:A", lease_epoch=1,
                                        lease_expires_at=world.clock() + 3000, request={})  # fmt: skip
         intents.finish_attempt(conn, MERCHANT, SIK, 1, now=world.clock(), outcome="FENCED_APPLIED",
