@@ -69,6 +69,12 @@ class LeanWorker(SimpleWorker):
         if self._taken:
             return self._taken.popleft()
         self._write_ends()
+        # A SIGTERM that landed since the loop last looked (while we were still BUSY, writing the ends above) only
+        # set _stop_requested; RQ's dequeue would then block for its whole timeout. From IDLE on, a SIGTERM raises
+        # StopRequested at once, so setting IDLE first and then looking closes the window.
+        self.set_state(WorkerStatus.IDLE)
+        if self._stop_requested:
+            raise StopRequested()
         result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
         if result is not None and self.prefetch > 1:
             self._taken.extend(self._take_more(result[1], self.prefetch - 1))

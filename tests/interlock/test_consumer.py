@@ -3,8 +3,12 @@ Real redis-server; the jobs run in this process (burst mode)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from typing import Any
 
+import pytest
 import redis
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
@@ -74,3 +78,31 @@ def test_a_failing_job_lands_in_the_failed_registry_with_its_traceback(redis_cli
     result = refused.latest_result()
     assert result is not None and "ValueError: no such payment" in (result.exc_string or "")
     assert Job.fetch("fine", connection=redis_client, serializer=JSONSerializer).get_status() == JobStatus.FINISHED
+
+
+def test_a_stop_requested_while_ending_a_job_stops_before_the_next_blocking_dequeue(
+    redis_client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fenced rail worker SIGTERMs itself; if that lands while the worker still looks BUSY (writing a job's end),
+    RQ only notes the request. The worker must then stop, not sit in a blocking dequeue for minutes."""
+    worker, queue = _worker(redis_client, "consumer-stop", concurrency=1)
+    first = queue.enqueue("tests.interlock.consumer_jobs.hold", 0.01, job_id="stop-first").id
+    write_end = worker._write_end
+
+    def end_then_sigterm(ended: Any) -> None:
+        write_end(ended)
+        os.kill(os.getpid(), signal.SIGTERM)  # handled by RQ's warm-shutdown handler, in this (the main) thread
+
+    monkeypatch.setattr(worker, "_write_end", end_then_sigterm)
+    # Were the worker blocked in its dequeue, this job would wake it and run before it noticed the request.
+    late = threading.Timer(2.0, lambda: queue.enqueue("tests.interlock.consumer_jobs.hold", 0.01, job_id="stop-late"))
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    late.start()
+    try:
+        worker.work(logging_level="WARNING")  # not burst: the dequeue would block for RQ's dequeue timeout
+    finally:
+        late.join()
+        for sig, handler in handlers.items():  # RQ leaves its own handlers installed
+            signal.signal(sig, handler)
+    assert _finished(redis_client, first)
+    assert queue.get_job_ids() == ["stop-late"], "the worker stopped without taking the job that came later"
