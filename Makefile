@@ -20,7 +20,7 @@ install: $(STAMP)
 run: install
 	$(BIN)/interlock up --demo $(UP_ARGS)
 
-PACKAGES := interlock ingress gate_workers rail_worker reconciler ledger rails sandbox chaos bench ops console
+PACKAGES := interlock ingress gate_workers rail_worker reconciler ledger rails sandbox chaos bench ops console deploy
 
 lint: install
 	$(BIN)/ruff check .

@@ -19,11 +19,11 @@ import yaml
 
 from bench.scenario import Scenario
 from bench.ticket import binding_required
+from deploy.agent_client import SandboxControl
+from deploy.stack import Stack, read_json, wait_for
 from ingress.tokens import token_sha256
-from interlock.agent_client import SandboxControl
 from interlock.mandate import validate_mandate
 from interlock.queues import gates_queue, rail_queue, rq_queue
-from interlock.stack import Stack, read_json, wait_for
 from ledger.db import open_ledger
 from rails.upstream_manifest import current_pins
 

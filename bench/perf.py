@@ -30,10 +30,10 @@ from bench.perf_rail import RAILS, RailAloneSample, run_rail_alone
 from bench.perf_rig import MERCHANT, PERF_ENV, PERF_MANDATE, PerfRig, joined_traces, run_agents
 from bench.perf_trace import Definite, HopStat, breakdown
 from bench.perf_ttd import FAULTS, measure_definite
+from deploy.stack import wait_for
 from interlock.clock import now_ms
 from interlock.messages import Proposal
 from interlock.queues import GATE_JOB, gates_queue, rail_queue, rq_queue
-from interlock.stack import wait_for
 
 # The throughput runs of the summary line (0 ms x8, slow x32): their per-hop breakdowns are shown too.
 HOP_AGENTS = {0: 8, "slow": 32}

@@ -26,15 +26,15 @@ import redis
 
 from bench.env import AGENT, mandate_data, write_mandate
 from bench.perf_trace import HopStat, breakdown
+from deploy.agent_client import SandboxControl
+from deploy.stack import Actor, Stack, read_json, wait_for
 from gate_workers.context import GateContext
 from gate_workers.jobs import build_decision
 from gate_workers.resolve import resolve
-from interlock.agent_client import SandboxControl
 from interlock.clock import now_ms
 from interlock.mandate import Mandate, load_mandate
 from interlock.messages import Decision, Proposal, Verdict, trace_now
 from interlock.queues import ADMIT_JOB, outcome_key, rail_queue, rq_queue
-from interlock.stack import Actor, Stack, read_json, wait_for
 from interlock.tools import current_pins
 from ledger.db import open_ledger
 from rails.models import Balance, Payment

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from bench.env import TOKEN
 from bench.perf_trace import DEFINITE_STATES, Definite
-from interlock.agent_client import mcp_client, structured
+from deploy.agent_client import mcp_client, structured
 from ledger.db import open_ledger
 
 if TYPE_CHECKING:

@@ -18,7 +18,7 @@ from bench.metrics import ModeRun, Moved
 from bench.scenario import Scenario
 from bench.ticket import payment_details, ticket_meta
 from bench.tools import DirectRestTools, McpTools
-from interlock.stack import StackError
+from deploy.stack import StackError
 
 logger = logging.getLogger(__name__)
 

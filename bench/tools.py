@@ -16,7 +16,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import RequestParamsMeta
 
 from bench.agent import Answer
-from interlock.agent_client import structured
+from deploy.agent_client import structured
 from interlock.errors import InterlockError
 from interlock.tools import TOOLS as INTERLOCK_TOOLS
 from rails.razorpay import RailError, RazorpayClient

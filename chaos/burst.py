@@ -39,10 +39,10 @@ from chaos.trial import (
     subject_of,
 )
 from chaos.verdict import Observation, judge, judge_burst
-from interlock.agent_client import SandboxControl
+from deploy.agent_client import SandboxControl
+from deploy.stack import Actor, Stack
 from interlock.failpoints import KILL_IN_FLIGHT_ENV
 from interlock.sik import SETTLEMENT_SUBJECT
-from interlock.stack import Actor, Stack
 
 AMOUNT = 10_000  # Rs 100: under the mandate's hold threshold, and 40 of them well inside the trial's windows
 PAYMENT_AMOUNT = 189_900

@@ -12,9 +12,9 @@ from pathlib import Path
 import yaml
 
 from chaos.trial import MANDATE, TIMINGS
+from deploy.agent_client import SandboxControl
+from deploy.stack import Stack
 from ingress.tokens import token_sha256
-from interlock.agent_client import SandboxControl
-from interlock.stack import Stack
 
 
 def token_of(name: str) -> str:

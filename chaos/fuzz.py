@@ -37,10 +37,10 @@ import httpx
 from chaos.fuzz_inputs import FAMILIES, PAYMENT_ID, FuzzInput, build_inputs
 from chaos.fuzz_wire import TOOLS_LIST, Answer, HttpSession, StdioIngress, messages, send_raw_http, send_stdio
 from chaos.trial import AGENT, MANDATE, TOKEN
+from deploy.agent_client import SandboxControl
+from deploy.stack import Stack
 from ingress.tokens import token_sha256
-from interlock.agent_client import SandboxControl
 from interlock.results import commit_id, write_section
-from interlock.stack import Stack
 from sandbox.journal import JOURNAL_FILENAME
 
 CONTROL_PAYMENT = "pay_fuzzControl01"

@@ -19,7 +19,7 @@ import httpx
 
 from chaos.fuzz_inputs import FuzzInput
 from chaos.trial import TOKEN
-from interlock.stack import INTERLOCK
+from deploy.stack import INTERLOCK
 
 PROTOCOL = "2025-06-18"
 ANSWER_TIMEOUT_S = 20.0

@@ -21,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("interlock", "ingress", "gate_workers", "rail_worker", "reconciler", "ledger", "rails", "sandbox",
-            "chaos", "bench", "ops", "console", "tests")  # fmt: skip
+            "chaos", "bench", "ops", "console", "deploy", "tests")  # fmt: skip
 _building = threading.Lock()  # trials run in parallel threads: one copy per mutant, made once
 
 
@@ -127,12 +127,12 @@ def _build(mutant: Mutant, tree: Path) -> Path:
 
 def _tracked_files() -> list[str]:
     """The project as committed (and as edited in the working tree): what the tests may read, from the packages
-    to deploy/'s example mandate. Without git, every file under the packages and deploy/."""
+    to deploy/'s example mandate. Without git, every file under the packages."""
     listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, timeout=60)
     if listed.returncode == 0:
         return [name for name in listed.stdout.decode("utf-8").split("\0")
                 if name and (ROOT / name).is_file() and "node_modules" not in name]  # fmt: skip
-    return [str(path.relative_to(ROOT)) for top in (*PACKAGES, "deploy") for path in (ROOT / top).rglob("*")
+    return [str(path.relative_to(ROOT)) for top in PACKAGES for path in (ROOT / top).rglob("*")
             if path.is_file() and "__pycache__" not in path.parts]  # fmt: skip
 
 

@@ -39,11 +39,11 @@ from chaos.trial import (
     subject_of,
 )
 from chaos.verdict import PauseEvidence, judge, judge_pause
-from interlock.agent_client import SandboxControl
+from deploy.agent_client import SandboxControl
+from deploy.stack import Actor, Stack, StackError, wait_for
 from interlock.clock import now_ms
 from interlock.failpoints import KILL_AT_ENV, PAUSE_AT_ENV
 from interlock.sik import SETTLEMENT_SUBJECT
-from interlock.stack import Actor, Stack, StackError, wait_for
 from ledger.leases import RAIL_WORKER_LEASE
 
 PAUSED, STANDBY = "rail", "rail-standby"

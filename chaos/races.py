@@ -21,8 +21,8 @@ from typing import Any
 from chaos.crowd import Crowd, token_of
 from chaos.trial import _observe_all, _settle_all
 from chaos.verdict import judge
-from interlock.agent_client import mcp_client, structured
-from interlock.stack import StackError
+from deploy.agent_client import mcp_client, structured
+from deploy.stack import StackError
 
 REFUND = 10_000
 PENDING = ("IN_PROGRESS", "UNKNOWN")

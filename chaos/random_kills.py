@@ -14,8 +14,8 @@ from typing import Any
 from chaos.crowd import identities
 from chaos.trial import TIMINGS, _observe_all, _restart_the_dead, _settle_all
 from chaos.verdict import judge
-from interlock.agent_client import SandboxControl, mcp_client, structured
-from interlock.stack import Stack, StackError
+from deploy.agent_client import SandboxControl, mcp_client, structured
+from deploy.stack import Stack, StackError
 
 AGENTS = ["agent_demo", "agent_two", "agent_three"]
 VICTIMS = ["rail", "gate1", "gate2", "reconciler", "ingress", "redis"]
@@ -121,7 +121,7 @@ async def _retry_until_definite(url: str, plan: list[tuple[str, str, int]]) -> N
 
 
 def _restart(stack: Stack, tokens: Path) -> None:
-    from interlock.redis_conn import EmbeddedRedis
+    from deploy.redis_server import EmbeddedRedis
 
     if stack.redis is not None and (stack.redis.process is None or stack.redis.process.poll() is not None):
         stack.redis = EmbeddedRedis(stack.redis.data_dir, port=stack.redis.port).start()

@@ -26,9 +26,9 @@ from pathlib import Path
 from chaos.crowd import Crowd, token_of
 from chaos.trial import TIMINGS, _observe_all, _restart_the_dead, _settle_all
 from chaos.verdict import judge
-from interlock.agent_client import mcp_client, structured
-from interlock.redis_conn import EmbeddedRedis
-from interlock.stack import Stack, StackError
+from deploy.agent_client import mcp_client, structured
+from deploy.redis_server import EmbeddedRedis
+from deploy.stack import Stack, StackError
 
 REFUND = 10_000
 PENDING = ("IN_PROGRESS", "UNKNOWN")

@@ -23,8 +23,8 @@ from chaos.crowd import Crowd, token_of
 from chaos.redis_load import _restart_dead
 from chaos.trial import _observe_all, _settle_all
 from chaos.verdict import judge
-from interlock.agent_client import SandboxControl, mcp_client, structured
-from interlock.stack import Stack, StackError
+from deploy.agent_client import SandboxControl, mcp_client, structured
+from deploy.stack import Stack, StackError
 
 REFUND = 10_000
 VICTIMS = ["rail", "gate1", "gate2", "reconciler", "ingress"]

@@ -19,13 +19,13 @@ import redis as redis_lib
 from chaos import mutants
 from chaos.cells import Cell
 from chaos.verdict import NEEDS_NOTHING, Observation, judge
+from deploy.agent_client import SandboxControl, mcp_client, structured
+from deploy.redis_server import EmbeddedRedis
+from deploy.stack import Stack, StackError, wait_for
 from ingress.tokens import token_sha256
-from interlock.agent_client import SandboxControl, mcp_client, structured
 from interlock.errors import LedgerError
 from interlock.queues import gates_queue, rail_queue, rq_queue
-from interlock.redis_conn import EmbeddedRedis
 from interlock.sik import SETTLEMENT_SUBJECT
-from interlock.stack import Stack, StackError, wait_for
 from ledger import audit
 from ledger.db import open_ledger
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from interlock.redis_conn import EmbeddedRedis
+from deploy.redis_server import EmbeddedRedis
 from ledger.db import open_ledger
 from sandbox.testing import SandboxProcess, start_sandbox
 

@@ -11,7 +11,7 @@ import pytest
 
 from chaos.cells import build_cells
 from chaos.matrix import run_matrix, summarise
-from interlock.stack import Stack
+from deploy.stack import Stack
 
 SMOKE = [
     "ingress.after_enqueue|none",

@@ -1,5 +1,5 @@
 """The console as its own process over a real stack (redis-server, sandbox rail, gate worker, rail worker,
-reconciler), started through interlock.stack like every other actor."""
+reconciler), started through deploy.stack like every other actor."""
 
 from __future__ import annotations
 

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 import redis
 
+from deploy.redis_server import EmbeddedRedis
+from deploy.stack import Stack
 from interlock.clock import now_ms
 from interlock.messages import Outcome, Proposal
 from interlock.outcomes import wait
 from interlock.queues import GATE_JOB, gates_queue, rq_queue
-from interlock.redis_conn import EmbeddedRedis
-from interlock.stack import Stack
 from ledger.db import open_ledger
 from ledger.intents import Intent, get_intent
 from sandbox.testing import SandboxProcess

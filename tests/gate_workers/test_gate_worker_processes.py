@@ -11,9 +11,9 @@ from rq import Worker
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from deploy.redis_server import EmbeddedRedis
 from interlock.messages import Decision, Proposal, Verdict
 from interlock.queues import GATE_JOB, gates_queue, rail_queue, rq_queue
-from interlock.redis_conn import EmbeddedRedis
 from ledger.db import open_ledger
 from sandbox.testing import SandboxProcess
 from tests.mandates import AGENT, EXAMPLE, MERCHANT

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from interlock.redis_conn import EmbeddedRedis
+from deploy.redis_server import EmbeddedRedis
 from tests.ingress.helpers import DEMO_AGENT, EXAMPLE_MANDATE
 
 

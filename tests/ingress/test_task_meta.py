@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from interlock.redis_conn import EmbeddedRedis
+from deploy.redis_server import EmbeddedRedis
 from interlock.task import TASK_META_KEY, TASK_SIG_META_KEY, new_task, sign_task
 from tests.ingress.helpers import TestResponder, error_of, gates_queue_length, stdio_client_for
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from interlock.redis_conn import EmbeddedRedis
+from deploy.redis_server import EmbeddedRedis
 from tests.ingress.helpers import (
     DEMO_AGENT,
     DEMO_MERCHANT,

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
+from deploy.redis_server import EmbeddedRedis
 from interlock.messages import Outcome, Proposal, trace_now
 from interlock.queues import trace_key
-from interlock.redis_conn import EmbeddedRedis
 from tests.ingress.helpers import TestResponder, applied_outcome, stdio_client_for, wait_until
 
 pytestmark = pytest.mark.anyio

@@ -23,9 +23,9 @@ from typing import Any
 
 import pytest
 
+from deploy.redis_server import EmbeddedRedis
+from deploy.stack import Stack
 from ingress.tokens import token_sha256
-from interlock.redis_conn import EmbeddedRedis
-from interlock.stack import Stack
 from sandbox.testing import SandboxProcess
 from tests.engine.conftest import FAST
 from tests.mandates import AGENT, EXAMPLE

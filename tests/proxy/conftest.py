@@ -21,10 +21,10 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from deploy.redis_server import EmbeddedRedis
+from deploy.stack import Stack, read_json, wait_for
 from ingress.tokens import token_sha256
 from interlock.clock import now_ms
-from interlock.redis_conn import EmbeddedRedis
-from interlock.stack import Stack, read_json, wait_for
 from ledger.db import open_ledger
 from ledger.intents import Intent, get_intent
 from rails.mcp_session import UpstreamSession, UpstreamTarget

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import redis
 
+from deploy.agent_client import SandboxControl, StackInfo
+from deploy.redis_server import EmbeddedRedis
+from deploy.stack import Stack
 from ingress.tokens import token_sha256
-from interlock.agent_client import SandboxControl, StackInfo
-from interlock.redis_conn import EmbeddedRedis
-from interlock.stack import Stack
 from sandbox.testing import SandboxProcess
 from tests.engine.conftest import FAST
 from tests.mandates import AGENT, EXAMPLE

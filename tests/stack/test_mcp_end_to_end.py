@@ -12,8 +12,8 @@ import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 
-from interlock.agent_client import mcp_client, structured
-from interlock.demo import run_demo
+from deploy.agent_client import mcp_client, structured
+from deploy.demo import run_demo
 from tests.mandates import AGENT
 from tests.procs import wait_until
 from tests.stack.conftest import FullStack

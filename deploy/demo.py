@@ -16,7 +16,7 @@ from typing import Any
 
 import click
 
-from interlock.agent_client import SandboxControl, StackInfo, mcp_client, structured
+from deploy.agent_client import SandboxControl, StackInfo, mcp_client, structured
 
 
 @dataclass

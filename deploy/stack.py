@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from deploy.redis_server import EmbeddedRedis, free_port, port_in_use
 from interlock.errors import InterlockError
-from interlock.redis_conn import EmbeddedRedis, free_port, port_in_use
 
 logger = logging.getLogger(__name__)
 

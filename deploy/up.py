@@ -24,11 +24,11 @@ import click
 import redis
 from rq import Worker
 
-from interlock.agent_client import STACK_FILE, StackInfo
+from deploy.agent_client import STACK_FILE, StackInfo
+from deploy.redis_server import free_port, port_in_use, redis_server_binary
+from deploy.supervise import Program, SupervisorConf, interlock, write_conf
 from interlock.clock import now_ms
 from interlock.errors import InterlockError, LedgerError
-from interlock.redis_conn import free_port, port_in_use, redis_server_binary
-from interlock.supervise import Program, SupervisorConf, interlock, write_conf
 
 logger = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
         _print_ready(conf, info, data)
         click.echo(f"  console       http://127.0.0.1:{console_port}  (token in {data / 'console.token'})")
         if demo:
-            from interlock.demo import run_demo
+            from deploy.demo import run_demo
 
             code = asyncio.run(run_demo(info, out=click.echo))
         click.echo("interlock: serving; press Ctrl-C to stop every actor")
