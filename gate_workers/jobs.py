@@ -18,7 +18,6 @@ from typing import Any
 
 import redis
 
-from deploy.redis_server import connect
 from gate_workers.context import GateContext, ResolvedAction
 from gate_workers.ladder import evaluate
 from gate_workers.resolve import RailReader, resolve
@@ -31,6 +30,7 @@ from interlock.failpoints import failpoint
 from interlock.mandate import Mandate, MandateStore
 from interlock.messages import Decision, IntentTerms, Proposal, Trace, trace_now
 from interlock.queues import ADMIT_JOB, rail_queue, rq_queue, shard_for_merchant
+from interlock.redis_conn import connect
 from interlock.tools import current_pins
 from ledger.db import open_ledger
 from ledger.queries import SETTLEMENT_TOOL

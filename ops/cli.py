@@ -138,9 +138,9 @@ def metrics_command(host: str, port: int) -> None:
     """Serve Prometheus metrics (read from the ledger and Redis at scrape time)."""
     from prometheus_client import start_http_server
 
-    from deploy.redis_server import connect
     from interlock.config import load_settings
     from interlock.metrics import build_registry
+    from interlock.redis_conn import connect
 
     settings = load_settings()
     client = connect(settings.redis_url) if settings.redis_url else None

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import redis
 
-from deploy.redis_server import connect
 from interlock.config import Settings, load_settings
 from interlock.mandate import MandateStore
+from interlock.redis_conn import connect
 from ledger.db import open_ledger
 from rails.razorpay import RazorpayClient
 

@@ -12,12 +12,12 @@ import time
 import click
 from rq.serializers import JSONSerializer
 
-from deploy.redis_server import connect
 from interlock.clock import now_ms
 from interlock.config import load_settings
 from interlock.consumer import LeanWorker
 from interlock.errors import LeaseHeld
 from interlock.queues import rail_queue, rq_queue
+from interlock.redis_conn import connect
 from ledger import leases
 from rail_worker import jobs
 from rail_worker.dispatch import Dispatcher

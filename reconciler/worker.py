@@ -12,12 +12,12 @@ import click
 import redis
 from rq.registry import clean_registries
 
-from deploy.redis_server import connect
 from interlock.clock import owner_id
 from interlock.config import load_settings
 from interlock.errors import AuditChainBroken
 from interlock.mandate import MandateStore
 from interlock.queues import gates_queue, rail_queue, reconcile_hint_key, rq_queue
+from interlock.redis_conn import connect
 from ledger import audit
 from ledger.db import open_ledger
 from rails.base import make_rail

@@ -12,8 +12,9 @@ import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from deploy.redis_server import EmbeddedRedis, free_port
+from deploy.redis_server import EmbeddedRedis
 from ingress.tokens import token_sha256
+from interlock.ports import free_port
 from tests.ingress.helpers import (
     DEMO_AGENT,
     DEMO_MERCHANT,

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from deploy.redis_server import free_port
 from interlock.config import load_settings
 from interlock.errors import ConfigError
+from interlock.ports import free_port
 from interlock.sik import receipt_for, stamp_notes
 from rails.base import RailError, RailErrorKind, make_rail
 from rails.mcp_session import UpstreamSession, UpstreamTarget

@@ -9,7 +9,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from deploy.redis_server import free_port, port_in_use
+from interlock.ports import free_port, port_in_use
 from tests.procs import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
