@@ -18,9 +18,9 @@ from starlette.templating import Jinja2Templates
 
 from console import actions, pages
 from console.auth import COOKIE, PUBLIC_PATHS, ConsoleAuth, safe_next
-from interlock.metrics import build_registry
 from ops.context import OpsContext
 from ops.format import format_minor, format_ms
+from ops.metrics import build_registry
 
 logger = logging.getLogger(__name__)
 

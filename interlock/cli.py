@@ -33,7 +33,7 @@ class LazyGroup(click.Group):
 
 
 def _audit_group() -> click.Command:
-    from ledger.cli import audit_group
+    from ops.audit_cli import audit_group
     from ops.cli import export_command
 
     audit_group.add_command(export_command)
@@ -46,7 +46,7 @@ COMMANDS: dict[str, str] = {
     "gate-worker": "gate_workers.worker:gate_worker_command",
     "rail-worker": "rail_worker.worker:rail_worker_command",
     "reconciler": "reconciler.worker:reconciler_command",
-    "status": "interlock.status_cli:status_command",
+    "status": "ops.status_cli:status_command",
     "up": "deploy.up:up_command",
     "demo": "deploy.demo:demo_command",
     "init": "interlock.mandate_cli:init_command",

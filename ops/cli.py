@@ -139,8 +139,8 @@ def metrics_command(host: str, port: int) -> None:
     from prometheus_client import start_http_server
 
     from interlock.config import load_settings
-    from interlock.metrics import build_registry
     from interlock.redis_conn import connect
+    from ops.metrics import build_registry
 
     settings = load_settings()
     client = connect(settings.redis_url) if settings.redis_url else None

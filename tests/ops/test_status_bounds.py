@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from interlock.status_cli import status_command
 from ledger.db import open_ledger
+from ops.status_cli import status_command
 
 CONFIGURED = {
     "INTERLOCK_RAIL_TIMEOUT_MS": "7000",
