@@ -32,17 +32,9 @@ class LazyGroup(click.Group):
         return super().get_command(ctx, name)
 
 
-def _audit_group() -> click.Command:
-    from ops.audit_cli import audit_group
-    from ops.cli import export_command
-
-    audit_group.add_command(export_command)
-    return audit_group
-
-
 # name -> "module:attribute" (a click command, or a function returning one). One line per command.
 COMMANDS: dict[str, str] = {
-    "audit": "interlock.cli:_audit_group",
+    "audit": "ops.audit_cli:audit_group",
     "gate-worker": "gate_workers.worker:gate_worker_command",
     "rail-worker": "rail_worker.worker:rail_worker_command",
     "reconciler": "reconciler.worker:reconciler_command",

@@ -1,4 +1,8 @@
-"""`interlock audit ...`: verify the ledger's audit chain from the command line."""
+"""`interlock audit verify|export`: check the audit chain in a ledger or in an exported bundle, and export one.
+
+The ledger owns the chain and `verify_chain()`; a bundle is an operator artefact (ops/bundle.py), so the
+command that reads either one lives here, beside the bundle code, and the ledger imports nothing of ops.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import click
 from interlock.config import load_settings
 from ledger import audit
 from ledger.db import open_ledger
+from ops.bundle import export_bundle, verify_bundle
 
 
 def _ledger_path(ledger: Path | None) -> Path:
@@ -30,10 +35,7 @@ def audit_group() -> None:
 def verify_command(ledger: Path | None, bundle: Path | None) -> None:
     """Verify every record of the audit chain; exit 1 naming the first bad seq."""
     if bundle is not None:
-        # Bundles are an operator artefact (ops/bundle.py); imported only when asked for.
-        from ops.cli import verify_bundle_command
-
-        verify_bundle_command(bundle)
+        _verify_bundle(bundle)
         return
     conn = open_ledger(_ledger_path(ledger), readonly=True)
     try:
@@ -44,3 +46,28 @@ def verify_command(ledger: Path | None, bundle: Path | None) -> None:
         click.echo(f"chain ok: {audit.count(conn)} records")
     finally:
         conn.close()
+
+
+def _verify_bundle(bundle: Path) -> None:
+    """`interlock audit verify --bundle PATH`: exit 1 naming the first bad record."""
+    report = verify_bundle(bundle)
+    if not report.ok:
+        for problem in report.problems:
+            click.echo(problem, err=True)
+        sys.exit(1)
+    head = report.head or {"seq": 0, "hash": "-"}
+    click.echo(f"bundle ok: {report.records} records, head seq {head['seq']} hash {head['hash']}")
+
+
+@audit_group.command("export")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="bundle path: NAME.tar or a directory")
+@click.option("--ledger", type=click.Path(path_type=Path), help="ledger file (default: $INTERLOCK_LEDGER)")
+def export_command(out: Path, ledger: Path | None) -> None:
+    """Export the audit chain and the rows it covers as a bundle `audit verify --bundle` checks standalone."""
+    conn = open_ledger(_ledger_path(ledger), readonly=True)
+    try:
+        manifest = export_bundle(conn, out)
+    finally:
+        conn.close()
+    head = manifest["head"] or {"seq": 0, "hash": "-"}
+    click.echo(f"exported {out}: {head['seq']} records, head {head['hash']}")

@@ -1,4 +1,4 @@
-"""`interlock holds ...`, `interlock quarantine ...`, `interlock audit export` and `interlock metrics`.
+"""`interlock holds ...`, `interlock quarantine ...` and `interlock metrics` (`interlock audit` is ops/audit_cli.py).
 
 Each command is a thin wrapper over ops/: the console calls the same functions. A refusal is an
 OperatorRefused (an InterlockError), which `interlock` prints as one line and exits 2.
@@ -6,16 +6,13 @@ OperatorRefused (an InterlockError), which `interlock` prints as one line and ex
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import click
 
 from interlock.clock import now_ms
 from ledger.intents import Intent
 from ops import holds, quarantine
-from ops.bundle import export_bundle, verify_bundle
 from ops.context import OpsContext
 from ops.format import format_minor
 
@@ -101,34 +98,6 @@ def quarantine_resolve(sik: str, entity_id: str | None, not_applied: bool, evide
     intent = quarantine.resolve(OpsContext.from_settings(), sik, operator_id=operator_id, applied_entity_id=entity_id,
                                 not_applied=not_applied, evidence=evidence, merchant_id=merchant)  # fmt: skip
     click.echo(f"resolved: {sik} is {intent.state.value}" + (f" ({intent.rail_entity_id})" if entity_id else ""))
-
-
-@click.command("export")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="bundle path: NAME.tar or a directory")
-@click.option("--ledger", type=click.Path(path_type=Path), help="ledger file (default: $INTERLOCK_LEDGER)")
-def export_command(out: Path, ledger: Path | None) -> None:
-    """Export the audit chain and the rows it covers as a bundle `audit verify --bundle` checks standalone."""
-    from interlock.config import load_settings
-    from ledger.db import open_ledger
-
-    conn = open_ledger(ledger or load_settings().require("ledger"), readonly=True)
-    try:
-        manifest = export_bundle(conn, out)
-    finally:
-        conn.close()
-    head = manifest["head"] or {"seq": 0, "hash": "-"}
-    click.echo(f"exported {out}: {head['seq']} records, head {head['hash']}")
-
-
-def verify_bundle_command(bundle: Path) -> None:
-    """`interlock audit verify --bundle PATH`: exit 1 naming the first bad record."""
-    report = verify_bundle(bundle)
-    if not report.ok:
-        for problem in report.problems:
-            click.echo(problem, err=True)
-        sys.exit(1)
-    head = report.head or {"seq": 0, "hash": "-"}
-    click.echo(f"bundle ok: {report.records} records, head seq {head['seq']} hash {head['hash']}")
 
 
 @click.command("metrics")
