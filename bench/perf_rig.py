@@ -23,10 +23,9 @@ from bench.env import AGENT, TOKEN, mandate_data, write_mandate
 from bench.perf_cpu import CpuMeter, CpuSample
 from deploy.agent_client import SandboxControl, mcp_client, structured
 from deploy.stack import Stack
-from ingress.app import TRACE_ENV
 from ingress.tokens import token_sha256
 from interlock.messages import trace_now
-from interlock.queues import trace_key
+from interlock.queues import TRACE_ENV, trace_key
 from rails.razorpay import RailError, RazorpayClient
 
 MERCHANT = "acc_DEMO000001"

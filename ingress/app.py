@@ -24,7 +24,7 @@ from redis.retry import Retry
 from interlock.config import Settings
 from interlock.errors import ConfigError
 from interlock.mandate import Mandate, MandateStore
-from interlock.queues import gates_queue, rq_queue
+from interlock.queues import TRACE_ENV, gates_queue, rq_queue
 from rails.base import RAIL_MCP_UPSTREAM, Rail, make_rail
 from rails.upstream_manifest import ManifestCache, ToolLister
 
@@ -38,8 +38,6 @@ AGENT_SCOPE_KEY = "interlock.agent_id"
 # for up to INTERLOCK_OUTCOME_WAIT_MS, so the pool is sized for many concurrent waits, not for CPU.
 MAX_BLOCKING_CALLS = 256
 QUEUE_SOCKET_TIMEOUT_S = 5.0
-# Set (to anything but "" or "0") only for the performance bench: keep each call's per-hop trace (ingress.money).
-TRACE_ENV = "INTERLOCK_TRACE"
 
 
 @dataclass(frozen=True)

@@ -53,6 +53,9 @@ def shard_for_merchant(merchant_id: str, shards: int = 1) -> str:
 
 OUTCOME_TTL_S = 3600
 TRACE_MAX_LEN = 100_000  # a forgotten INTERLOCK_TRACE=1 keeps only the newest traces, never grows Redis for ever
+# Set (to anything but "" or "0") only for the performance bench: keep each call's per-hop trace (ingress.money).
+# Named here, beside the list it fills, because the bench that sets it and the ingress that reads it share it.
+TRACE_ENV = "INTERLOCK_TRACE"
 
 
 # RQ job entry points, named by import path so no actor imports another actor's code.
