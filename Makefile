@@ -22,9 +22,11 @@ run: install
 
 PACKAGES := interlock ingress gate_workers rail_worker reconciler ledger rails sandbox chaos bench ops console deploy
 
+# lint-imports checks the layer contracts in pyproject.toml ([tool.importlinter]; docs/architecture.md).
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/python tools/check_gate_lines.py
+	$(BIN)/lint-imports --no-logo
 	$(BIN)/mypy $(PACKAGES)
 
 typecheck: install
