@@ -14,9 +14,9 @@ from mcp.client.stdio import stdio_client
 
 from deploy.agent_client import mcp_client, structured
 from deploy.demo import run_demo
+from tests.deploy.conftest import FullStack
 from tests.mandates import AGENT
 from tests.procs import wait_until
-from tests.stack.conftest import FullStack
 
 CONTRACT = {"state", "sik", "intent", "rail_entity_id", "reason_code", "caller_action", "replayed"}
 REPO = Path(__file__).resolve().parents[2]
