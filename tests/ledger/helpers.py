@@ -33,7 +33,8 @@ _PATHS = {
 
 def put_intent(conn: sqlite3.Connection, sik: str, state: str, *, amount: int, subject: str = "pay_T0001",
                tool: str = "create_refund", merchant_id: str = "acc_DEMO000001", agent_id: str = "agent_demo",
-               now: int = 1, currency: str = "INR", params: dict | None = None) -> intents.Intent:
+               now: int = 1, currency: str = "INR", params: dict | None = None, task_id: str | None = None,
+               task_ceiling_minor: int | None = None) -> intents.Intent:
     """An intent driven through the real transition function into *state*."""
     from ledger.states import Event
 
@@ -42,6 +43,8 @@ def put_intent(conn: sqlite3.Connection, sik: str, state: str, *, amount: int, s
             conn, merchant_id=merchant_id, sik=sik, tool=tool, subject_id=subject, amount_minor=amount,
             currency=currency, params=params or {"amount": amount}, params_hash="ph", agent_id=agent_id,
             mandate_id="mnd", mandate_hash="mh", operation_ref=None, distinct_reason=None, now=now,
+            task_id=task_id, task_digest=None if task_id is None else f"digest-{task_id}",
+            task_ceiling_minor=task_ceiling_minor,
         )  # fmt: skip
         for step in _PATHS[state]:
             if step == "ATTEMPT_STARTED":
