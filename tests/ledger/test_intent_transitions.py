@@ -195,8 +195,8 @@ def test_a_release_without_an_allowing_reassertion_is_refused(ledger: sqlite3.Co
     _held(ledger)
     with pytest.raises(IllegalTransition) as info, transaction(ledger):
         intents.transition(ledger, M, SIK, Event.HOLD_RELEASED, now=T0 + 2, reasserted=reasserted)
-    assert (info.value.state, info.value.event) == (
-        "?", "HOLD_RELEASED without a re-assertion of the mandate and limits that allowed it")
+    assert (info.value.sik, info.value.state, info.value.event) == (
+        SIK, "?", "HOLD_RELEASED without a re-assertion of the mandate and limits that allowed it")
     assert intents.require_intent(ledger, M, SIK).state is State.HELD
     assert audit.count(ledger) == 2
 
@@ -235,8 +235,8 @@ def test_an_operator_resolution_needs_both_an_operator_and_evidence(ledger: sqli
     _quarantined(ledger)
     with pytest.raises(IllegalTransition) as info, transaction(ledger):
         intents.transition(ledger, M, SIK, Event.OPERATOR_RESOLVED_APPLIED, now=T0 + 3, actor=actor, detail=detail)
-    assert (info.value.state, info.value.event) == (
-        State.QUARANTINED, "OPERATOR_RESOLVED_APPLIED without an operator and evidence text")
+    assert (info.value.sik, info.value.state, info.value.event) == (
+        SIK, State.QUARANTINED, "OPERATOR_RESOLVED_APPLIED without an operator and evidence text")
     assert audit.count(ledger) == 3
 
 
@@ -258,7 +258,8 @@ def test_a_writer_holding_a_superseded_epoch_is_fenced_out(ledger: sqlite3.Conne
                                                       "writer holds 2")  # fmt: skip
     with pytest.raises(StaleLease) as info, transaction(ledger):
         intents.transition(ledger, M, SIK, Event.RAIL_APPLIED, now=T0 + 9, expect_epoch=3, expect_attempt_seq=0)
-    assert str(info.value).endswith(": attempt_seq is 1, writer holds 0")
+    assert (info.value.sik, str(info.value)) == (SIK, f"stale write refused for intent {SIK}: attempt_seq is 1, "
+                                                      "writer holds 0")  # fmt: skip
     assert intents.require_intent(ledger, M, SIK) == before
     assert audit.count(ledger) == 3
 
@@ -277,8 +278,10 @@ def test_a_row_changed_between_read_and_write_is_refused(ledger: sqlite3.Connect
     proposed(ledger)
     stale = dataclasses.replace(EXPECTED, state=State.HELD)  # what a slower reader believes the row to be
     monkeypatch.setattr(intents, "require_intent", lambda *_: stale)
-    with pytest.raises(StaleLease, match="row changed underneath the transition$"), transaction(ledger):
+    with pytest.raises(StaleLease) as info, transaction(ledger):
         intents.transition(ledger, M, SIK, Event.HOLD_REJECTED, now=T0 + 1)
+    assert (info.value.sik, str(info.value)) == (SIK, f"stale write refused for intent {SIK}: row changed underneath "
+                                                      "the transition")  # fmt: skip
     monkeypatch.undo()
     assert intents.require_intent(ledger, M, SIK) == EXPECTED
 

@@ -5,6 +5,7 @@ refusal returns, in the order they are checked."""
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from interlock.fees import FeeRate
 from interlock.task import EXCEEDS_TASK_CEILING
@@ -20,12 +21,12 @@ NOW = 1_800_000_000_000
 ISSUED, EXPIRES = 1_700_000_000_000, 2_000_000_000_000  # the example mandate's
 SIK = "H" * 32
 RATE = FeeRate(fee_per_mille=10, tax_percent=0)  # a fee is amount / 100, rounded up
-NO_LIMITS = {"limits.windows": [], "limits.fee_budgets": {}}
+NO_LIMITS: dict[str, Any] = {"limits.windows": [], "limits.fee_budgets": {}}
 
 
-def held(conn: sqlite3.Connection, amount: int = 1000, **kw: object) -> Intent:
+def held(conn: sqlite3.Connection, amount: int = 1000, **kw: Any) -> Intent:
     """The intent a person is about to release: HELD, so it already counts against G3 windows."""
-    return put_intent(conn, SIK, "HELD", amount=amount, now=NOW - 10, **kw)  # type: ignore[arg-type]
+    return put_intent(conn, SIK, "HELD", amount=amount, now=NOW - 10, **kw)
 
 
 def test_an_intent_inside_everything_is_reasserted_under_the_current_mandate(ledger: sqlite3.Connection) -> None:
