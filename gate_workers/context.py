@@ -5,12 +5,15 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from interlock.fees import DEFAULT_FEE_RATE, FeeRate
 from interlock.mandate import Mandate
 from interlock.task import TaskProblem, VerifiedTask
 from rails.models import Balance, Payment
+
+if TYPE_CHECKING:
+    from gate_workers.gates.g5_purpose import PurposeJudge
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,4 +58,5 @@ class GateContext:
     tool_hashes: Mapping[str, str]
     upstream_tools: frozenset[str] = frozenset()
     fee_rate: FeeRate = DEFAULT_FEE_RATE
-    purpose_check: bool = False
+    # G5's judge, built once per gate worker when a mandate turns purpose_check on (gate_workers.purpose_model).
+    purpose_judge: PurposeJudge | None = None

@@ -19,6 +19,7 @@ from typing import Any
 import redis
 
 from gate_workers.context import GateContext, ResolvedAction
+from gate_workers.gates.g5_purpose import PurposeJudge
 from gate_workers.ladder import evaluate
 from gate_workers.resolve import RailReader, resolve
 from gate_workers.task_binding import bind_task
@@ -56,6 +57,8 @@ class GateRuntime:
     # Proxy mode: the upstream's manifest, which G6 judges instead of Interlock's own catalogue.
     upstream: ManifestCache | None = None
     rail_queues: dict[str, Any] = field(default_factory=dict)
+    # G5's model, loaded once here when a mandate turns purpose_check on (ADR 0006); None while none does.
+    purpose_judge: PurposeJudge | None = None
     # Set when proposals run on a thread pool: each thread then opens its own read-only connection here.
     ledger_path: Path | None = None
     _readers: threading.local = field(default_factory=threading.local, repr=False)
@@ -84,21 +87,25 @@ class GateRuntime:
         if settings.rail == RAIL_MCP_UPSTREAM:
             assert isinstance(rail, ToolLister)
             upstream = ManifestCache(rail, ttl_ms=settings.upstream_manifest_ttl_ms)
+        mandates = MandateStore.from_settings(settings)
+        judge = load_purpose_judge(mandates)  # before the ledger wait: a worker that cannot judge fails at once
         return cls(
             settings=settings,
-            mandates=MandateStore.from_settings(settings),
+            mandates=mandates,
             rail=rail,
             ledger=_open_when_present(ledger_path, wait_for_ledger_s),
             redis=connect(settings.redis_url),
             tool_hashes=current_pins(),
             upstream=upstream,
             ledger_path=ledger_path,
+            purpose_judge=judge,
         )
 
     def gate_context(self, mandate: Mandate | None, now: int) -> GateContext:
         """G6 judges Interlock's own tools, or in proxy mode what the upstream serves now (SPEC §7)."""
         if self.upstream is None:
-            return GateContext(mandate=mandate, now_ms=now, ledger=self.reader(), tool_hashes=self.tool_hashes)
+            return GateContext(mandate=mandate, now_ms=now, ledger=self.reader(), tool_hashes=self.tool_hashes,
+                               purpose_judge=self.purpose_judge)  # fmt: skip
         try:
             hashes = self.upstream.hashes()
         except RailError as exc:
@@ -106,7 +113,7 @@ class GateRuntime:
             logger.warning("upstream manifest unavailable: %s", exc)
             hashes = {}
         return GateContext(mandate=mandate, now_ms=now, ledger=self.reader(), tool_hashes=hashes,
-                           upstream_tools=frozenset(hashes))  # fmt: skip
+                           upstream_tools=frozenset(hashes), purpose_judge=self.purpose_judge)  # fmt: skip
 
     def missing_balance_read(self) -> str | None:
         """What the rail lacks when it is known to offer no balance read: in proxy mode, an upstream that
@@ -125,6 +132,23 @@ class GateRuntime:
         if name in tools:
             return None
         return f"a balance read: the upstream MCP server lists no {name!r} tool"
+
+
+def load_purpose_judge(mandates: MandateStore) -> PurposeJudge | None:
+    """G5's judge when any mandate turns purpose_check on, loaded now (once per worker); None when none does.
+
+    Raises PurposeModelUnavailable, naming the `purpose` extra, when it is asked for and not installed: a worker
+    that cannot run a check a mandate asks for refuses to start rather than skip it."""
+    wanting = sorted(m.mandate_id for m in mandates.as_dict().values() if m.purpose_check.mode != "off")
+    if not wanting:
+        return None
+    from gate_workers.purpose_model import load_judge
+
+    started = time.monotonic()
+    judge = load_judge()
+    logger.info("G5 purpose judge %s loaded in %.2f s for mandates %s", judge.embedder.name,
+                time.monotonic() - started, ", ".join(wanting))  # fmt: skip
+    return judge
 
 
 def _open_when_present(path: Path, wait_s: float) -> sqlite3.Connection:

@@ -16,6 +16,7 @@ from rq.serializers import JSONSerializer
 from gate_workers.jobs import GateRuntime, install_runtime
 from interlock.config import load_settings
 from interlock.consumer import LeanWorker
+from interlock.errors import PurposeModelUnavailable
 from interlock.queues import gates_queue, rq_queue
 
 logger = logging.getLogger(__name__)
@@ -29,7 +30,10 @@ PREFETCH = 4
 def gate_worker_command(burst: bool, name: str | None) -> None:
     """Evaluate proposals from queue "gates" and send decisions to the rail worker."""
     settings = load_settings()
-    runtime = GateRuntime.from_settings(settings)
+    try:
+        runtime = GateRuntime.from_settings(settings)
+    except PurposeModelUnavailable as exc:
+        raise click.ClickException(f"gate worker not started: {exc}") from exc
     install_runtime(runtime)
     queue = rq_queue(gates_queue(), runtime.redis)
     # Prefetch stays small: a proposal taken here waits for this worker's pool while another worker may idle.

@@ -35,6 +35,10 @@ class MandateError(InterlockError):
     """Raised when a mandate file is missing, malformed, unsigned where signatures are required, or invalid."""
 
 
+class PurposeModelUnavailable(InterlockError):
+    """Raised when a mandate turns G5 on and its model is not installed; the message names the extra to install."""
+
+
 class IllegalTransition(InterlockError):
     """Raised when an event is not allowed from an intent's current state (SPEC §6)."""
 

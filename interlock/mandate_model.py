@@ -2,8 +2,8 @@
 
 `mandate_hash` is the sha256 of the canonical JSON (RFC 8785) of the *validated* mandate, dumped in JSON mode
 with every default filled in — except the optional fields added for the seed's format and task binding
-(`task_binding`, `task_signers`, `key_fields`, `manifest_sha256`, `trust_tier`), which are left out while
-unset, so a mandate that does not use them keeps the hash (and the signature) it had before they existed.
+(`task_binding`, `task_signers`, `key_fields`, `manifest_sha256`, `trust_tier`, `purpose_check`), which are left
+out while unset, so a mandate that does not use them keeps the hash (and the signature) it had before they existed.
 Loading with file:line errors is interlock.mandate_load; Ed25519 signing is interlock.mandate_sign.
 """
 
@@ -28,6 +28,9 @@ SIK_FIELDS: dict[str, frozenset[str]] = {
     "create_instant_settlement": frozenset({"amount", "settle_full_balance", "interlock_distinct_reason"}),
 }
 TaskBinding = Literal["off", "optional", "required"]
+PurposeMode = Literal["off", "hold", "block"]
+# G5's default threshold, chosen on the labelled set in bench/purpose_cases.yaml (`interlock bench purpose`, ADR 0006).
+DEFAULT_MIN_SIMILARITY = 0.49
 
 
 Loc = tuple[str | int, ...]
@@ -180,6 +183,14 @@ class Provenance(_Strict):
     pinned_manifests: dict[PinnedToolName, Pin] = Field(default_factory=dict)
 
 
+class PurposeCheck(_Strict):
+    """G5 (SPEC §7, ADR 0006): whether a local model compares each money call with the purpose, and what an
+    objection does. It can only ever HOLD or BLOCK; off (the default) leaves the deterministic verdict alone."""
+
+    mode: PurposeMode = "off"
+    min_similarity: float = Field(default=DEFAULT_MIN_SIMILARITY, ge=-1.0, le=1.0)
+
+
 class Mandate(_Strict):
     v: Annotated[StrictInt, AfterValidator(_is_one)]
     mandate_id: MandateId
@@ -196,6 +207,8 @@ class Mandate(_Strict):
     # Task binding (SPEC §10): whether a money call needs a harness-signed task, and whose keys sign tasks.
     task_binding: TaskBinding = Field(default="optional", exclude_if=lambda v: v == "optional")
     task_signers: dict[Ident, Ed25519PublicKeyB64] = Field(default_factory=dict, exclude_if=lambda v: not v)
+    # Left out of the hash while it is the default, so a mandate that does not turn G5 on keeps its hash.
+    purpose_check: PurposeCheck = Field(default_factory=PurposeCheck, exclude_if=lambda v: v == PurposeCheck())
 
     @model_validator(mode="after")
     def _rules(self) -> Mandate:
@@ -207,7 +220,12 @@ class Mandate(_Strict):
     @property
     def canonical_bytes(self) -> bytes:
         """RFC 8785 canonical JSON of the validated mandate (defaults filled in): what is hashed and signed."""
-        return canonical_json(self.model_dump(mode="json"))
+        data = self.model_dump(mode="json")
+        if "purpose_check" in data:
+            # interlock.canonical refuses floats (money is integer minor units): the threshold is hashed as its
+            # shortest decimal text, which names the same float on every machine.
+            data["purpose_check"]["min_similarity"] = repr(float(data["purpose_check"]["min_similarity"]))
+        return canonical_json(data)
 
     @property
     def mandate_hash(self) -> str:

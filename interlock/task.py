@@ -66,6 +66,8 @@ class Task(_Strict):
     task_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
     expires_at: Annotated[StrictInt, Field(ge=0)]
     grants: dict[str, TaskGrant] = Field(min_length=1)
+    # What the person asked for, in words: G5 compares the call with it too when the mandate turns G5 on.
+    purpose: str | None = Field(default=None, min_length=1, max_length=500)
 
 
 @dataclass(frozen=True, slots=True)

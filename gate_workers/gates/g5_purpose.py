@@ -1,15 +1,19 @@
-"""G5 purpose (advisory, off by default): a judge of whether the call fits the mandate's purpose.
+"""G5 purpose (advisory, off by default): a judge of whether the call fits its purpose (SPEC §7, ADR 0006).
 
-The judge's verdict type admits only HOLD or BLOCK — ALLOW is not in it — so a model (or an
-injected prompt steering one) can never upgrade a verdict. The strongest thing it can do is fail
-to object, which leaves the deterministic gates' verdict intact. `mypy` proves the type holds:
-tests/typing/g5_cannot_allow.py must fail to type-check.
+The mandate's `purpose_check: {mode: off | hold | block, min_similarity}` turns it on. The judge
+(gate_workers.purpose_model, a local sentence-embedding model built once per gate worker) compares the mandate's
+purpose, and the task's when the call is bound to one, with the action. Its verdict type admits only HOLD or
+BLOCK — ALLOW is not in it — so a model (or an injected prompt steering one) can never upgrade a verdict: the
+strongest thing it can do is fail to object, which leaves the deterministic gates' verdict intact. `mypy` proves
+the type holds: tests/typing/g5_cannot_allow.py must fail to type-check. A mandate that asks for G5 where no judge
+was loaded gets the objection anyway (G5_JUDGE_UNAVAILABLE): the check is never silently skipped.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
 
 from gate_workers.context import GateContext, ResolvedAction
 from interlock.messages import Verdict
@@ -24,18 +28,31 @@ AdvisoryVerdict = Literal[Verdict.HOLD, Verdict.BLOCK]
 class Objection:
     verdict: AdvisoryVerdict
     reason_code: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
 
 
 class PurposeJudge(Protocol):
-    def judge(self, action: ResolvedAction, purpose: str) -> Objection | None:
+    def judge(self, action: ResolvedAction, purposes: Mapping[str, str], min_similarity: float,
+              verdict: AdvisoryVerdict) -> Objection | None:  # fmt: skip
         """An objection, or None for no objection. There is no way to say ALLOW."""
         ...
 
 
-def check(action: ResolvedAction, ctx: GateContext, judge: PurposeJudge | None = None) -> GateResult:
-    if not ctx.purpose_check or judge is None or ctx.mandate is None:
+def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
+    policy = ctx.mandate.purpose_check if ctx.mandate is not None else None
+    if policy is None or policy.mode == "off":
         return allow("G5_DISABLED")
-    objection = judge.judge(action, ctx.mandate.purpose)
+    if action.amount_minor is None:
+        return allow("G5_NOT_APPLICABLE")  # nothing resolved to describe; G2 has already blocked it
+    verdict: AdvisoryVerdict = Verdict.BLOCK if policy.mode == "block" else Verdict.HOLD
+    assert ctx.mandate is not None
+    purposes = {"mandate": ctx.mandate.purpose}
+    if action.task is not None and action.task.task.purpose:
+        purposes["task"] = action.task.task.purpose
+    judge: PurposeJudge | None = ctx.purpose_judge
+    if judge is None:
+        return GateResult(verdict, "G5_JUDGE_UNAVAILABLE", {"advisory": True, "mode": policy.mode})
+    objection = judge.judge(action, purposes, policy.min_similarity, verdict)
     if objection is None:
-        return allow("G5_NO_OBJECTION")
-    return GateResult(objection.verdict, objection.reason_code, {"advisory": True})
+        return allow("G5_NO_OBJECTION", min_similarity=f"{policy.min_similarity:.4f}")  # no floats in the audit
+    return GateResult(objection.verdict, objection.reason_code, {"advisory": True, **objection.detail})

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from gate_workers.gates import g1_scope, g2_value, g3_limits, g4_exactly_once, g5_purpose, g6_provenance
-from gate_workers.gates.g5_purpose import Objection
+from gate_workers.gates.g5_purpose import AdvisoryVerdict, Objection
 from interlock.messages import Verdict
 from interlock.tools import current_pins
 from tests.gate_workers.factories import NOW, context, payment, refund_action, settlement_action
@@ -115,20 +115,32 @@ def test_g4_new_and_duplicate(ledger: sqlite3.Connection) -> None:
 
 
 class _Objector:
-    def judge(self, action: object, purpose: str) -> Objection | None:
-        return Objection(Verdict.HOLD, "G5_OFF_PURPOSE")
+    def judge(self, action: object, purposes: object, min_similarity: float, verdict: AdvisoryVerdict) -> Objection:
+        return Objection(verdict, "G5_OFF_PURPOSE", {"similarity": "0.1000"})
 
 
 class _Silent:
-    def judge(self, action: object, purpose: str) -> Objection | None:
+    def judge(self, action: object, purposes: object, min_similarity: float, verdict: AdvisoryVerdict) -> None:
         return None
 
 
 def test_g5_is_off_by_default_and_can_only_object(ledger: sqlite3.Connection) -> None:
-    assert g5_purpose.check(refund_action(), context(ledger)).reason_code == "G5_DISABLED"
-    on = context(ledger, purpose_check=True)
-    assert g5_purpose.check(refund_action(), on, _Objector()).verdict == H
-    assert g5_purpose.check(refund_action(), on, _Silent()).reason_code == "G5_NO_OBJECTION"
+    assert g5_purpose.check(refund_action(), context(ledger, purpose_judge=_Objector())).reason_code == "G5_DISABLED"
+    on = make_mandate({"purpose_check": {"mode": "hold"}})
+    held = g5_purpose.check(refund_action(), context(ledger, on, purpose_judge=_Objector()))
+    assert (held.verdict, held.reason_code, held.detail["similarity"]) == (H, "G5_OFF_PURPOSE", "0.1000")
+    assert held.detail["advisory"] is True
+    silent = g5_purpose.check(refund_action(), context(ledger, on, purpose_judge=_Silent()))
+    assert (silent.verdict, silent.reason_code) == (A, "G5_NO_OBJECTION")
+    blocking = make_mandate({"purpose_check": {"mode": "block"}})
+    assert g5_purpose.check(refund_action(), context(ledger, blocking, purpose_judge=_Objector())).verdict == B
+
+
+@pytest.mark.parametrize(("mode", "verdict"), [("hold", H), ("block", B)])
+def test_g5_asked_for_without_a_judge_objects_rather_than_skip(ledger: sqlite3.Connection, mode: str,
+                                                               verdict: Verdict) -> None:  # fmt: skip
+    result = g5_purpose.check(refund_action(), context(ledger, make_mandate({"purpose_check": {"mode": mode}})))
+    assert (result.verdict, result.reason_code) == (verdict, "G5_JUDGE_UNAVAILABLE")
 
 
 def test_g6_pinned_unpinned_and_drift(ledger: sqlite3.Connection) -> None:
