@@ -31,9 +31,12 @@ def bench_group() -> None:
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path), help="data directory (default: a temp dir)")
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), default=RESULTS, show_default=True)
 @click.option("--no-write", is_flag=True, help="print the tables; leave RESULTS.md and the plot alone")
-def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, results: Path, no_write: bool) -> None:
+@click.option("--purpose-check", type=click.Choice(["off", "hold", "block"]), default="off", show_default=True,
+              help="G5 in every gated mode's mandate; when on, the section is `scenarios-g5-<mode>` and no plot")
+def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, results: Path, no_write: bool,
+                      purpose_check: str) -> None:  # fmt: skip
     """Run every scenario in each mode (direct, gated, gated with task binding required) and write the
-    `scenarios` section of RESULTS.md."""
+    `scenarios` section of RESULTS.md (`scenarios-g5-hold` / `-block` with --purpose-check)."""
     from bench.metrics import judge
     from bench.report import plot, render
     from bench.run import run_scenario
@@ -46,7 +49,8 @@ def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, resul
     started = time.monotonic()
     verdicts = []
     for scenario in scenarios:
-        for run in run_scenario(scenario, base, seed=seed):
+        extra = {"purpose_check": {"mode": purpose_check}} if purpose_check != "off" else None
+        for run in run_scenario(scenario, base, seed=seed, mandate_extra=extra):
             verdict = judge(run)
             verdicts.append(verdict)
             flag = "BROKEN" if verdict.violated else ("FALSE-BLOCK" if verdict.false_block else "ok")
@@ -55,13 +59,16 @@ def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, resul
     elapsed = time.monotonic() - started
     (base / "verdicts.json").write_text(json.dumps([dataclasses.asdict(v) for v in verdicts], indent=1))
     command = "interlock bench scenarios" + "".join(f" --only {o}" for o in only) + f" --seed {seed}"
-    image = None if no_write else plot(verdicts, scenarios, REPO / SCENARIO_PLOT)
-    text = render(verdicts, scenarios, seed=seed, command=command,
-                  plot=SCENARIO_PLOT if image is not None else None, elapsed_s=elapsed)  # fmt: skip
+    section = "scenarios"
+    if purpose_check != "off":
+        command, section = command + f" --purpose-check {purpose_check}", f"scenarios-g5-{purpose_check}"
+    image = None if no_write or section != "scenarios" else plot(verdicts, scenarios, REPO / SCENARIO_PLOT)
+    text = render(verdicts, scenarios, seed=seed, command=command, plot=SCENARIO_PLOT if image is not None else None,
+                  elapsed_s=elapsed, purpose_check=purpose_check)  # fmt: skip
     click.echo(text)
     if not no_write:
-        write_section("scenarios", text, results)
-        click.echo(f"wrote the scenarios section of {results}")
+        write_section(section, text, results)
+        click.echo(f"wrote the {section} section of {results}")
     if work is None:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -128,3 +135,33 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+@bench_group.command("purpose")
+@click.option("--models", default="minilm,wordllama", show_default=True, help="candidate models to measure")
+@click.option("--rounds", type=int, default=10, show_default=True, help="timing rounds over the labelled set")
+@click.option("--results", type=click.Path(dir_okay=False, path_type=Path), default=RESULTS, show_default=True)
+@click.option("--no-write", is_flag=True, help="print the tables; leave RESULTS.md alone")
+def purpose_command(models: str, rounds: int, results: Path, no_write: bool) -> None:
+    """G5's judge on its labelled set (bench/purpose_cases.yaml) for each candidate model: precision, recall,
+    false-hold rate, the threshold chosen from the set, load time and added time per money call; writes the
+    `purpose` section of RESULTS.md."""
+    from bench.purpose import evaluate_model, load_cases
+    from bench.purpose_report import render
+    from gate_workers.purpose_model import DEFAULT_MODEL, PACKAGES, installed_mb
+    from interlock.mandate import load_mandate
+    from ledger.db import open_ledger
+
+    data = load_cases()
+    mandate = load_mandate(REPO / "deploy" / "mandate.example.yaml")
+    with tempfile.TemporaryDirectory(prefix="interlock-purpose-") as tmp:
+        ledger = open_ledger(Path(tmp) / "ledger.sqlite3")
+        reports = [evaluate_model(model, data, ledger, mandate, rounds=rounds) for model in _names(models)]
+        ledger.close()
+    sizes = {model: installed_mb(PACKAGES[model]) for model in _names(models)}
+    command = f"interlock bench purpose --models {models} --rounds {rounds}"
+    text = render(reports, data, command=command, chosen_model=DEFAULT_MODEL, package_mb=sizes)
+    click.echo(text)
+    if not no_write:
+        write_section("purpose", text, results)
+        click.echo(f"wrote the purpose section of {results}")

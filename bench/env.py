@@ -70,10 +70,12 @@ class ScenarioStack:
     """The processes one scenario runs against; `with ScenarioStack(...) as env:` stops them all."""
 
     def __init__(self, scenario: Scenario, base: Path, *, extra_env: dict[str, str] | None = None,
-                 task_binding: bool = False) -> None:  # fmt: skip
+                 task_binding: bool = False, mandate_extra: dict[str, Any] | None = None) -> None:  # fmt: skip
         self.scenario = scenario
         # task_binding: the mandate requires a harness-signed task on every money call (the "task" mode).
         self.task_binding = task_binding
+        # Changes every mode's mandate gets on top of the scenario's (e.g. G5 on: `bench scenarios --purpose-check`).
+        self.mandate_extra = dict(mandate_extra or {})
         self.data = base / (scenario.id + ("-task" if task_binding else ""))
         shutil.rmtree(self.data, ignore_errors=True)
         self.data.mkdir(parents=True)
@@ -96,7 +98,8 @@ class ScenarioStack:
             pins = current_pins(self.front_url)  # the human's review: pin what the upstream serves now
             stack.env.update({"INTERLOCK_RAIL": "mcp-upstream", "INTERLOCK_UPSTREAM_URL": self.front_url,
                               "INTERLOCK_RAIL_TIMEOUT_MS": "2000"})  # fmt: skip
-        changes = {**scenario.mandate_changes, **(binding_required() if self.task_binding else {})}
+        changes = {**scenario.mandate_changes, **self.mandate_extra,
+                   **(binding_required() if self.task_binding else {})}  # fmt: skip
         mandate = write_mandate(self.data / "mandate.yaml", mandate_data(changes, pins))
         tokens = self.data / "tokens.yaml"
         tokens.write_text(f"agents:\n  {AGENT}: {{token_sha256: {token_sha256(TOKEN)}}}\n", encoding="utf-8")

@@ -32,12 +32,18 @@ HEAD = ("| mode | attack success | utility under attack | false blocks (benign) 
 
 
 def render(verdicts: list[Verdict], scenarios: list[Scenario], *, seed: int, command: str, plot: Path | None,
-           elapsed_s: float) -> str:  # fmt: skip
+           elapsed_s: float, purpose_check: str = "off") -> str:  # fmt: skip
     by_id = {s.id: s for s in scenarios}
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    g5 = purpose_check != "off"
     lines = [
-        "## Scenario benchmark (direct vs gated, task binding off and required)",
+        "## Scenario benchmark (direct vs gated, task binding off and required)"
+        + (f", G5 purpose check on ({purpose_check} mode)" if g5 else ""),
         "",
+        *([f"G5 is on in both gated modes: every mandate says `purpose_check: {{mode: {purpose_check}}}` (the default "
+           "threshold), and the harness's signed ticket carries the scenario's task text as the task's purpose. The "
+           "scripted agent passes only the arguments its script names: an injected step carries no note unless the "
+           "scenario gives it one (A14's settlement says `description: refund precondition`).", ""] if g5 else []),
         f"Evidence: **real process** (every actor its own OS process), **sandbox rail** (this repository's "
         f"Razorpay-compatible sandbox, not Razorpay), **scripted agent** (a deterministic naive harness, not a "
         f"language model). Commit `{commit_id()}`, {date}, seed {seed}, {len(scenarios)} scenarios, "

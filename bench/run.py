@@ -27,18 +27,19 @@ MODES = ("direct", "gated", TASK_MODE)
 AGENT_TIMEOUT_S = 4.0  # the naive agent's tool-call timeout, the same in every mode
 
 
-def run_scenario(scenario: Scenario, base: Path, *, seed: int, modes: tuple[str, ...] = MODES) -> list[ModeRun]:
+def run_scenario(scenario: Scenario, base: Path, *, seed: int, modes: tuple[str, ...] = MODES,
+                 mandate_extra: dict[str, Any] | None = None) -> list[ModeRun]:  # fmt: skip
     plain = tuple(mode for mode in modes if mode != TASK_MODE)
-    runs = _on_stack(scenario, base, plain, seed, task_binding=False) if plain else []
+    runs = _on_stack(scenario, base, plain, seed, task_binding=False, mandate_extra=mandate_extra) if plain else []
     if TASK_MODE in modes:
-        runs += _on_stack(scenario, base, (TASK_MODE,), seed, task_binding=True)
+        runs += _on_stack(scenario, base, (TASK_MODE,), seed, task_binding=True, mandate_extra=mandate_extra)
     return runs
 
 
-def _on_stack(scenario: Scenario, base: Path, modes: tuple[str, ...], seed: int, *,
-              task_binding: bool) -> list[ModeRun]:  # fmt: skip
+def _on_stack(scenario: Scenario, base: Path, modes: tuple[str, ...], seed: int, *, task_binding: bool,
+              mandate_extra: dict[str, Any] | None = None) -> list[ModeRun]:  # fmt: skip
     try:
-        with ScenarioStack(scenario, base, task_binding=task_binding) as env:
+        with ScenarioStack(scenario, base, task_binding=task_binding, mandate_extra=mandate_extra) as env:
             return [run_mode(env, mode, seed) for mode in modes]
     except (StackError, OSError) as exc:
         logger.error("scenario %s: the stack failed: %s", scenario.id, exc)

@@ -56,5 +56,6 @@ def ticket_meta(scenario: Scenario, payments: Mapping[str, list[str]], customers
         if ticket.max_amount_minor is not None:
             grant["max_amount_minor"] = ticket.max_amount_minor
         grants[tool] = grant
-    task = {"task_id": task_id, "expires_at": now_ms() + TICKET_TTL_MS, "grants": grants}
+    # The ticket's own words travel with it: G5, when a mandate turns it on, compares the call with them.
+    task = {"task_id": task_id, "expires_at": now_ms() + TICKET_TTL_MS, "grants": grants, "purpose": scenario.task}
     return sign_task(task, _KEY, SIGNER)
