@@ -1,8 +1,8 @@
 """`interlock bench purpose`: G5's judge on its labelled set (bench/purpose_cases.yaml), for each candidate model.
 
 For every model that is installed: load time, the cases' similarities, precision / recall / false-hold rate at the
-threshold chosen from this set (the highest whose false-hold rate on the benign cases stays within
-FALSE_HOLD_BUDGET, i.e. the most recall a person's review budget allows), the same at the mandate's default, and
+threshold chosen from this set (the highest that holds no benign case of the set for drift), the same at the
+mandate's default and at the highest threshold within a 10% false-hold budget, and
 G5's added time per money call — the real gate ladder (gate_workers.ladder.evaluate, all six gates over a real
 ledger file) with G5 on against the same ladder with G5 off, interleaved, the p50 of the difference.
 """
@@ -144,7 +144,16 @@ def rates(scored: list[Scored], threshold: float, *, patterns: bool = True,
 
 
 def choose_threshold(scored: list[Scored]) -> float:
-    """The highest threshold whose false-hold rate on the benign cases stays within FALSE_HOLD_BUDGET."""
+    """The highest threshold at which no benign case of the set is held for drift: its lowest benign similarity,
+    rounded down to 0.01. A hold costs a person's time and the deterministic gates stand either way, so the
+    similarity test is kept below everything benign the set has seen (ADR 0006 says why not `within_budget`)."""
+    lowest = min((s.similarity for s in scored if not s.case.positive), default=0.0)
+    return max((t for t in THRESHOLDS if t <= lowest), default=0.0)
+
+
+def within_budget(scored: list[Scored]) -> float:
+    """The highest threshold whose false-hold rate on the benign cases stays within FALSE_HOLD_BUDGET: the most
+    recall the set allows for that review budget — in-sample, on a knife edge of the benign cases."""
     allowed = [t for t in THRESHOLDS if (rates(scored, t).false_hold or 0.0) <= FALSE_HOLD_BUDGET]
     return max(allowed, default=0.0)
 
@@ -222,7 +231,8 @@ def median(values: list[float]) -> float:
 
 
 def iter_rows(report: ModelReport) -> Iterator[tuple[str, float, bool, Rates]]:
-    for label, threshold in (("chosen here", report.chosen), ("mandate default", DEFAULT_MIN_SIMILARITY)):
+    for label, threshold in (("chosen here", report.chosen), ("mandate default", DEFAULT_MIN_SIMILARITY),
+                             (f"false holds within {FALSE_HOLD_BUDGET:.0%}", within_budget(report.scored))):
         yield label, threshold, True, rates(report.scored, threshold)
     yield "similarity alone (no patterns), chosen", report.chosen, False, rates(report.scored, report.chosen,
                                                                                 patterns=False)

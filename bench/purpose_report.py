@@ -38,7 +38,10 @@ def render(reports: list[ModelReport], data: CaseFile, *, command: str, chosen_m
         "and the purposes (the mandate's, and the task's when it has one) is below the threshold "
         "(G5_PURPOSE_DRIFT). *Precision* = flagged positives / flagged; *recall* = flagged positives / positives; "
         "*false-hold rate* = flagged benign / benign. *Chosen here*: the highest threshold (0.00 .. 0.90, step "
-        f"0.01) whose false-hold rate stays within {FALSE_HOLD_BUDGET:.0%}. *Added per money call*: the real "
+        "0.01) at which no benign case is held for drift (the lowest benign similarity, rounded down); the row "
+        f"*false holds within {FALSE_HOLD_BUDGET:.0%}* is the highest threshold that keeps the false-hold rate "
+        "within that budget — more recall, chosen on a knife edge of this small set (ADR 0006). "
+        "*Added per money call*: the real "
         "six-gate ladder over a real ledger file with G5 on (hold) minus the same ladder with G5 off, per call, "
         "interleaved; *G5 alone*: the judge's own call (one embedding; the purposes' vectors are cached), wall clock, "
         "and in brackets the calling thread's CPU time, which the other jobs on this machine do not inflate.",

@@ -165,11 +165,13 @@ def _safe_digest(raw_task: Mapping[str, Any]) -> str | None:
 
 def new_task(task_id: str, expires_at: int, tool: str, *, subjects: list[str] | None = None,
              order_id: str | None = None, customer_id: str | None = None,
-             max_amount_minor: int | None = None) -> dict[str, Any]:  # fmt: skip
+             max_amount_minor: int | None = None, purpose: str | None = None) -> dict[str, Any]:  # fmt: skip
     """A one-tool task as plain JSON data (absent fields left out), validated before anyone signs it."""
     grant = {"subjects": subjects, "order_id": order_id, "customer_id": customer_id,
              "max_amount_minor": max_amount_minor}  # fmt: skip
     task = {"task_id": task_id, "expires_at": expires_at,
             "grants": {tool: {k: v for k, v in grant.items() if v is not None}}}  # fmt: skip
+    if purpose is not None:
+        task["purpose"] = purpose
     Task.model_validate(task)  # raises ValidationError naming the field
     return task

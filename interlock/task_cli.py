@@ -45,15 +45,17 @@ def task_group() -> None:
 @click.option("--ttl", default="1h", show_default=True, help="how long the task stays valid (90s, 30m, 1h, 2d)")
 @click.option("--task-id", help="the task's id (default: a fresh one); calls sharing it share the ceiling")
 @click.option("--signer", default=DEFAULT_SIGNER, show_default=True, help="the signer id the mandate lists")
+@click.option("--purpose", help="what the person asked for, in words (G5 compares the call with it when on)")
 def sign_command(key_path: Path, tool: str, subjects: tuple[str, ...], order_id: str | None,
                  customer_id: str | None, max_amount: int | None, ttl: str, task_id: str | None,
-                 signer: str) -> None:  # fmt: skip
+                 signer: str, purpose: str | None) -> None:  # fmt: skip
     """Print the `_meta` block a harness attaches to the tool call (JSON)."""
     key = load_private_key(key_path)
     expires_at = int(time.time() * 1000) + parse_ttl(ttl)
     try:
         task = new_task(task_id or f"task_{uuid.uuid4().hex[:16]}", expires_at, tool, subjects=list(subjects) or None,
-                        order_id=order_id, customer_id=customer_id, max_amount_minor=max_amount)  # fmt: skip
+                        order_id=order_id, customer_id=customer_id, max_amount_minor=max_amount,
+                        purpose=purpose)  # fmt: skip
     except ValidationError as exc:
         first = exc.errors()[0]
         raise click.UsageError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from None

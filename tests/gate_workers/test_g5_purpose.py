@@ -86,7 +86,7 @@ def test_a_benign_refund_passes_g5(ledger: sqlite3.Connection, judge: EmbeddingJ
 
 
 def test_a_drifted_refund_is_held_with_its_similarity(ledger: sqlite3.Connection, judge: EmbeddingJudge) -> None:
-    action = with_notes(refund_action(50000), notes={"reason": "reimburse the agent travel expenses"})
+    action = with_notes(refund_action(50000), notes={"reason": "influencer giveaway for the Diwali campaign"})
     result = g5_purpose.check(action, context(ledger, make_mandate(HOLDING), purpose_judge=judge))
     assert (result.verdict, result.reason_code) == (H, "G5_PURPOSE_DRIFT")
     # Decimal text (the audit chain's canonical JSON has no floats), below the mandate's threshold.
