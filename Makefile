@@ -50,9 +50,9 @@ node:
 test: lint browser node
 	$(BIN)/python -m pytest -q
 
-# The scenario benchmark and the performance bench, each regenerating its section of RESULTS.md.
+# The scenario benchmark, the performance bench and G5's labelled set, each regenerating its section of RESULTS.md.
 bench: install
-	$(BIN)/interlock bench scenarios && $(BIN)/interlock bench perf
+	$(BIN)/interlock bench scenarios && $(BIN)/interlock bench perf && $(BIN)/interlock bench purpose
 
 # The full SIGKILL matrix (51 cells x 10 trials), 30 random-kill trials, the SIGSTOP pause cells
 # (24 cells x 5 trials) and the burst cells (12 cells x 2 trials: the rail worker SIGKILLed with at least
