@@ -74,7 +74,7 @@ soak: install
 # money-path core; chaos/mutation_score.py scores each module, accounts for every survivor and writes RESULTS.md.
 # Fails when ledger/ or rail_worker/ scores below 90% or an equivalence entry has gone stale. About 30 minutes.
 mutation: install
-	$(BIN)/python -m pip install --quiet -e '.[dev,mutation]'
+	$(BIN)/python -m pip install --quiet -e '.[dev,purpose,mutation]'
 	rm -rf mutants
 	$(BIN)/mutmut run --max-children $$(nproc)
 	$(BIN)/python -m chaos.mutation_score

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from interlock.redis_conn import EmbeddedRedis
+from deploy.redis_server import EmbeddedRedis
 from ledger.db import open_ledger
 from sandbox.testing import SandboxProcess
 from tests.mandates import write_mandate
