@@ -1,0 +1,455 @@
+"""What the admit transaction (rail_worker/admit.py) answers and writes for each kind of Decision: the Outcome the
+waiting ingress reads, the decision row and the audit records, and the intent row it creates, reopens or leaves
+alone. Covers redelivered and unkeyed decisions, G1 re-checked at admission (mandate expired, tool no longer
+granted), the grace SIKs of ADR 0009, operation_ref binding and KEY_CONFLICT, G3 windows and fee budgets, the
+task binding (expiry and ceiling) and G2 re-checked against the gate's rail read. In-process, over a real SQLite
+ledger, with the injectable clock and the scripted rail of tests/engine/send_world.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlock.mandate import Mandate
+from interlock.messages import CallerAction, Decision, GateResultModel, IntentTerms, Outcome, Verdict
+from ledger import intents
+from ledger.db import open_ledger, transaction
+from ledger.states import State
+from rail_worker.admit import Admission, admit
+from rail_worker.execute import execute
+from rails.razorpay import RailError, RailErrorKind
+from tests.engine.send_world import REFUND, SETTLEMENT, T0, World, make_world
+from tests.mandates import AGENT, MERCHANT, make_mandate
+
+DAY = 86_400_000
+PAYMENT = "pay_ADMIT000001"
+A, B, C = "A" * 32, "B" * 32, "C" * 32
+REASON_FOR = {"ALLOW": "ALLOWED", "HOLD": "G2_ABOVE_HOLD", "BLOCK": "G6_TOOL_DRIFT"}
+
+
+@pytest.fixture
+def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
+    made = make_world(tmp_path, monkeypatch)
+    monkeypatch.setattr("rail_worker.admit.now_ms", made.clock)
+    yield made
+    made.close()
+
+
+def _mandate(world: World, **changes: object) -> Mandate:
+    return make_mandate({"issued_at": world.mandate.issued_at, "expires_at": world.mandate.expires_at,
+                         "limits.fee_budgets": {}, "approval.hold_above_minor": None, **changes})  # fmt: skip
+
+
+def _terms(tool: str = SETTLEMENT, amount: int = 50000, currency: str = "INR") -> IntentTerms:
+    subject = "balance" if tool == SETTLEMENT else PAYMENT
+    return IntentTerms(merchant_id=MERCHANT, tool=tool, subject=subject, amount_minor=amount, currency=currency)
+
+
+def _decision(world: World, sik: str | None, *, verdict: str = "ALLOW", tool: str = SETTLEMENT, amount: int = 50000,
+              request_id: str | None = None, mandate: Mandate | None = None, **fields: Any) -> Decision:
+    """What a gate worker sends to the rail queue for a call it judged under *mandate* (default: the world's)."""
+    mandate = mandate or world.mandate
+    values: dict[str, Any] = dict(
+        request_id=request_id or f"req-{(sik or 'none')[:4]}-{verdict}", agent_id=AGENT, merchant_id=MERCHANT,
+        tool=tool, sik=sik, terms=_terms(tool, amount) if sik is not None else None,
+        params={"amount": amount, "notes": {}}, params_hash="ph", verdict=Verdict(verdict),
+        reason_code=REASON_FOR[verdict], results=[], mandate_id=mandate.mandate_id,
+        mandate_hash=mandate.mandate_hash, operation_ref=None, window=1, decided_at_ms=world.clock(),
+    )  # fmt: skip
+    values.update(fields)
+    return Decision(**values)
+
+
+def _outcome(request_id: str, state: str, sik: str | None, terms: IntentTerms | None, *, reason: str | None,
+             action: CallerAction, replayed: bool = False) -> Outcome:
+    return Outcome(request_id=request_id, state=state, sik=sik, intent=terms, rail_entity_id=None,
+                   reason_code=reason, caller_action=action, replayed=replayed)  # fmt: skip
+
+
+def _decision_row(world: World, request_id: str) -> dict[str, Any]:
+    row = open_ledger(world.path).execute(
+        "SELECT merchant_id, sik, agent_id, mandate_hash, verdict, reason_code, results_json, decided_at, task_id,"
+        " task_digest FROM decisions WHERE request_id = ?", (request_id,)).fetchone()
+    assert row is not None, f"no decision recorded for {request_id}"
+    return dict(row) | {"results_json": json.loads(row["results_json"])}
+
+
+def _audit(world: World, kind: str) -> list[dict[str, Any]]:
+    rows = open_ledger(world.path).execute("SELECT payload_json FROM audit_log WHERE kind = ? ORDER BY seq", (kind,))
+    return [json.loads(r[0]) for r in rows]
+
+
+def _count(world: World, table: str) -> int:
+    return int(open_ledger(world.path).execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])  # noqa: S608
+
+
+def _refs(world: World) -> list[tuple[str, str, int]]:
+    rows = open_ledger(world.path).execute("SELECT operation_ref, sik, bound_at FROM operation_refs ORDER BY 1")
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def _seed(world: World, sik: str, *, state: State, tool: str = REFUND, amount: int = 20000, currency: str = "INR",
+          updated_at: int = T0, task_id: str | None = None, operation_ref: str | None = None) -> None:
+    """Place an intent of this agent in *state* directly in the ledger (what earlier calls left behind)."""
+    conn = open_ledger(world.path)
+    with transaction(conn):
+        intents.insert_intent(
+            conn, merchant_id=MERCHANT, sik=sik, tool=tool, subject_id="balance" if tool == SETTLEMENT else PAYMENT,
+            amount_minor=amount, currency=currency, params={"amount": amount}, params_hash="ph", agent_id=AGENT,
+            mandate_id=world.mandate.mandate_id, mandate_hash=world.mandate.mandate_hash,
+            operation_ref=operation_ref, distinct_reason=None, now=world.clock(), task_id=task_id,
+            task_digest="td" if task_id else None, task_ceiling_minor=None,
+        )  # fmt: skip
+        conn.execute("UPDATE intents SET state = ?, updated_at = ?, authorized_at = ? WHERE sik = ?",
+                     (state.value, updated_at, world.clock(), sik))  # fmt: skip
+        if operation_ref is not None:
+            intents.bind_operation_ref(conn, MERCHANT, operation_ref, sik, now=world.clock())
+
+
+def _refused_at_admit(world: World, decision: Decision, reason: str,
+                      action: CallerAction = CallerAction.DO_NOT_RETRY) -> None:  # fmt: skip
+    """The decision is answered BLOCKED with *reason*, recorded as a BLOCK, and no intent is made for it."""
+    before = _count(world, "intents")
+    admission = admit(world.runtime(), decision)
+    assert admission == Admission(_outcome(decision.request_id, "BLOCKED", decision.sik, decision.terms,
+                                           reason=reason, action=action), None)  # fmt: skip
+    row = _decision_row(world, decision.request_id)
+    assert (row["verdict"], row["reason_code"]) == ("BLOCK", reason)
+    assert _count(world, "intents") == before
+
+
+def _failed_terminal(world: World, sik: str, request_id: str = "req-first") -> None:
+    rt = world.runtime()
+    assert admit(rt, _decision(world, sik, request_id=request_id)).execute is not None
+    world.rail.reject = RailError(RailErrorKind.REJECTED, "400", method="POST", path="/x", http_status=400,
+                                  code="BAD_REQUEST_ERROR", description="Insufficient balance")  # fmt: skip
+    execute(rt, MERCHANT, sik, request_id=None)
+    world.rail.reject = None
+    assert world.intent(sik).state is State.FAILED_TERMINAL
+
+
+# -- a new intent: ALLOW, HOLD, and what is written for it ------------------------------------------------------------
+
+
+def test_an_allowed_decision_creates_an_authorized_intent_with_every_field_of_the_decision(world: World) -> None:
+    decision = _decision(world, A, operation_ref="op-1", distinct_reason="second refund of the day",
+                         mandate_id=None, task_id="task-1", task_digest="digest-1", task_ceiling_minor=90000)
+    admission = admit(world.runtime(), decision)
+    assert admission.outcome is None and admission.execute == world.intent(A)
+    intent = world.intent(A)
+    assert (intent.state, intent.reason_code, intent.hold_expires_at, intent.authorized_at) == (
+        State.AUTHORIZED, None, None, T0)
+    assert (intent.operation_ref, intent.distinct_reason, intent.mandate_id, intent.mandate_hash) == (
+        "op-1", "second refund of the day", "", world.mandate.mandate_hash)
+    assert (intent.task_id, intent.task_digest, intent.task_ceiling_minor) == ("task-1", "digest-1", 90000)
+    assert _refs(world) == [("op-1", A, T0)]
+    assert _audit(world, "TRANSITION") == [{
+        "merchant_id": MERCHANT, "sik": A, "event": "GATES_PASSED", "from": "PROPOSED", "to": "AUTHORIZED",
+        "attempt_seq": 0, "detail": {"request_id": decision.request_id, "reason_code": "ALLOWED"}}]  # fmt: skip
+
+
+def test_a_held_decision_creates_a_held_intent_that_expires_after_the_mandates_hold_expiry(world: World) -> None:
+    decision = _decision(world, A, verdict="HOLD")
+    admission = admit(world.runtime(), decision)
+    assert admission == Admission(_outcome(decision.request_id, "HELD", A, decision.terms, reason="G2_ABOVE_HOLD",
+                                           action=CallerAction.WAIT_FOR_APPROVAL), None)  # fmt: skip
+    intent = world.intent(A)
+    assert (intent.state, intent.reason_code, intent.hold_expires_at) == (
+        State.HELD, "G2_ABOVE_HOLD", T0 + world.mandate.approval.hold_expiry_ms)
+    assert _audit(world, "TRANSITION")[-1]["detail"] == {"request_id": decision.request_id,
+                                                          "reason_code": "G2_ABOVE_HOLD"}  # fmt: skip
+
+
+def test_the_decision_row_keeps_the_gate_results_and_the_task_the_call_was_bound_to(world: World) -> None:
+    result = GateResultModel(gate="G2", verdict=Verdict.ALLOW, reason_code="G2_WITHIN_RANGE",
+                             detail={"amount_minor": 50000})  # fmt: skip
+    decision = _decision(world, A, results=[result], task_id="task-9", task_digest="digest-9")
+    admit(world.runtime(), decision)
+    assert _decision_row(world, decision.request_id) == {
+        "merchant_id": MERCHANT, "sik": A, "agent_id": AGENT, "mandate_hash": world.mandate.mandate_hash,
+        "verdict": "ALLOW", "reason_code": "ALLOWED", "decided_at": T0, "task_id": "task-9", "task_digest": "digest-9",
+        "results_json": [{"gate": "G2", "verdict": "ALLOW", "reason_code": "G2_WITHIN_RANGE",
+                          "detail": {"amount_minor": 50000}}],
+    }  # fmt: skip
+
+
+# -- redelivered decisions ---------------------------------------------------------------------------------------------
+
+
+def test_a_redelivered_decision_answers_with_its_intent_replayed_and_writes_nothing(world: World) -> None:
+    decision = _decision(world, A, verdict="HOLD")
+    rt = world.runtime()
+    admit(rt, decision)
+    audit_rows = _count(world, "audit_log")
+    again = admit(rt, decision)
+    assert again == Admission(_outcome(decision.request_id, "HELD", A, decision.terms, reason="G2_ABOVE_HOLD",
+                                       action=CallerAction.WAIT_FOR_APPROVAL, replayed=True), None)  # fmt: skip
+    assert _count(world, "audit_log") == audit_rows
+
+
+def test_a_redelivered_allow_does_not_reopen_the_intent_it_created_after_it_failed(world: World) -> None:
+    _failed_terminal(world, A, request_id="req-first")
+    again = admit(world.runtime(), _decision(world, A, request_id="req-first"))
+    assert again == Admission(_outcome("req-first", "FAILED_TERMINAL", A, _terms(), reason="RAIL_REJECTED",
+                                       action=CallerAction.DO_NOT_RETRY, replayed=True), None)  # fmt: skip
+    assert world.intent(A).state is State.FAILED_TERMINAL
+    assert world.rail.calls != [] and len(world.rail.calls) == 1
+
+
+def test_a_redelivered_decision_that_landed_on_a_grace_intent_answers_with_that_intent(world: World) -> None:
+    rt = world.runtime()
+    admit(rt, _decision(world, B, verdict="HOLD", request_id="req-b"))
+    decision = _decision(world, A, grace_siks=[C, B], request_id="req-a")
+    first = admit(rt, decision)
+    again = admit(rt, decision)
+    expected = _outcome("req-a", "HELD", B, _terms(), reason="G2_ABOVE_HOLD", action=CallerAction.WAIT_FOR_APPROVAL,
+                        replayed=True)  # fmt: skip
+    assert first == again == Admission(expected, None)
+    assert world.intent(B).state is State.HELD and _count(world, "intents") == 1
+
+
+def test_a_redelivered_refusal_is_answered_as_refused_again_without_an_intent(world: World) -> None:
+    decision = _decision(world, A, verdict="BLOCK")
+    rt = world.runtime()
+    admit(rt, decision)
+    again = admit(rt, decision)
+    assert again == Admission(_outcome(decision.request_id, "BLOCKED", None, None, reason="G6_TOOL_DRIFT",
+                                       action=CallerAction.DO_NOT_RETRY), None)  # fmt: skip
+    assert _count(world, "intents") == 0 and _count(world, "decisions") == 1
+
+
+# -- a decision with nothing to key -----------------------------------------------------------------------------------
+
+
+def test_an_unresolved_referent_is_recorded_and_refused_with_no_intent(world: World) -> None:
+    decision = _decision(world, None, verdict="BLOCK", reason_code="G2_PAYMENT_NOT_FOUND", mandate_hash=None,
+                         task_id="task-3", task_digest="digest-3")  # fmt: skip
+    admission = admit(world.runtime(), decision)
+    assert admission == Admission(_outcome(decision.request_id, "BLOCKED", None, None, reason="G2_PAYMENT_NOT_FOUND",
+                                           action=CallerAction.DO_NOT_RETRY), None)  # fmt: skip
+    assert _decision_row(world, decision.request_id) == {
+        "merchant_id": MERCHANT, "sik": "", "agent_id": AGENT, "mandate_hash": "", "verdict": "BLOCK",
+        "reason_code": "G2_PAYMENT_NOT_FOUND", "results_json": [], "decided_at": T0, "task_id": "task-3",
+        "task_digest": "digest-3",
+    }  # fmt: skip
+    assert _count(world, "intents") == 0
+
+
+def test_a_refusal_because_the_rail_could_not_be_read_tells_the_agent_to_repeat_the_call(world: World) -> None:
+    decision = _decision(world, None, verdict="BLOCK", reason_code="G2_RAIL_UNAVAILABLE")
+    admission = admit(world.runtime(), decision)
+    assert admission == Admission(_outcome(decision.request_id, "BLOCKED", None, None, reason="G2_RAIL_UNAVAILABLE",
+                                           action=CallerAction.RETRY_SAME_CALL), None)  # fmt: skip
+
+
+def test_a_decision_with_terms_but_no_sik_is_refused_unkeyed(world: World) -> None:
+    decision = _decision(world, None, verdict="BLOCK", reason_code="G2_PAYMENT_NOT_FOUND", terms=_terms())
+    admission = admit(world.runtime(), decision)
+    assert admission == Admission(_outcome(decision.request_id, "BLOCKED", None, None, reason="G2_PAYMENT_NOT_FOUND",
+                                           action=CallerAction.DO_NOT_RETRY), None)  # fmt: skip
+    assert _count(world, "intents") == 0
+
+
+# -- G1 at admission ---------------------------------------------------------------------------------------------------
+
+
+def test_a_mandate_that_expired_since_the_gate_refuses_the_call_as_expired(world: World) -> None:
+    world.mandate = _mandate(world, expires_at=T0 + 1000)
+    world.clock.advance(1000)
+    _refused_at_admit(world, _decision(world, A), "G1_MANDATE_EXPIRED")
+
+
+def test_a_mandate_that_no_longer_grants_the_tool_refuses_the_call_as_not_granted(world: World) -> None:
+    grants = {k: v for k, v in world.mandate.model_dump(mode="json")["scope"]["grants"].items() if k != SETTLEMENT}
+    world.mandate = _mandate(world, **{"scope.grants": grants})
+    _refused_at_admit(world, _decision(world, A), "G1_TOOL_NOT_GRANTED")
+
+
+# -- grace SIKs and operation_ref --------------------------------------------------------------------------------------
+
+
+def test_a_call_keyed_in_the_adjacent_window_lands_on_the_intent_already_there(world: World) -> None:
+    rt = world.runtime()
+    admit(rt, _decision(world, B, verdict="HOLD", request_id="req-b"))
+    admission = admit(rt, _decision(world, A, grace_siks=[C, B], request_id="req-a", operation_ref="op-g"))
+    assert admission == Admission(_outcome("req-a", "HELD", B, _terms(), reason="G2_ABOVE_HOLD",
+                                           action=CallerAction.WAIT_FOR_APPROVAL, replayed=True), None)  # fmt: skip
+    assert _count(world, "intents") == 1
+    assert _refs(world) == [("op-g", B, T0)]
+    assert _decision_row(world, "req-a")["sik"] == A
+
+
+def test_an_operation_ref_bound_to_another_intent_is_a_key_conflict(world: World) -> None:
+    _seed(world, B, state=State.AUTHORIZED, tool=SETTLEMENT, amount=1000, operation_ref="op-1")
+    decision = _decision(world, A, operation_ref="op-1")
+    _refused_at_admit(world, decision, "KEY_CONFLICT")
+    assert _refs(world) == [("op-1", B, T0)]
+
+
+def test_the_repeat_of_a_call_with_its_own_operation_ref_is_answered_not_a_conflict(world: World) -> None:
+    rt = world.runtime()
+    admit(rt, _decision(world, A, verdict="HOLD", operation_ref="op-1", request_id="req-1"))
+    again = admit(rt, _decision(world, A, operation_ref="op-1", request_id="req-2"))
+    assert again == Admission(_outcome("req-2", "HELD", A, _terms(), reason="G2_ABOVE_HOLD",
+                                       action=CallerAction.WAIT_FOR_APPROVAL, replayed=True), None)  # fmt: skip
+
+
+def test_a_grace_repeat_with_the_operation_ref_of_the_intent_it_lands_on_is_not_a_conflict(world: World) -> None:
+    rt = world.runtime()
+    admit(rt, _decision(world, B, verdict="HOLD", operation_ref="op-1", request_id="req-b"))
+    again = admit(rt, _decision(world, A, grace_siks=[B], operation_ref="op-1", request_id="req-a"))
+    assert again.outcome is not None and (again.outcome.sik, again.outcome.reason_code) == (B, "G2_ABOVE_HOLD")
+
+
+def test_a_repeat_that_brings_an_operation_ref_binds_it_to_the_existing_intent(world: World) -> None:
+    rt = world.runtime()
+    admit(rt, _decision(world, A, verdict="HOLD", request_id="req-1"))
+    world.clock.advance(5)
+    admit(rt, _decision(world, A, operation_ref="op-late", request_id="req-2"))
+    assert _refs(world) == [("op-late", A, T0 + 5)]
+
+
+def test_a_refused_repeat_binds_no_operation_ref(world: World) -> None:
+    rt = world.runtime()
+    admit(rt, _decision(world, A, verdict="HOLD", request_id="req-1"))
+    admit(rt, _decision(world, A, verdict="BLOCK", operation_ref="op-x", request_id="req-2"))
+    assert _refs(world) == []
+
+
+# -- G3 at admission ---------------------------------------------------------------------------------------------------
+
+
+def test_a_settlement_whose_fee_would_pass_the_fee_budget_is_refused_at_admit(world: World) -> None:
+    world.mandate = _mandate(world, **{"limits.fee_budgets": {"INR": {"window_ms": DAY, "max_fee_minor": 10}}})
+    _refused_at_admit(world, _decision(world, A), "G3_FEE_BUDGET")
+
+
+def test_a_gate_block_keeps_the_gates_reason_even_when_a_window_is_also_full(world: World) -> None:
+    world.mandate = _mandate(world, **{"limits.windows": [{"window_ms": DAY, "max_calls": 1}]})
+    _seed(world, B, state=State.AUTHORIZED, tool=SETTLEMENT, amount=1000)
+    _refused_at_admit(world, _decision(world, A, verdict="BLOCK"), "G6_TOOL_DRIFT")
+
+
+def test_the_repeat_of_an_admitted_call_does_not_count_itself_against_a_full_window(world: World) -> None:
+    world.mandate = _mandate(world, **{"limits.windows": [{"window_ms": DAY, "max_calls": 1}]})
+    rt = world.runtime()
+    admit(rt, _decision(world, B, verdict="HOLD", request_id="req-1"))
+    admit(rt, _decision(world, A, grace_siks=[B], request_id="req-2"))
+    assert (_decision_row(world, "req-2")["verdict"], _decision_row(world, "req-2")["reason_code"]) == (
+        "ALLOW", "ALLOWED")
+
+
+# -- reopening a failed intent -----------------------------------------------------------------------------------------
+
+
+def test_an_allowed_repeat_reopens_a_failed_intent_under_the_mandate_configured_now(world: World) -> None:
+    _failed_terminal(world, A)
+    world.mandate = _mandate(world, purpose="re-pinned by a person",
+                             **{"limits.fee_budgets": {"INR": {"window_ms": DAY, "max_fee_minor": 100000}}})
+    world.clock.advance(7)
+    admission = admit(world.runtime(), _decision(world, A, request_id="req-repeat"))
+    intent = world.intent(A)
+    assert admission == Admission(None, intent)
+    assert (intent.state, intent.reason_code, intent.mandate_id, intent.mandate_hash, intent.authorized_at) == (
+        State.AUTHORIZED, None, world.mandate.mandate_id, world.mandate.mandate_hash, T0 + 7)
+    assert _audit(world, "TRANSITION")[-1] == {
+        "merchant_id": MERCHANT, "sik": A, "event": "REOPENED", "from": "FAILED_TERMINAL", "to": "AUTHORIZED",
+        "attempt_seq": 1, "detail": {"request_id": "req-repeat", "reasserted": "REASSERTED"}}  # fmt: skip
+
+
+# -- the task binding --------------------------------------------------------------------------------------------------
+
+
+def test_a_call_whose_task_expires_at_the_moment_of_admission_is_refused_as_expired(world: World) -> None:
+    _refused_at_admit(world, _decision(world, A, task_id="task-1", task_expires_at=T0), "G1_TASK_EXPIRED")
+
+
+def test_a_call_whose_task_has_not_expired_and_has_no_ceiling_is_admitted(world: World) -> None:
+    admission = admit(world.runtime(), _decision(world, A, task_id="task-1", task_expires_at=T0 + 1))
+    assert admission.execute is not None and admission.execute.state is State.AUTHORIZED
+
+
+def test_a_call_bound_to_a_task_without_an_expiry_is_admitted(world: World) -> None:
+    admission = admit(world.runtime(), _decision(world, A, task_id="task-1"))
+    assert admission.execute is not None and admission.execute.task_id == "task-1"
+
+
+def test_a_call_that_would_pass_its_tasks_ceiling_with_what_the_task_moved_is_refused(world: World) -> None:
+    _seed(world, B, state=State.APPLIED, tool=SETTLEMENT, amount=30000, task_id="task-1")
+    _seed(world, C, state=State.APPLIED, tool=REFUND, amount=30000, task_id="task-1")  # another tool: not counted
+    decision = _decision(world, A, task_id="task-1", task_ceiling_minor=79999)
+    _refused_at_admit(world, decision, "G2_EXCEEDS_TASK_CEILING")
+
+
+def test_a_call_that_fits_its_tasks_ceiling_exactly_is_admitted(world: World) -> None:
+    _seed(world, B, state=State.APPLIED, tool=SETTLEMENT, amount=30000, task_id="task-1")
+    admission = admit(world.runtime(), _decision(world, A, task_id="task-1", task_ceiling_minor=80000))
+    assert admission.execute is not None and admission.execute.task_ceiling_minor == 80000
+
+
+def test_the_repeat_of_a_task_bound_call_does_not_count_itself_against_the_ceiling(world: World) -> None:
+    rt = world.runtime()
+    admit(rt, _decision(world, B, verdict="HOLD", task_id="task-1", task_ceiling_minor=60000, request_id="req-1"))
+    admit(rt, _decision(world, A, grace_siks=[B], task_id="task-1", task_ceiling_minor=60000, request_id="req-2"))
+    assert (_decision_row(world, "req-2")["verdict"], _decision_row(world, "req-2")["reason_code"]) == (
+        "ALLOW", "ALLOWED")
+
+
+# -- G2 against the gate's rail read -----------------------------------------------------------------------------------
+
+
+def _refund(world: World, sik: str, amount: int, basis: int, **fields: Any) -> Decision:
+    return _decision(world, sik, tool=REFUND, amount=amount, rail_basis_minor=basis, **fields)
+
+
+def test_a_refund_above_what_is_left_after_other_refunds_in_motion_is_refused_as_exceeding_refundable(
+    world: World,
+) -> None:
+    _seed(world, B, state=State.AUTHORIZED, amount=20000)
+    _seed(world, C, state=State.AUTHORIZED, amount=99000, currency="USD")  # another currency: not counted
+    _refused_at_admit(world, _refund(world, A, 30001, 50000), "G2_EXCEEDS_REFUNDABLE")
+
+
+def test_a_settlement_above_the_balance_left_is_refused_as_exceeding_the_balance(world: World) -> None:
+    _seed(world, B, state=State.HELD, tool=SETTLEMENT, amount=20000)
+    _refused_at_admit(world, _decision(world, A, amount=30001, rail_basis_minor=50000), "G2_EXCEEDS_BALANCE")
+
+
+def test_a_refund_of_exactly_what_is_left_is_admitted(world: World) -> None:
+    _seed(world, B, state=State.AUTHORIZED, amount=20000)
+    _seed(world, C, state=State.APPLIED, amount=99000, currency="USD", updated_at=T0 + 5)  # not counted
+    admission = admit(world.runtime(), _refund(world, A, 30000, 50000, rail_read_at_ms=T0))
+    assert admission.execute is not None and admission.execute.state is State.AUTHORIZED
+
+
+def test_a_refund_that_fits_only_if_money_applied_since_the_gates_read_were_in_it_is_refused_as_stale(
+    world: World,
+) -> None:
+    _seed(world, B, state=State.AUTHORIZED, amount=20000)
+    _seed(world, C, state=State.APPLIED, amount=20000, updated_at=T0 - 10)  # applied after the read at T0 - 100
+    _refused_at_admit(world, _refund(world, A, 30000, 60000, rail_read_at_ms=T0 - 100), "G2_STALE_RAIL_READ",
+                      CallerAction.RETRY_SAME_CALL)
+
+
+def test_money_applied_before_the_gates_read_is_already_in_it(world: World) -> None:
+    _seed(world, C, state=State.APPLIED, amount=20000, updated_at=T0 - 200)
+    admission = admit(world.runtime(), _refund(world, A, 60000, 60000, rail_read_at_ms=T0 - 100))
+    assert admission.execute is not None
+
+
+def test_a_refund_of_exactly_what_is_left_after_money_applied_since_the_read_is_admitted(world: World) -> None:
+    _seed(world, C, state=State.APPLIED, amount=20000, updated_at=T0 - 10)
+    admission = admit(world.runtime(), _refund(world, A, 40000, 60000, rail_read_at_ms=T0 - 100))
+    assert admission.execute is not None
+
+
+def test_the_repeat_of_an_admitted_refund_does_not_count_itself_against_the_refundable_amount(world: World) -> None:
+    rt = world.runtime()
+    admit(rt, _refund(world, B, 40000, 50000, verdict="HOLD", request_id="req-1"))
+    admit(rt, _refund(world, A, 40000, 50000, grace_siks=[B], request_id="req-2"))
+    assert (_decision_row(world, "req-2")["verdict"], _decision_row(world, "req-2")["reason_code"]) == (
+        "ALLOW", "ALLOWED")
