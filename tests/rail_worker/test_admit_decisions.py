@@ -422,6 +422,7 @@ def test_a_settlement_above_the_balance_left_is_refused_as_exceeding_the_balance
 def test_a_refund_of_exactly_what_is_left_is_admitted(world: World) -> None:
     _seed(world, B, state=State.AUTHORIZED, amount=20000)
     _seed(world, C, state=State.APPLIED, amount=99000, currency="USD", updated_at=T0 + 5)  # not counted
+    _seed(world, "D" * 32, state=State.AUTHORIZED, amount=99000, currency="USD")  # another currency: not counted
     admission = admit(world.runtime(), _refund(world, A, 30000, 50000, rail_read_at_ms=T0))
     assert admission.execute is not None and admission.execute.state is State.AUTHORIZED
 
