@@ -228,15 +228,15 @@ def test_an_unexpected_error_from_the_rail_client_is_ambiguous_with_the_error_na
     _authorized(world, SETTLEMENT, {"amount": 50000})
 
     def the_client_breaks() -> None:
-        raise ValueError("bad JSON from the gateway")
+        raise ValueError("bad JSON from the gateway: " + "x" * 600)
 
     world.rail.during_call = the_client_breaks
     execute(_runtime(world), MERCHANT, SIK, request_id=None)
     intent = world.intent()
     assert (intent.state, intent.reason_code) == (State.UNKNOWN, "RAIL_AMBIGUOUS")
     assert _attempt(world)["outcome"] == "AMBIGUOUS"
-    assert _audit(world, "TRANSITION")[-1]["detail"] == {"attempt_seq": 1,
-                                                         "error": "ValueError: bad JSON from the gateway"}
+    error = ("ValueError: bad JSON from the gateway: " + "x" * 600)[:500]
+    assert _audit(world, "TRANSITION")[-1]["detail"] == {"attempt_seq": 1, "error": error}
 
 
 def test_an_executed_job_published_without_a_request_id_returns_nothing(world: World) -> None:
