@@ -73,6 +73,17 @@ def test_a_retry_of_an_attempt_known_to_have_applied_answers_applied_and_sends_n
         "TRANSITION", "EARLIER_ATTEMPT_APPLIED", "rail:A", {"evidence_attempt_seq": 1})
 
 
+def test_a_retry_job_without_a_request_id_settled_from_evidence_has_nothing_to_publish(world: World) -> None:
+    world.authorized(SETTLEMENT)
+    conn = open_ledger(world.path)
+    with transaction(conn):
+        _confirmed_absent_then_retry(world, conn, attempt_out=False)
+        intents.finish_attempt(conn, MERCHANT, SIK, 1, now=world.clock(), outcome="FENCED_APPLIED",
+                               rail_entity_id="setlod_EARLIER0000001")  # fmt: skip
+    assert execute(world.runtime(), MERCHANT, SIK, request_id=None) is None
+    assert (world.intent().state, world.rail.calls) == (State.APPLIED, [])
+
+
 def test_an_answer_for_attempt_1_does_not_overwrite_attempt_2_the_same_worker_has_out(world: World) -> None:
     world.authorized(SETTLEMENT)
     a = world.runtime("rail:A")
