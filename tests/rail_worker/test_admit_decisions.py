@@ -197,7 +197,7 @@ def test_a_redelivered_allow_does_not_reopen_the_intent_it_created_after_it_fail
     assert again == Admission(_outcome("req-first", "FAILED_TERMINAL", A, _terms(), reason="RAIL_REJECTED",
                                        action=CallerAction.DO_NOT_RETRY, replayed=True), None)  # fmt: skip
     assert world.intent(A).state is State.FAILED_TERMINAL
-    assert world.rail.calls != [] and len(world.rail.calls) == 1
+    assert len(world.rail.calls) == 1, "the redelivery sent nothing more"
 
 
 def test_a_redelivered_decision_that_landed_on_a_grace_intent_answers_with_that_intent(world: World) -> None:

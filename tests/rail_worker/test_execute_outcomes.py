@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from interlock.errors import StaleLease
 from interlock.messages import CallerAction, IntentTerms, Outcome
 from interlock.queues import reconcile_hint_key
 from interlock.sik import idempotency_key_for, receipt_for
@@ -361,6 +362,6 @@ def test_record_on_a_fenced_row_raises_and_the_classified_answer_is_not_applied(
     started = execute_module.begin_attempt(rt, MERCHANT, SIK, request_id=None)
     assert isinstance(started, execute_module.Started)
     applied = Classified(Event.RAIL_APPLIED, "APPLIED", rail_entity_id="setlod_X", http_status=200)
-    with pytest.raises(Exception, match="epoch"):
+    with pytest.raises(StaleLease, match="epoch"):
         rt.write(lambda c: execute_module.record(rt, c, started.intent, applied, lease_epoch=started.lease_epoch + 1))
     assert world.intent().state is State.IN_FLIGHT
