@@ -147,11 +147,13 @@ def report(scores: list[ModuleScore], gaps: list[tuple[Verdict, str]], kept: lis
     for package in GOAL_PACKAGES:
         p = package_score(scores, package)
         met = "met" if p.score >= GOAL else "NOT met"
-        lines.append(f"- `{package}/`: {p.counts['killed']} of {p.total - p.equivalent} killed = **{p.score:.1%}** "
-                     f"(goal {GOAL:.0%}: {met})")  # fmt: skip
+        raw = p.counts["killed"] / p.total if p.total else 1.0
+        lines.append(f"- `{package}/`: {p.counts['killed']} killed of {p.total} mutants, {p.equivalent} equivalent set "
+                     f"aside = **{p.score:.1%}** (goal {GOAL:.0%}: {met}); counting the equivalent ones as survivors: "
+                     f"{raw:.1%}")  # fmt: skip
     everything = ModuleScore("all", sum((s.counts for s in scores), Counter()), sum(s.equivalent for s in scores))
-    lines.append(f"- all modules: {everything.counts['killed']} of {everything.total - everything.equivalent} "
-                 f"killed = {everything.score:.1%}")  # fmt: skip
+    lines.append(f"- all modules: {everything.counts['killed']} killed of {everything.total} mutants, "
+                 f"{everything.equivalent} equivalent set aside = {everything.score:.1%}")  # fmt: skip
     lines += ["", f"Survivors with no test yet ({len(gaps)}):", ""]
     lines += [f"- `{v.mutant}` ({v.outcome}): `{line}`" for v, line in gaps] or ["- none"]
     lines += ["", f"Equivalent survivors ({len(kept)}), from chaos/mutation_equivalent.yaml:", ""]

@@ -53,6 +53,7 @@ def test_the_score_sets_equivalents_aside_and_counts_no_tests_against_the_module
     assert ledger.score == 8 / 9
     assert package_score(scores, "rail_worker").score == 1.0
     text = report(scores, [(verdicts[-2], "n = None")], [], [])
-    assert "`ledger/`: 8 of 9 killed = **88.9%** (goal 90%: NOT met)" in text
-    assert "`rail_worker/`: 1 of 1 killed = **100.0%** (goal 90%: met)" in text
+    assert ("`ledger/`: 8 killed of 10 mutants, 1 equivalent set aside = **88.9%** (goal 90%: NOT met); "
+            "counting the equivalent ones as survivors: 80.0%") in text
+    assert "`rail_worker/`: 1 killed of 1 mutants, 0 equivalent set aside = **100.0%** (goal 90%: met)" in text
     assert "- `n1` (no tests): `n = None`" in text
