@@ -30,7 +30,7 @@ from interlock.errors import LedgerError
 from interlock.failpoints import failpoint
 from interlock.mandate import Mandate, MandateStore
 from interlock.messages import Decision, IntentTerms, Proposal, Trace, trace_now
-from interlock.queues import ADMIT_JOB, rail_queue, rq_queue, shard_for_merchant
+from interlock.queues import ADMIT_JOB, rail_queue, rq_queue
 from interlock.redis_conn import connect
 from interlock.tools import current_pins
 from ledger.db import open_ledger
@@ -187,7 +187,8 @@ def evaluate_proposal(proposal_json: str) -> dict[str, Any]:
     proposal.trace["gate_dequeued"] = dequeued
     decision = decide(proposal, rt)
     failpoint("gate.after_resolve")
-    queue = rt.rail_queue(shard_for_merchant(proposal.merchant_id))
+    # The ingress routed this merchant to this shard's Redis (SPEC §15): its rail worker is this shard's.
+    queue = rt.rail_queue(rt.settings.shard)
     # One pipeline, one round trip: RQ's own enqueue spends a second one registering the queue name.
     pipe = rt.redis.pipeline()
     decision.trace["decision_enqueued"] = trace_now()  # serialised just below: the stamp travels with it

@@ -64,6 +64,7 @@ class Settings(BaseSettings):
         "the previous window's intent (capped at half the window)",
     )  # fmt: skip
     shard: str = Field(default="0", pattern=r"^[A-Za-z0-9_-]{1,32}$", description="ledger shard served")
+    shards: Path | None = Field(default=None, description="path of the shard map YAML (SPEC §15; unset: one shard)")
     agent_id: str | None = Field(default=None, description="trusted agent id for the stdio ingress")
     merchant_id: str | None = Field(default=None, description="trusted merchant id (else the mandate's)")
     agent_tokens: Path | None = Field(default=None, description="YAML of agent token hashes for HTTP ingress")

@@ -1,12 +1,12 @@
 """Every Redis key and queue name, in one place, under one `interlock:` namespace.
 
-Names are built from a shard id (SPEC §15) so that sharding by merchant later changes routing,
-not names scattered through the code.
+Names are built from a shard id (SPEC §15). Each shard has its own Redis, so the names need not differ
+between shards; they do anyway, so that a process pointed at the wrong Redis finds an empty queue rather
+than another shard's work. Which shard a merchant's calls go to is the shard map's (interlock/shards.py).
 """
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 NAMESPACE = "interlock"
@@ -14,7 +14,7 @@ DEFAULT_SHARD = "0"
 
 
 def gates_queue() -> str:
-    # Gate workers are stateless and shared by every shard.
+    # Each shard's gate workers serve its own Redis, so one name is enough.
     return "gates"
 
 
@@ -41,14 +41,6 @@ def trace_key() -> str:
     """A Redis list of finished per-hop traces (JSON, newest first), pushed by the ingress only while
     INTERLOCK_TRACE is set (ingress.money). The performance bench reads it; nothing decides from it."""
     return f"{NAMESPACE}:traces"
-
-
-def shard_for_merchant(merchant_id: str, shards: int = 1) -> str:
-    """Stable routing of a merchant to a shard (sha256, not Python's salted hash())."""
-    if shards <= 1:
-        return DEFAULT_SHARD
-    digest = hashlib.sha256(merchant_id.encode("utf-8")).digest()
-    return str(int.from_bytes(digest[:8], "big") % shards)
 
 
 OUTCOME_TTL_S = 3600
