@@ -1,6 +1,11 @@
 """What every tool call needs, built once when the ingress starts: settings, mandates, Redis clients,
 the rail client (lazily), and who the caller is.
 
+Sharding (SPEC §15): the ingress is the one process that meets every shard. Each money call goes to the
+Redis of its merchant's shard (`Ingress.route`), waits for its outcome on that same Redis, and
+interlock_status reads that same shard's ledger; nothing reads another shard's. Without INTERLOCK_SHARDS
+there is one route, from REDIS_URL and INTERLOCK_LEDGER (one shard, as before).
+
 Identity is trusted configuration only (SPEC §10): on stdio the launch config's INTERLOCK_AGENT_ID;
 over HTTP the agent the bearer middleware stamped on the request that carried this message. There is
 no default agent: a message without an identity is refused.
@@ -12,7 +17,8 @@ import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import anyio
@@ -25,6 +31,7 @@ from interlock.config import Settings
 from interlock.errors import ConfigError
 from interlock.mandate import Mandate, MandateStore
 from interlock.queues import TRACE_ENV, gates_queue, rq_queue
+from interlock.shards import Shard, ShardMap, load_shard_map
 from rails.base import RAIL_MCP_UPSTREAM, Rail, make_rail
 from rails.upstream_manifest import ManifestCache, ToolLister
 
@@ -51,34 +58,73 @@ class Caller:
         return None if self.mandate is None else self.mandate.merchant_id
 
 
+@dataclass
+class ShardRoute:
+    """One shard as the ingress reaches it: its Redis (to enqueue on, and to wait for outcomes on) and
+    its ledger (for interlock_status; None when the ingress has no ledger configured)."""
+
+    name: str
+    ledger: Path | None
+    queue_redis: redis.Redis
+    wait_redis: redis.Redis
+    _gates: Any = field(default=None, repr=False)
+
+    @classmethod
+    def connect(cls, name: str, url: str, ledger: Path | None, outcome_wait_ms: int) -> ShardRoute:
+        # One retry, no backoff: enough to replace a pooled connection Redis dropped on restart, short
+        # enough that "Redis is down" is answered at once instead of after a backoff ladder.
+        queue_redis = _redis(url, socket_timeout=QUEUE_SOCKET_TIMEOUT_S)
+        # BLPOP blocks for up to the outcome deadline; the socket timeout must outlast it.
+        wait_redis = _redis(url, socket_timeout=outcome_wait_ms / 1000 + QUEUE_SOCKET_TIMEOUT_S)
+        return cls(name, ledger, queue_redis, wait_redis)
+
+    def gates_queue(self) -> Any:
+        """The RQ queue proposals go to, built once rather than on every call."""
+        if self._gates is None:
+            self._gates = rq_queue(gates_queue(), self.queue_redis)
+        return self._gates
+
+    def close(self) -> None:
+        self.queue_redis.close()
+        self.wait_redis.close()
+
+
 class Ingress:
     def __init__(self, settings: Settings, mandates: MandateStore, *, stdio_agent_id: str | None) -> None:
         self.settings = settings
         self.mandates = mandates
         self.stdio_agent_id = stdio_agent_id
-        url = settings.require("redis_url")
-        wait_s = settings.outcome_wait_ms / 1000
-        # One retry, no backoff: enough to replace a pooled connection Redis dropped on restart, short
-        # enough that "Redis is down" is answered at once instead of after a backoff ladder.
-        self.queue_redis = _redis(url, socket_timeout=QUEUE_SOCKET_TIMEOUT_S)
-        # BLPOP blocks for up to the outcome deadline; the socket timeout must outlast it.
-        self.wait_redis = _redis(url, socket_timeout=wait_s + QUEUE_SOCKET_TIMEOUT_S)
+        self.shard_map: ShardMap | None = None
+        if settings.shards is not None:
+            self.shard_map = load_shard_map(settings.shards)
+            self.routes = {s.name: _connect(s, settings.outcome_wait_ms) for s in self.shard_map.shards}
+        else:
+            url = settings.require("redis_url")
+            self.routes = {settings.shard: ShardRoute.connect(settings.shard, url, settings.ledger,
+                                                              settings.outcome_wait_ms)}  # fmt: skip
         self._rail: Rail | None = None
         # Proxy mode (INTERLOCK_RAIL=mcp-upstream): list and pass through the upstream's tools (ingress.proxy).
         self.proxy = settings.rail == RAIL_MCP_UPSTREAM
         self._manifest: ManifestCache | None = None
         self._limiter: anyio.CapacityLimiter | None = None
-        self._gates: Any = None
         # Benchmarking only: finished call traces are kept by a thread of their own, off the answer's path.
         tracing = os.environ.get(TRACE_ENV, "") not in ("", "0")
         self.tracer = ThreadPoolExecutor(1, thread_name_prefix="trace") if tracing else None
 
+    def route(self, merchant_id: str) -> ShardRoute:
+        """The shard holding *merchant_id*'s intents: where its calls are enqueued, waited on and looked up."""
+        if self.shard_map is None:
+            return self.routes[self.settings.shard]
+        return self.routes[self.shard_map.shard_of(merchant_id)]
+
     def check_redis(self) -> None:
-        """Log (do not fail) when Redis is down at start: each call then answers a retryable error."""
-        try:
-            self.queue_redis.ping()
-        except redis.RedisError as exc:
-            logger.warning("Redis is not reachable yet (%s); money calls will answer RETRY_SAME_CALL until it is", exc)
+        """Log (do not fail) when a shard's Redis is down at start: its calls then answer a retryable error."""
+        for route in self.routes.values():
+            try:
+                route.queue_redis.ping()
+            except redis.RedisError as exc:
+                logger.warning("Redis of shard %s is not reachable yet (%s); its money calls will answer "
+                               "RETRY_SAME_CALL until it is", route.name, exc)  # fmt: skip
 
     def caller(self, request: Any) -> Caller | None:
         """The trusted identity of the message carried by *request* (None on stdio)."""
@@ -90,12 +136,6 @@ class Ingress:
         if agent_id is None:
             return None
         return Caller(agent_id, self.mandates.get(agent_id))
-
-    def gates_queue(self) -> Any:
-        """The RQ queue proposals go to, built once rather than on every call."""
-        if self._gates is None:
-            self._gates = rq_queue(gates_queue(), self.queue_redis)
-        return self._gates
 
     def rail(self) -> Rail:
         """The rail client, made on first use so a stack without a rail still serves money calls."""
@@ -119,10 +159,14 @@ class Ingress:
     def close(self) -> None:
         if self.tracer is not None:
             self.tracer.shutdown(wait=True)
-        self.queue_redis.close()
-        self.wait_redis.close()
+        for route in self.routes.values():
+            route.close()
         if self._rail is not None:
             self._rail.close()
+
+
+def _connect(shard: Shard, outcome_wait_ms: int) -> ShardRoute:
+    return ShardRoute.connect(shard.name, shard.redis_url, shard.ledger, outcome_wait_ms)
 
 
 def _redis(url: str, *, socket_timeout: float) -> redis.Redis:

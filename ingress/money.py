@@ -22,7 +22,7 @@ from mcp_types import CallToolResult
 from pydantic import ValidationError
 
 from ingress import results
-from ingress.app import Caller, Ingress
+from ingress.app import Caller, Ingress, ShardRoute
 from interlock import outcomes
 from interlock.arguments import check_envelope, parse_money_call, parse_operation_ref
 from interlock.clock import now_ms
@@ -71,10 +71,12 @@ async def call_money_tool(
         received_at_ms=now_ms(),
         trace=trace,
     )
+    route = ingress.route(caller.merchant_id)  # the merchant's shard: its Redis for the proposal and the outcome
     try:
-        await ingress.blocking(_enqueue, ingress, proposal)
+        await ingress.blocking(_enqueue, route, proposal)
     except redis.RedisError as exc:
-        logger.error("cannot enqueue proposal %s for %s: %s", proposal.request_id, caller.agent_id, exc)
+        logger.error("cannot enqueue proposal %s for %s on shard %s: %s", proposal.request_id, caller.agent_id,
+                     route.name, exc)  # fmt: skip
         return results.error(
             "QUEUE_UNAVAILABLE",
             f"Interlock could not record this call (its queue is unreachable: {type(exc).__name__}); "
@@ -82,9 +84,10 @@ async def call_money_tool(
             CallerAction.RETRY_SAME_CALL,
         )
     failpoint("ingress.after_enqueue")
-    logger.info("proposal %s enqueued: agent=%s tool=%s", proposal.request_id, caller.agent_id, tool)
+    logger.info("proposal %s enqueued: agent=%s tool=%s shard=%s", proposal.request_id, caller.agent_id, tool,
+                route.name)  # fmt: skip
 
-    outcome = await _wait(ingress, proposal.request_id)
+    outcome = await _wait(ingress, route, proposal.request_id)
     if outcome is None:
         return results.in_progress()
     return results.money_outcome(outcome.structured())
@@ -105,11 +108,11 @@ def proposal_job_id(request_id: str) -> str:
     return f"proposal-{request_id}"
 
 
-def _enqueue(ingress: Ingress, proposal: Proposal) -> None:
+def _enqueue(route: ShardRoute, proposal: Proposal) -> None:
     # One pipeline, one round trip: RQ's own enqueue spends a second one registering the queue name.
-    pipe = ingress.queue_redis.pipeline()
+    pipe = route.queue_redis.pipeline()
     proposal.trace["enqueued"] = trace_now()  # the message is serialised below: the stamp travels with it
-    ingress.gates_queue().enqueue(
+    route.gates_queue().enqueue(
         GATE_JOB,
         proposal.to_json(),
         job_id=proposal_job_id(proposal.request_id),
@@ -120,11 +123,11 @@ def _enqueue(ingress: Ingress, proposal: Proposal) -> None:
     pipe.execute()
 
 
-def _wait_blocking(ingress: Ingress, request_id: str) -> Outcome | None:
-    outcome = outcomes.wait(ingress.wait_redis, request_id, ingress.settings.outcome_wait_ms)
+def _wait_blocking(ingress: Ingress, route: ShardRoute, request_id: str) -> Outcome | None:
+    outcome = outcomes.wait(route.wait_redis, request_id, ingress.settings.outcome_wait_ms)
     if outcome is not None and ingress.tracer is not None:
         answered = {**outcome.trace, "ingress_answered": trace_now()}
-        ingress.tracer.submit(_keep_trace, ingress.queue_redis, outcome, answered)
+        ingress.tracer.submit(_keep_trace, route.queue_redis, outcome, answered)
     return outcome
 
 
@@ -142,11 +145,11 @@ def _keep_trace(client: redis.Redis, outcome: Outcome, trace: Trace) -> None:
         logger.warning("could not keep the trace of %s: %s", outcome.request_id, exc)
 
 
-async def _wait(ingress: Ingress, request_id: str) -> Outcome | None:
+async def _wait(ingress: Ingress, route: ShardRoute, request_id: str) -> Outcome | None:
     """The first recorded outcome, or None. The proposal is already on the queue, so a failure here is
     'not known yet' (IN_PROGRESS), never an error: something may have been recorded."""
     try:
-        return await ingress.blocking(_wait_blocking, ingress, request_id)
+        return await ingress.blocking(_wait_blocking, ingress, route, request_id)
     except redis.RedisError as exc:
         logger.warning("lost Redis while waiting for the outcome of %s: %s", request_id, exc)
     except ValidationError as exc:

@@ -37,7 +37,8 @@ async def call_status(ingress: Ingress, caller: Caller, arguments: dict[str, Any
             f"no mandate is configured for agent {caller.agent_id!r}; an operator must add one",
             CallerAction.ESCALATE_TO_OPERATOR,
         )
-    path = ingress.settings.ledger
+    # The caller's merchant's shard: its intents are in that ledger and in no other (SPEC §15).
+    path = ingress.route(caller.merchant_id).ledger
     if path is None:
         return results.error("LEDGER_NOT_CONFIGURED", "INTERLOCK_LEDGER is not set on the ingress",
                              CallerAction.ESCALATE_TO_OPERATOR)  # fmt: skip
