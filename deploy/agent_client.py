@@ -30,10 +30,11 @@ class StackInfo:
     rail_key_secret: str | None
     ledger: str
     redis_url: str
+    shard: str | None = None  # `interlock up --shards N`: the shard this agent's merchant is assigned to
 
     @classmethod
-    def load(cls, data_dir: Path) -> StackInfo:
-        path = Path(data_dir) / STACK_FILE
+    def load(cls, data_dir: Path, shard: str | None = None) -> StackInfo:
+        path = Path(data_dir) / (STACK_FILE if shard is None else stack_file(shard))
         try:
             return cls(**json.loads(path.read_text(encoding="utf-8")))
         except FileNotFoundError:
@@ -41,6 +42,10 @@ class StackInfo:
 
     def token(self) -> str:
         return Path(self.token_file).read_text(encoding="utf-8").strip()
+
+
+def stack_file(shard: str) -> str:
+    return f"stack-{shard}.json"
 
 
 def mcp_client(url: str, token: str, *, timeout_s: float = 60) -> Client:

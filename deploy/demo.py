@@ -109,7 +109,8 @@ async def _wait_for_state(client: Any, sik: str, state: str, timeout_s: float) -
 @click.command("demo")
 @click.option("--data", type=click.Path(path_type=Path), default=Path("data"), show_default=True,
               help="the data directory `interlock up` is serving")  # fmt: skip
-def demo_command(data: Path) -> None:
+@click.option("--shard", default=None, help="with `interlock up --shards N`: drive that shard's demo agent")
+def demo_command(data: Path, shard: str | None) -> None:
     """Drive the running stack with a real MCP client and print one row per check."""
-    info = StackInfo.load(data)
+    info = StackInfo.load(data, shard)
     sys.exit(asyncio.run(run_demo(info, out=click.echo)))

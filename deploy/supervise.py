@@ -9,7 +9,8 @@ from __future__ import annotations
 import secrets
 import shlex
 import sys
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 
@@ -20,6 +21,9 @@ class Program:
     numprocs: int = 1
     priority: int = 100
     stopwaitsecs: int = 10
+    # Added to (and overriding) the stack's environment for this program only: a shard's REDIS_URL,
+    # INTERLOCK_LEDGER and INTERLOCK_SHARD (SPEC §15).
+    env: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -47,7 +51,6 @@ def write_conf(data_dir: Path, programs: list[Program], env: dict[str, str], rpc
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     password = secrets.token_hex(16)
-    environment = ",".join(f"{k}={_quote_env(v)}" for k, v in sorted(env.items()))
     lines = [
         "; written by `interlock up`; regenerated on every start",
         "[supervisord]",
@@ -67,6 +70,7 @@ def write_conf(data_dir: Path, programs: list[Program], env: dict[str, str], rpc
         "",
     ]
     for program in programs:
+        environment = ",".join(f"{k}={_quote_env(v)}" for k, v in sorted({**env, **program.env}.items()))
         lines += [
             f"[program:{program.name}]",
             "command=" + " ".join(shlex.quote(part).replace("%", "%%") for part in program.command),

