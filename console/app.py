@@ -20,7 +20,7 @@ from console import actions, pages
 from console.auth import COOKIE, PUBLIC_PATHS, ConsoleAuth, safe_next
 from ops.context import OpsContext
 from ops.format import format_minor, format_ms
-from ops.metrics import build_registry
+from ops.metrics import build_registry, shard_sources
 
 logger = logging.getLogger(__name__)
 
@@ -99,5 +99,5 @@ def create_app(ctx: OpsContext, token: str) -> Starlette:
     url = ctx.settings.redis_url
     # No PING here: the console starts (and shows the ledger) while Redis is down; scrapes just omit queues.
     client = redis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=5) if url else None
-    app.state.registry = build_registry(ctx.ledger_path, client, ctx.settings.shard)
+    app.state.registry = build_registry(shard_sources(ctx.settings, client))
     return app

@@ -12,6 +12,7 @@ from pathlib import Path
 import click
 
 from interlock.config import load_settings
+from interlock.shards import load_shard_map
 from ledger import audit
 from ledger.db import open_ledger
 from ops.bundle import export_bundle, verify_bundle
@@ -33,17 +34,31 @@ def audit_group() -> None:
 @click.option("--ledger", type=click.Path(path_type=Path), help="ledger file (default: $INTERLOCK_LEDGER)")
 @click.option("--bundle", type=click.Path(exists=True, path_type=Path), help="an exported bundle (no ledger needed)")
 def verify_command(ledger: Path | None, bundle: Path | None) -> None:
-    """Verify every record of the audit chain; exit 1 naming the first bad seq."""
+    """Verify every record of the audit chain (every shard's, with a shard map); exit 1 naming the first bad seq."""
     if bundle is not None:
         _verify_bundle(bundle)
         return
-    conn = open_ledger(_ledger_path(ledger), readonly=True)
+    shards_file = load_settings().shards if ledger is None else None
+    if shards_file is not None:  # every shard's chain, each named; a broken one does not stop the others
+        results = [_verify_ledger(s.ledger, shard=s.name) for s in load_shard_map(shards_file).shards]
+        if not all(results):
+            sys.exit(1)
+        return
+    if not _verify_ledger(_ledger_path(ledger)):
+        sys.exit(1)
+
+
+def _verify_ledger(path: Path, *, shard: str | None = None) -> bool:
+    """Print whether *path*'s chain holds (prefixed with its shard, if any); False when it does not."""
+    prefix = "" if shard is None else f"shard {shard}: "
+    conn = open_ledger(path, readonly=True)
     try:
         bad = audit.verify_chain(conn)
         if bad is not None:
-            click.echo(f"chain broken at seq {bad}", err=True)
-            sys.exit(1)
-        click.echo(f"chain ok: {audit.count(conn)} records")
+            click.echo(f"{prefix}chain broken at seq {bad} ({path})", err=True)
+            return False
+        click.echo(f"{prefix}chain ok: {audit.count(conn)} records")
+        return True
     finally:
         conn.close()
 

@@ -109,11 +109,11 @@ def metrics_command(host: str, port: int) -> None:
 
     from interlock.config import load_settings
     from interlock.redis_conn import connect
-    from ops.metrics import build_registry
+    from ops.metrics import build_registry, shard_sources
 
     settings = load_settings()
-    client = connect(settings.redis_url) if settings.redis_url else None
-    start_http_server(port, addr=host, registry=build_registry(settings.require("ledger"), client, settings.shard))
+    client = connect(settings.redis_url) if settings.redis_url and settings.shards is None else None
+    start_http_server(port, addr=host, registry=build_registry(shard_sources(settings, client)))
     click.echo(f"metrics on http://{host}:{port}/metrics", err=True)
     while True:
         time.sleep(3600)

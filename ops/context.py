@@ -1,5 +1,8 @@
 """What an operator action needs: settings, the ledger (read-write, through the ledger package), the
-mandates, the rail (read-only calls) and Redis (to hand released work to the rail worker)."""
+mandates, the rail (read-only calls) and Redis (to hand released work to the rail worker).
+
+With a shard map (INTERLOCK_SHARDS, SPEC §15) an action on an intent runs in a context for the shard of
+its merchant (`for_merchant`): that shard's ledger and Redis, and no other shard's."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import redis
 from interlock.config import Settings, load_settings
 from interlock.mandate import MandateStore
 from interlock.redis_conn import connect
+from interlock.shards import Shard, load_shard_map
 from ledger.db import open_ledger
 from rails.razorpay import RazorpayClient
 
@@ -26,9 +30,34 @@ class OpsContext:
     @classmethod
     def from_settings(cls, settings: Settings | None = None) -> OpsContext:
         settings = settings or load_settings()
-        settings.require("ledger")
+        if settings.shards is None:
+            settings.require("ledger")
+        else:
+            load_shard_map(settings.shards)  # a bad map fails here, naming the file
         MandateStore.from_settings(settings)  # fail at start, naming the file, rather than at the first approval
         return cls(settings=settings)
+
+    @property
+    def shard(self) -> str:
+        return self.settings.shard
+
+    def shards(self) -> list[OpsContext]:
+        """A context per shard of the map, in name order; without a map, just this one."""
+        if self.settings.shards is None:
+            return [self]
+        return [self._for(s) for s in load_shard_map(self.settings.shards).shards]
+
+    def for_merchant(self, merchant_id: str) -> OpsContext:
+        """The context of the one shard whose ledger holds *merchant_id*'s intents."""
+        if self.settings.shards is None:
+            return self
+        return self._for(load_shard_map(self.settings.shards).for_merchant(merchant_id))
+
+    def _for(self, shard: Shard) -> OpsContext:
+        if shard.name == self.settings.shard and self.settings.ledger == shard.ledger:
+            return self
+        return OpsContext(self.settings.model_copy(update={"ledger": shard.ledger, "redis_url": shard.redis_url,
+                                                           "shard": shard.name}))  # fmt: skip
 
     def mandates(self) -> MandateStore:
         """Read from disk on every action: a long-running console must judge by the mandate as it is now

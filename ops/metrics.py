@@ -4,6 +4,10 @@ The ledger already records every decision, attempt (with start and finish times)
 finding, so the exporter needs no counters shared across processes: a killed worker loses nothing,
 and every actor's work is counted however many processes did it. Served by the console at /metrics
 and by `interlock metrics --port P`.
+
+Every series carries a `shard` label (SPEC §15). With a shard map (INTERLOCK_SHARDS) one scrape reads every
+shard's ledger and Redis, each on its own: a shard that cannot be read reports interlock_ledger_up 0 for
+that shard and the others are unaffected.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import redis
@@ -18,6 +23,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from interlock.clock import now_ms
+from interlock.config import Settings
 from interlock.queues import gates_queue, rail_queue, reconcile_hint_key, rq_queue
 from ledger.db import open_ledger
 from ledger.states import State
@@ -28,91 +34,114 @@ logger = logging.getLogger(__name__)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
+@dataclass(frozen=True)
+class ShardSource:
+    """One shard as the exporter reads it: its ledger (read-only) and its Redis (queue depths; None: skip)."""
+
+    shard: str
+    ledger_path: Path
+    redis: redis.Redis | None
+
+
 class LedgerCollector(Collector):
-    def __init__(self, ledger_path: Path, redis_client: redis.Redis | None, shard: str) -> None:
-        self.ledger_path = ledger_path
-        self.redis = redis_client
-        self.shard = shard
+    def __init__(self, sources: list[ShardSource]) -> None:
+        self.sources = sources
 
     def collect(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily("interlock_ledger_up", "1 when the ledger could be read for this scrape")
+        # One family per name, every shard's samples in it: the exposition format allows each name once.
+        families: dict[str, Metric] = {}
+        for source in self.sources:
+            for family in _shard_metrics(source):
+                if family.name in families:
+                    families[family.name].samples.extend(family.samples)
+                else:
+                    families[family.name] = family
+        yield from families.values()
+
+
+def _shard_metrics(source: ShardSource) -> Iterator[Metric]:
+    up = GaugeMetricFamily("interlock_ledger_up", "1 when the ledger could be read for this scrape", labels=["shard"])
+    try:
+        conn = open_ledger(source.ledger_path, readonly=True)
+    except Exception as exc:  # a scrape reports the failure as a value instead of failing the endpoint
+        logger.warning("metrics: cannot open the ledger %s of shard %s: %s", source.ledger_path, source.shard, exc)
+        up.add_metric([source.shard], 0)
+        yield up
+    else:
         try:
-            conn = open_ledger(self.ledger_path, readonly=True)
-        except Exception as exc:  # a scrape reports the failure as a value instead of failing the endpoint
-            logger.warning("metrics: cannot open the ledger %s: %s", self.ledger_path, exc)
-            up.add_metric([], 0)
+            yield from ledger_metrics(conn, shard=source.shard)
+            up.add_metric([source.shard], 1)
             yield up
-        else:
-            try:
-                yield from ledger_metrics(conn)
-                up.add_metric([], 1)
-                yield up
-            finally:
-                conn.close()
-        yield from self._queue_depths()
-
-    def _queue_depths(self) -> Iterator[Metric]:
-        if self.redis is None:
-            return
-        depth = GaugeMetricFamily("interlock_queue_depth", "jobs waiting on each queue", labels=["queue"])
-        names = {"gates": gates_queue(), "rail": rail_queue(self.shard)}
-        try:
-            for label, name in names.items():
-                depth.add_metric([label], rq_queue(name, self.redis).count)
-            hints: int = self.redis.llen(reconcile_hint_key(self.shard))  # type: ignore[assignment]  # sync client
-            depth.add_metric(["reconcile_hints"], hints)
-        except redis.RedisError as exc:
-            logger.warning("metrics: cannot read queue depths: %s", exc)
-            return
-        yield depth
+        finally:
+            conn.close()
+    yield from _queue_depths(source)
 
 
-def ledger_metrics(conn: sqlite3.Connection, now: int | None = None) -> Iterator[Metric]:
+def _queue_depths(source: ShardSource) -> Iterator[Metric]:
+    if source.redis is None:
+        return
+    depth = GaugeMetricFamily("interlock_queue_depth", "jobs waiting on each queue", labels=["queue", "shard"])
+    names = {"gates": gates_queue(), "rail": rail_queue(source.shard)}
+    try:
+        for label, name in names.items():
+            depth.add_metric([label, source.shard], rq_queue(name, source.redis).count)
+        hints: int = source.redis.llen(reconcile_hint_key(source.shard))  # type: ignore[assignment]  # sync client
+        depth.add_metric(["reconcile_hints", source.shard], hints)
+    except redis.RedisError as exc:
+        logger.warning("metrics: cannot read queue depths of shard %s: %s", source.shard, exc)
+        return
+    yield depth
+
+
+def ledger_metrics(conn: sqlite3.Connection, now: int | None = None, *, shard: str = "0") -> Iterator[Metric]:
     now = now if now is not None else now_ms()
-    states = GaugeMetricFamily("interlock_intents", "intents by state", labels=["state"])
+    states = GaugeMetricFamily("interlock_intents", "intents by state", labels=["state", "shard"])
     counts = {r[0]: int(r[1]) for r in conn.execute("SELECT state, COUNT(*) FROM intents GROUP BY state")}
     for state in State:
-        states.add_metric([state.value], counts.get(state.value, 0))
+        states.add_metric([state.value, shard], counts.get(state.value, 0))
     yield states
 
     decisions = CounterMetricFamily("interlock_decisions", "gate decisions by verdict and reason code",
-                                    labels=["verdict", "reason_code"])  # fmt: skip
+                                    labels=["verdict", "reason_code", "shard"])  # fmt: skip
     for row in conn.execute("SELECT verdict, reason_code, COUNT(*) FROM decisions GROUP BY verdict, reason_code"):
-        decisions.add_metric([row[0], row[1]], int(row[2]))
+        decisions.add_metric([row[0], row[1], shard], int(row[2]))
     yield decisions
 
-    yield _latency(conn)
+    yield _latency(conn, shard)
 
-    passes = CounterMetricFamily("interlock_reconcile_passes", "reconcile findings by outcome", labels=["outcome"])
+    passes = CounterMetricFamily("interlock_reconcile_passes", "reconcile findings by outcome",
+                                 labels=["outcome", "shard"])  # fmt: skip
     found = {r[0]: int(r[1]) for r in conn.execute("SELECT outcome, COUNT(*) FROM recon_findings GROUP BY outcome")}
     for outcome in ("APPLIED", "CONFIRMED_NOT_APPLIED", "INCONCLUSIVE"):
-        passes.add_metric([outcome], found.get(outcome, 0))
+        passes.add_metric([outcome, shard], found.get(outcome, 0))
     yield passes
 
     oldest = GaugeMetricFamily("interlock_oldest_unknown_age_seconds",
-                               "age of the oldest unsettled (UNKNOWN/RECONCILING) intent since its attempt started")
+                               "age of the oldest unsettled (UNKNOWN/RECONCILING) intent since its attempt started",
+                               labels=["shard"])  # fmt: skip
     row = conn.execute(
         """SELECT MIN(COALESCE((SELECT MAX(a.started_at) FROM intent_attempts a
                                 WHERE a.merchant_id = i.merchant_id AND a.sik = i.sik), i.updated_at))
            FROM intents i WHERE i.state IN ('UNKNOWN', 'RECONCILING')"""
     ).fetchone()
-    oldest.add_metric([], 0.0 if row[0] is None else max(0, now - int(row[0])) / 1000)
+    oldest.add_metric([shard], 0.0 if row[0] is None else max(0, now - int(row[0])) / 1000)
     yield oldest
 
-    holds = GaugeMetricFamily("interlock_oldest_hold_age_seconds", "age of the oldest call waiting for approval")
+    holds = GaugeMetricFamily("interlock_oldest_hold_age_seconds", "age of the oldest call waiting for approval",
+                              labels=["shard"])  # fmt: skip
     row = conn.execute("SELECT MIN(updated_at) FROM intents WHERE state = 'HELD'").fetchone()
-    holds.add_metric([], 0.0 if row[0] is None else max(0, now - int(row[0])) / 1000)
+    holds.add_metric([shard], 0.0 if row[0] is None else max(0, now - int(row[0])) / 1000)
     yield holds
 
-    records = GaugeMetricFamily("interlock_audit_records", "records in the audit chain")
-    records.add_metric([], int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM audit_head").fetchone()[0]))
+    records = GaugeMetricFamily("interlock_audit_records", "records in the audit chain", labels=["shard"])
+    records.add_metric([shard], int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM audit_head").fetchone()[0]))
     yield records
 
 
-def _latency(conn: sqlite3.Connection) -> HistogramMetricFamily:
+def _latency(conn: sqlite3.Connection, shard: str) -> HistogramMetricFamily:
     hist = HistogramMetricFamily("interlock_rail_call_duration_seconds",
                                  "money calls to the rail, attempt start to recorded outcome",
-                                 labels=["tool", "outcome"])  # fmt: skip
+                                 labels=["tool", "outcome", "shard"])  # fmt: skip
     rows = conn.execute(
         """SELECT i.tool, a.outcome, a.finished_at - a.started_at FROM intent_attempts a
            JOIN intents i ON i.merchant_id = a.merchant_id AND i.sik = a.sik
@@ -124,11 +153,22 @@ def _latency(conn: sqlite3.Connection) -> HistogramMetricFamily:
     for labels, values in series.items():
         buckets = [(str(b), float(sum(1 for v in values if v <= b))) for b in LATENCY_BUCKETS]
         buckets.append(("+Inf", float(len(values))))
-        hist.add_metric(list(labels), buckets, sum(values))
+        hist.add_metric([*labels, shard], buckets, sum(values))
     return hist
 
 
-def build_registry(ledger_path: Path, redis_client: redis.Redis | None, shard: str) -> CollectorRegistry:
+def build_registry(sources: list[ShardSource]) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(LedgerCollector(ledger_path, redis_client, shard))
+    registry.register(LedgerCollector(sources))
     return registry
+
+
+def shard_sources(settings: Settings, single_redis: redis.Redis | None) -> list[ShardSource]:
+    """Every shard of the map (INTERLOCK_SHARDS), or the one shard of today's settings with *single_redis*.
+    A shard's Redis client is made without a PING: a shard that is down must not stop the exporter."""
+    if settings.shards is None:
+        return [ShardSource(settings.shard, settings.require("ledger"), single_redis)]
+    from interlock.shards import load_shard_map
+
+    return [ShardSource(s.name, s.ledger, redis.Redis.from_url(s.redis_url, socket_connect_timeout=1, socket_timeout=2))
+            for s in load_shard_map(settings.shards).shards]  # fmt: skip

@@ -1,9 +1,13 @@
 """`interlock status`: the first thing an operator runs — intents by state, the oldest UNKNOWN,
-queue depths, who holds the rail worker's lease, and the timing bounds the money path relies on."""
+queue depths, who holds the rail worker's lease, and the timing bounds the money path relies on.
+
+With a shard map (INTERLOCK_SHARDS) it reports each shard on its own and the intents of all of them in
+total; a shard whose ledger cannot be read is reported as such, and the others still are."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +16,9 @@ import redis
 
 from interlock.clock import now_ms
 from interlock.config import Settings, env_name, load_settings
+from interlock.errors import InterlockError
 from interlock.queues import gates_queue, rail_queue, reconcile_hint_key, rq_queue
+from interlock.shards import load_shard_map
 from ledger import leases
 from ledger.db import open_ledger
 from ledger.queries import intents_by_state
@@ -74,29 +80,70 @@ def _queue_depths(redis_url: str | None, shard: str) -> dict[str, Any]:
         return {"error": f"Redis at {redis_url} unreachable: {exc}"}
 
 
+def collect_shards(shards_file: Path) -> dict[str, Any]:
+    """Every shard of the map, each on its own, and the intents of all of them by state in total."""
+    shards: dict[str, Any] = {}
+    total: dict[str, int] = {}
+    for shard in load_shard_map(shards_file).shards:
+        try:
+            report = collect(shard.ledger, shard.redis_url, shard.name)
+        except (InterlockError, OSError, sqlite3.Error) as exc:
+            shards[shard.name] = {"ledger": str(shard.ledger), "error": f"cannot read the ledger: {exc}"}
+            continue
+        shards[shard.name] = report
+        for state, count in report["intents_by_state"].items():
+            total[state] = total.get(state, 0) + count
+    return {"shards": shards, "total": {"intents_by_state": total}}
+
+
 @click.command("status")
 @click.option("--ledger", type=click.Path(path_type=Path), help="ledger file (default: $INTERLOCK_LEDGER)")
 @click.option("--json", "as_json", is_flag=True, help="print JSON")
 def status_command(ledger: Path | None, as_json: bool) -> None:
-    """Intents by state, oldest UNKNOWN age, queue depths and the rail worker's lease."""
+    """Intents by state, oldest UNKNOWN age, queue depths and the rail worker's lease (per shard with a map)."""
     settings = load_settings()
+    if ledger is None and settings.shards is not None:
+        sharded = collect_shards(settings.shards)
+        sharded["timing_bounds"] = timing_bounds(settings)
+        if as_json:
+            click.echo(json.dumps(sharded, indent=2, sort_keys=True))
+            return
+        for name, report in sharded["shards"].items():
+            click.echo(f"shard {name}")
+            if "error" in report:
+                click.echo(f"  ledger {report['ledger']}: {report['error']}")
+            else:
+                _print_shard(report, indent="  ")
+        click.echo("total")
+        for state, count in sorted(sharded["total"]["intents_by_state"].items()):
+            click.echo(f"  {state:<22} {count}")
+        _print_bounds(sharded["timing_bounds"])
+        return
     report = collect(ledger or settings.require("ledger"), settings.redis_url, settings.shard)
     report["timing_bounds"] = timing_bounds(settings)
     if as_json:
         click.echo(json.dumps(report, indent=2, sort_keys=True))
         return
-    click.echo(f"ledger {report['ledger']}")
+    _print_shard(report)
+    _print_bounds(report["timing_bounds"])
+
+
+def _print_shard(report: dict[str, Any], indent: str = "") -> None:
+    click.echo(f"{indent}ledger {report['ledger']}")
     for state, count in sorted(report["intents_by_state"].items()):
-        click.echo(f"  {state:<22} {count}")
+        click.echo(f"{indent}  {state:<22} {count}")
     age = report["oldest_unknown_age_ms"]
-    click.echo(f"oldest UNKNOWN/RECONCILING: {'none' if age is None else f'{age / 1000:.1f}s'}")
+    click.echo(f"{indent}oldest UNKNOWN/RECONCILING: {'none' if age is None else f'{age / 1000:.1f}s'}")
     lease = report["rail_worker_lease"]
     if lease is None:
-        click.echo("rail worker lease: never taken")
+        click.echo(f"{indent}rail worker lease: never taken")
     else:
-        click.echo(f"rail worker lease: {lease['owner']} epoch {lease['epoch']} "
+        click.echo(f"{indent}rail worker lease: {lease['owner']} epoch {lease['epoch']} "
                    f"({'live' if lease['live'] else 'EXPIRED'}, heartbeat {lease['heartbeat_age_ms']} ms ago)")
-    click.echo("queues: " + ", ".join(f"{k}={v}" for k, v in report["queues"].items()))
+    click.echo(f"{indent}queues: " + ", ".join(f"{k}={v}" for k, v in report["queues"].items()))
+
+
+def _print_bounds(bounds: dict[str, Any]) -> None:
     click.echo("timing bounds:")
-    for variable, bound in report["timing_bounds"].items():
+    for variable, bound in bounds.items():
         click.echo(f"  {variable}={bound['ms']} ms: {bound['bounds']}")

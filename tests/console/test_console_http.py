@@ -43,15 +43,17 @@ def test_metrics_expose_the_named_series_after_a_refund(console: Console) -> Non
     assert outcome.state == "APPLIED"
     body = httpx.get(f"{console.url}/metrics", headers=BEARER).text
     expected = [
-        r'^interlock_intents\{state="APPLIED"\} 1\.0$',
-        r'^interlock_decisions_total\{reason_code="[A-Z0-9_]+",verdict="ALLOW"\} 1\.0$',
-        r'^interlock_rail_call_duration_seconds_count\{outcome="APPLIED",tool="create_refund"\} 1\.0$',
-        r'^interlock_rail_call_duration_seconds_bucket\{le="\+Inf",outcome="APPLIED",tool="create_refund"\} 1\.0$',
-        r'^interlock_reconcile_passes_total\{outcome="INCONCLUSIVE"\} 0\.0$',
-        r'^interlock_queue_depth\{queue="rail"\} \d+\.0$',
-        r'^interlock_queue_depth\{queue="gates"\} \d+\.0$',
-        r"^interlock_oldest_unknown_age_seconds 0\.0$",
-        r"^interlock_ledger_up 1\.0$",
+        # every series names its shard (SPEC §15); a stack without a shard map is shard "0"
+        r'^interlock_intents\{shard="0",state="APPLIED"\} 1\.0$',
+        r'^interlock_decisions_total\{reason_code="[A-Z0-9_]+",shard="0",verdict="ALLOW"\} 1\.0$',
+        r'^interlock_rail_call_duration_seconds_count\{outcome="APPLIED",shard="0",tool="create_refund"\} 1\.0$',
+        r'^interlock_rail_call_duration_seconds_bucket\{le="\+Inf",outcome="APPLIED",shard="0",tool="create_refund"\} '
+        r'1\.0$',
+        r'^interlock_reconcile_passes_total\{outcome="INCONCLUSIVE",shard="0"\} 0\.0$',
+        r'^interlock_queue_depth\{queue="rail",shard="0"\} \d+\.0$',
+        r'^interlock_queue_depth\{queue="gates",shard="0"\} \d+\.0$',
+        r'^interlock_oldest_unknown_age_seconds\{shard="0"\} 0\.0$',
+        r'^interlock_ledger_up\{shard="0"\} 1\.0$',
     ]
     for pattern in expected:
         assert re.search(pattern, body, re.MULTILINE), f"{pattern} not in:\n{body}"
