@@ -44,7 +44,7 @@ async def approve(request: Request) -> Response:
     if form is None:
         return _CSRF
     merchant_id, sik = request.path_params["merchant_id"], request.path_params["sik"]
-    ctx: OpsContext = request.app.state.ctx
+    ctx: OpsContext = request.app.state.ctx.for_merchant(merchant_id)  # that merchant's shard (SPEC §15)
     amount = _text(form, "amount_minor")
     expected = holds.Expected(amount_minor=int(amount) if amount and amount.isdigit() else None,
                               terms_digest=_text(form, "terms"))  # fmt: skip
@@ -64,8 +64,9 @@ async def reject(request: Request) -> Response:
     if form is None:
         return _CSRF
     merchant_id, sik = request.path_params["merchant_id"], request.path_params["sik"]
+    ctx: OpsContext = request.app.state.ctx.for_merchant(merchant_id)
     try:
-        await run_in_threadpool(holds.reject, request.app.state.ctx, sik, approver=_text(form, "approver") or "",
+        await run_in_threadpool(holds.reject, ctx, sik, approver=_text(form, "approver") or "",
                                 reason=_text(form, "reason") or "", merchant_id=merchant_id)  # fmt: skip
     except InterlockError as exc:
         return _refused("/holds", str(exc))
@@ -78,9 +79,10 @@ async def resolve(request: Request) -> Response:
         return _CSRF
     merchant_id, sik = request.path_params["merchant_id"], request.path_params["sik"]
     applied = _text(form, "outcome") == "applied"
+    ctx: OpsContext = request.app.state.ctx.for_merchant(merchant_id)
     try:
         intent = await run_in_threadpool(
-            quarantine.resolve, request.app.state.ctx, sik, operator_id=_text(form, "operator") or "",
+            quarantine.resolve, ctx, sik, operator_id=_text(form, "operator") or "",
             applied_entity_id=_text(form, "entity_id") if applied else None, not_applied=not applied,
             evidence=_text(form, "evidence"), merchant_id=merchant_id,
         )  # fmt: skip

@@ -1,5 +1,8 @@
 """The console's read-only pages. Each sweeps expired holds first, so a page never shows a stale hold as
-approvable."""
+approvable.
+
+With a shard map (SPEC §15) the lists gather every shard's intents, each row naming its shard, and a page
+about one intent reads the ledger of its merchant's shard only."""
 
 from __future__ import annotations
 
@@ -35,10 +38,16 @@ def _render(request: Request, name: str, context: dict[str, Any], status_code: i
 
 
 def _intents(ctx: OpsContext, state: State | None) -> dict[str, Any]:
-    holds.sweep_expired(ctx)
-    with ctx.ledger(readonly=True) as conn:
-        counts = {r[0]: int(r[1]) for r in conn.execute("SELECT state, COUNT(*) FROM intents GROUP BY state")}
-        return {"intents": operator.intents_in_state(conn, state), "counts": counts}
+    rows: list[tuple[str, Any]] = []
+    counts: dict[str, int] = {}
+    for shard in ctx.shards():
+        holds.sweep_expired(shard)
+        with shard.ledger(readonly=True) as conn:
+            for found_state, count in conn.execute("SELECT state, COUNT(*) FROM intents GROUP BY state"):
+                counts[found_state] = counts.get(found_state, 0) + int(count)
+            rows += [(shard.shard, i) for i in operator.intents_in_state(conn, state)]
+    rows.sort(key=lambda row: row[1].updated_at, reverse=True)
+    return {"intents": rows, "counts": counts}
 
 
 async def intents_page(request: Request) -> Response:
@@ -49,13 +58,14 @@ async def intents_page(request: Request) -> Response:
 
 
 def _intent(ctx: OpsContext, merchant_id: str, sik: str) -> dict[str, Any] | None:
+    ctx = ctx.for_merchant(merchant_id)
     holds.sweep_expired(ctx)
     with ctx.ledger(readonly=True) as conn:
         intent = get_intent(conn, merchant_id, sik)
         if intent is None:
             return None
         return {"intent": intent, "timeline": operator.timeline(conn, merchant_id, sik),
-                "refresh": intent.state in IN_TRANSIT, "settled": intent.state in SETTLED,
+                "refresh": intent.state in IN_TRANSIT, "settled": intent.state in SETTLED, "shard": ctx.shard,
                 "terms_digest": holds.terms_digest(intent)}  # fmt: skip
 
 
@@ -69,7 +79,7 @@ async def intent_page(request: Request) -> Response:
 
 
 def _holds(ctx: OpsContext) -> dict[str, Any]:
-    held = holds.list_holds(ctx)
+    held = [i for shard in ctx.shards() for i in holds.list_holds(shard)]
     mandates = ctx.mandates()
     approvers = {i.agent_id: (m.approval.approvers if (m := mandates.get(i.agent_id)) else []) for i in held}
     return {"holds": [(i, holds.terms_digest(i)) for i in held], "approvers": approvers}
@@ -80,7 +90,8 @@ async def holds_page(request: Request) -> Response:
 
 
 async def quarantine_page(request: Request) -> Response:
-    found = await run_in_threadpool(quarantine.list_quarantined, _ctx(request))
+    ctx = _ctx(request)
+    found = await run_in_threadpool(lambda: [i for s in ctx.shards() for i in quarantine.list_quarantined(s)])
     return _render(request, "quarantine.html", {"intents": found})
 
 
@@ -94,4 +105,10 @@ def _audit(ctx: OpsContext) -> dict[str, Any]:
 
 
 async def audit_page(request: Request) -> Response:
-    return _render(request, "audit.html", await run_in_threadpool(_audit, _ctx(request)))
+    """One shard's chain at a time (?shard=NAME; the first by default), with a link to each of the others."""
+    shards = {shard.shard: shard for shard in _ctx(request).shards()}
+    name = request.query_params.get("shard")
+    ctx = shards.get(name or "") or next(iter(shards.values()))
+    data = await run_in_threadpool(_audit, ctx)
+    others = list(shards) if len(shards) > 1 else []
+    return _render(request, "audit.html", {**data, "shard": ctx.shard, "shards": others})
