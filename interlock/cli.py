@@ -39,6 +39,7 @@ COMMANDS: dict[str, str] = {
     "rail-worker": "rail_worker.worker:rail_worker_command",
     "reconciler": "reconciler.worker:reconciler_command",
     "status": "ops.status_cli:status_command",
+    "shards": "ops.shards_cli:shards_group",
     "up": "deploy.up:up_command",
     "demo": "deploy.demo:demo_command",
     "init": "interlock.mandate_cli:init_command",
