@@ -30,7 +30,8 @@ class Sharded:
     rail: SandboxProcess
     control: SandboxControl
     merchants: dict[str, str] = field(default_factory=dict)  # shard -> merchant assigned to it
-    tokens: dict[str, str] = field(default_factory=dict)  # shard -> bearer token of that merchant's agent
+    # shard (or hashed merchant) -> bearer token of that merchant's agent
+    tokens: dict[str, str] = field(default_factory=dict)
 
     def payment(self, amount: int = 189900) -> str:
         pid = f"pay_SH{next(_ids)}x{id(self) % 100000}"
@@ -55,8 +56,10 @@ class Sharded:
 
 
 def start_sharded(root: Path, rail: SandboxProcess, names: tuple[str, ...] = ("s0", "s1", "s2"),
-                  env: dict[str, str] | None = None) -> Sharded:  # fmt: skip
-    """Start every shard (Redis first, then its engine), then the ingress over the map. Stop with .stop()."""
+                  env: dict[str, str] | None = None, hashed: tuple[str, ...] = ()) -> Sharded:  # fmt: skip
+    """Start every shard (Redis first, then its engine), then the ingress over the map. Stop with .stop().
+    Each shard gets an agent whose merchant the map assigns to it; each name in *hashed* gets an agent
+    (`agent_<name>`, merchant `<name>`) the map does not mention, so it is routed by hash."""
     mandates = root / "mandates"
     mandates.mkdir(parents=True)
     token_lines = ["agents:"]
@@ -67,6 +70,12 @@ def start_sharded(root: Path, rail: SandboxProcess, names: tuple[str, ...] = ("s
         (mandates / f"agent_{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
         merchants[name], tokens[name] = data["merchant_id"], f"token-{name}-7f3a9c"
         token_lines.append(f"  agent_{name}: {{token_sha256: {token_sha256(tokens[name])}}}")
+    for merchant in hashed:
+        data = example_data()
+        data.update(agent_id=f"agent_{merchant}", merchant_id=merchant, mandate_id=f"mnd_{merchant}")
+        (mandates / f"agent_{merchant}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        tokens[merchant] = f"token-{merchant}-2b7d"
+        token_lines.append(f"  agent_{merchant}: {{token_sha256: {token_sha256(tokens[merchant])}}}")
     tokens_file = root / "tokens.yaml"
     tokens_file.write_text("\n".join(token_lines) + "\n")
     common = {"INTERLOCK_MANDATE_DIR": str(mandates), **rail.rail_env(), **FAST, **(env or {})}
