@@ -94,12 +94,24 @@ def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, resul
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path), help="data directory (default: a temp dir)")
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), default=RESULTS, show_default=True)
 @click.option("--no-write", is_flag=True, help="print the tables; leave RESULTS.md and the plot alone")
+@click.option("--shards", "shard_counts", default="",
+              help="e.g. 1,2,4: run the throughput-vs-shards table instead (its own `perf-shards` section)")
+@click.option("--shard-rail-concurrency", default="2,64", show_default=True,
+              help="with --shards: INTERLOCK_RAIL_CONCURRENCY levels (small: the rail worker is the bottleneck)")
+@click.option("--shard-clients", type=int, default=12, show_default=True, help="with --shards: MCP clients per shard")
+@click.option("--shard-calls", type=int, default=5, show_default=True, help="with --shards: refunds per client")
 def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str, calls_per_agent: int,
                  gate_counts: str, e2e_gate_workers: int, decisions: int, rail_concurrency: str, rail_rounds: int,
                  rails: str, definite_faults: str, definite_calls: int, work: Path | None, results: Path,
-                 no_write: bool) -> None:  # fmt: skip
+                 no_write: bool, shard_counts: str, shard_rail_concurrency: str, shard_clients: int,
+                 shard_calls: int) -> None:  # fmt: skip
     """Direct vs gated latency and throughput, the per-hop breakdown, time to definite, the rail worker alone;
-    writes the `perf` section of RESULTS.md."""
+    writes the `perf` section of RESULTS.md. With --shards, throughput against the number of shards instead
+    (the `perf-shards` section)."""
+    if shard_counts:
+        _perf_shards(_ints(shard_counts), _ints(shard_rail_concurrency), latency_ms, shard_clients, shard_calls,
+                     work, results, no_write)  # fmt: skip
+        return
     from bench.perf import PerfConfig, run_perf
     from bench.perf_report import plot, render, summary
 
@@ -125,6 +137,24 @@ def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str,
     if not no_write:
         write_section("perf", text, results)
         click.echo(f"wrote the perf section of {results}")
+    if work is None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _perf_shards(shard_counts: tuple[int, ...], concurrencies: tuple[int, ...], latency_ms: int, clients: int,
+                 calls: int, work: Path | None, results: Path, no_write: bool) -> None:  # fmt: skip
+    from bench.perf_shards import render, run_shards
+
+    base = work or Path(tempfile.mkdtemp(prefix="interlock-perf-shards-"))
+    samples = run_shards(base, shard_counts, concurrencies, latency_ms, clients, calls, echo=click.echo)
+    command = (f"interlock bench perf --shards {','.join(map(str, shard_counts))} --shard-rail-concurrency "
+               f"{','.join(map(str, concurrencies))} --latency-ms {latency_ms} --shard-clients {clients} "
+               f"--shard-calls {calls}")  # fmt: skip
+    text = render(samples, latency_ms=latency_ms, command=command)
+    click.echo(text)
+    if not no_write:
+        write_section("perf-shards", text, results)
+        click.echo(f"wrote the perf-shards section of {results}")
     if work is None:
         shutil.rmtree(base, ignore_errors=True)
 
