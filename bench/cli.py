@@ -143,14 +143,15 @@ def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str,
 
 def _perf_shards(shard_counts: tuple[int, ...], concurrencies: tuple[int, ...], latency_ms: int, clients: int,
                  calls: int, work: Path | None, results: Path, no_write: bool) -> None:  # fmt: skip
-    from bench.perf_shards import render, run_shards
+    from bench.perf_shards import load_average, render, run_shards
 
     base = work or Path(tempfile.mkdtemp(prefix="interlock-perf-shards-"))
+    load_at_start = load_average()
     samples = run_shards(base, shard_counts, concurrencies, latency_ms, clients, calls, echo=click.echo)
     command = (f"interlock bench perf --shards {','.join(map(str, shard_counts))} --shard-rail-concurrency "
                f"{','.join(map(str, concurrencies))} --latency-ms {latency_ms} --shard-clients {clients} "
                f"--shard-calls {calls}")  # fmt: skip
-    text = render(samples, latency_ms=latency_ms, command=command)
+    text = render(samples, latency_ms=latency_ms, command=command, load_at_start=load_at_start)
     click.echo(text)
     if not no_write:
         write_section("perf-shards", text, results)
