@@ -98,7 +98,7 @@ def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, resul
               help="e.g. 1,2,4: run the throughput-vs-shards table instead (its own `perf-shards` section)")
 @click.option("--shard-rail-concurrency", default="2,64", show_default=True,
               help="with --shards: INTERLOCK_RAIL_CONCURRENCY levels (small: the rail worker is the bottleneck)")
-@click.option("--shard-clients", type=int, default=12, show_default=True, help="with --shards: MCP clients per shard")
+@click.option("--shard-clients", type=int, default=40, show_default=True, help="with --shards: MCP clients per shard")
 @click.option("--shard-calls", type=int, default=5, show_default=True, help="with --shards: refunds per client")
 def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str, calls_per_agent: int,
                  gate_counts: str, e2e_gate_workers: int, decisions: int, rail_concurrency: str, rail_rounds: int,

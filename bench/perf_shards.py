@@ -10,9 +10,11 @@ For sizing it also counts, over the same window, the commands every shard's Redi
 total_commands_processed, background polling included) and how much every ledger grew (page_count x
 page_size, WAL included), each divided by the APPLIED calls.
 
-With the rail worker's concurrency held small, the rail worker is the bottleneck and each shard adds its
-own; at the default (64) the bottleneck is this machine's CPUs, which all shards share — the section says
-how many there are and how loaded they were.
+With the rail worker's concurrency held small, the rail worker is the bottleneck (at most concurrency /
+latency calls per second per shard) and each shard adds its own. At the default (64) a shard's rail worker
+could take 64 / latency; what limits those rows is the offered load (clients / per-call time) or this
+machine's CPUs, which every shard and the bench's own clients share — the section states how many CPUs
+there are and how loaded they were.
 """
 
 from __future__ import annotations
@@ -182,6 +184,10 @@ def render(samples: list[ShardsSample], *, latency_ms: int, command: str, load_a
         f"reconciler; one HTTP ingress over the shard map; one sandbox rail holding every call {latency_ms} ms), "
         f"**scripted agent** (MCP clients). Commit `{commit_id()}`, {when}, {load}, on **{cpus} CPUs**, "
         f"all shards on this one machine. Reproduce: `{command}`.",
+        "",
+        "Rail-worker ceiling per shard = rail concurrency / rail latency "
+        f"({', '.join(f'{k}: {k * 1000 / latency_ms:.0f}/s' for k in concurrencies) if latency_ms else 'n/a'}); "
+        "a row below its ceiling is bounded by the offered load or by the CPUs.",
         "",
         *(summary(samples, k, latency_ms) for k in concurrencies),
         "",
