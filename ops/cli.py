@@ -30,12 +30,23 @@ def holds_group() -> None:
     """Calls waiting for a person: list, approve, reject (expired holds are BLOCKED on every run)."""
 
 
+def _merchant_context(merchant: str | None) -> OpsContext:
+    """The context an action on one intent runs in: with a shard map, its merchant's shard (SPEC §15)."""
+    ctx = OpsContext.from_settings()
+    if ctx.settings.shards is None:
+        return ctx
+    if merchant is None:
+        raise click.UsageError("INTERLOCK_SHARDS is set: pass --merchant, so the action goes to that merchant's shard")
+    return ctx.for_merchant(merchant)
+
+
 @holds_group.command("list")
 def holds_list() -> None:
-    ctx = OpsContext.from_settings()
-    for expired in holds.sweep_expired(ctx):
-        click.echo(f"expired: {expired.sik} is now BLOCKED (HOLD_EXPIRED)")
-    found = holds.list_holds(ctx)
+    found = []
+    for ctx in OpsContext.from_settings().shards():  # every shard's holds, with a shard map
+        for expired in holds.sweep_expired(ctx):
+            click.echo(f"expired: {expired.sik} is now BLOCKED (HOLD_EXPIRED)")
+        found += holds.list_holds(ctx)
     now = now_ms()
     for intent in found:
         click.echo(_hold_line(intent, now))
@@ -48,11 +59,11 @@ def holds_list() -> None:
 @click.option("--reason", default="approved by operator", show_default=True, help="why (goes into the audit record)")
 @click.option("--amount", type=int, help="refuse unless the held call is for exactly this many minor units")
 @click.option("--terms", "digest", help="refuse unless the held call's terms digest (from `holds list`) matches")
-@click.option("--merchant", help="merchant id, when several merchants share this ledger")
+@click.option("--merchant", help="merchant id: when merchants share a ledger, and with INTERLOCK_SHARDS")
 def holds_approve(sik: str, approver: str, reason: str, amount: int | None, digest: str | None,
                   merchant: str | None) -> None:  # fmt: skip
     """Release one held call to the rail worker."""
-    ctx = OpsContext.from_settings()
+    ctx = _merchant_context(merchant)
     released = holds.approve(ctx, sik, approver=approver, reason=reason, merchant_id=merchant,
                              expected=holds.Expected(amount_minor=amount, terms_digest=digest))  # fmt: skip
     click.echo(f"approved: {sik} is {released.intent.state.value}; "
@@ -64,10 +75,10 @@ def holds_approve(sik: str, approver: str, reason: str, amount: int | None, dige
 @click.argument("sik")
 @click.option("--as", "approver", required=True, help="approver identity; must be named by the intent's mandate")
 @click.option("--reason", required=True, help="why (goes into the audit record)")
-@click.option("--merchant", help="merchant id, when several merchants share this ledger")
+@click.option("--merchant", help="merchant id: when merchants share a ledger, and with INTERLOCK_SHARDS")
 def holds_reject(sik: str, approver: str, reason: str, merchant: str | None) -> None:
     """Refuse one held call: it becomes BLOCKED and nothing moves."""
-    intent = holds.reject(OpsContext.from_settings(), sik, approver=approver, reason=reason, merchant_id=merchant)
+    intent = holds.reject(_merchant_context(merchant), sik, approver=approver, reason=reason, merchant_id=merchant)
     click.echo(f"rejected: {sik} is {intent.state.value}")
 
 
@@ -78,7 +89,7 @@ def quarantine_group() -> None:
 
 @quarantine_group.command("list")
 def quarantine_list() -> None:
-    found = quarantine.list_quarantined(OpsContext.from_settings())
+    found = [i for ctx in OpsContext.from_settings().shards() for i in quarantine.list_quarantined(ctx)]
     for i in found:
         click.echo(f"{i.sik}  {i.merchant_id}  {i.tool}  {i.subject_id}  {format_minor(i.amount_minor, i.currency)}  "
                    f"attempts={i.attempt_seq}  passes={i.reconcile_attempts}  reason={i.reason_code}")
@@ -91,11 +102,11 @@ def quarantine_list() -> None:
 @click.option("--not-applied", is_flag=True, help="the rail has no entity with our stamp (re-checked to the end)")
 @click.option("--evidence", help="what you checked and where (required with --not-applied)")
 @click.option("--as", "operator_id", required=True, help="operator identity (goes into the audit record)")
-@click.option("--merchant", help="merchant id, when several merchants share this ledger")
+@click.option("--merchant", help="merchant id: when merchants share a ledger, and with INTERLOCK_SHARDS")
 def quarantine_resolve(sik: str, entity_id: str | None, not_applied: bool, evidence: str | None, operator_id: str,
                        merchant: str | None) -> None:  # fmt: skip
     """Settle a quarantined intent after checking the rail yourself."""
-    intent = quarantine.resolve(OpsContext.from_settings(), sik, operator_id=operator_id, applied_entity_id=entity_id,
+    intent = quarantine.resolve(_merchant_context(merchant), sik, operator_id=operator_id, applied_entity_id=entity_id,
                                 not_applied=not_applied, evidence=evidence, merchant_id=merchant)  # fmt: skip
     click.echo(f"resolved: {sik} is {intent.state.value}" + (f" ({intent.rail_entity_id})" if entity_id else ""))
 

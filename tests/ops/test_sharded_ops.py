@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import generate_latest
 
+from interlock.clock import now_ms
 from interlock.config import load_settings
 from interlock.ports import free_port
 from ledger.db import open_ledger
@@ -83,3 +84,24 @@ def test_every_metric_carries_the_shard_it_came_from(shard_map: Path) -> None:
     assert 'interlock_intents{shard="b",state="UNKNOWN"} 1.0' in exposition
     assert 'interlock_ledger_up{shard="a"} 1.0' in exposition and 'interlock_ledger_up{shard="b"} 1.0' in exposition
     assert exposition.count("# TYPE interlock_intents gauge") == 1  # one family, both shards' samples
+
+
+def test_holds_and_quarantine_list_every_shard_and_an_action_needs_the_merchant_to_find_its_shard(
+    shard_map: Path,
+) -> None:
+    mandate = str(Path(__file__).resolve().parents[2] / "deploy" / "mandate.example.yaml")
+    env = {"PATH": "/usr/bin:/bin", "INTERLOCK_SHARDS": str(shard_map), "INTERLOCK_MANDATE": mandate}
+    conn = open_ledger(shard_map.parent / "b.sqlite3")
+    try:
+        put_intent(conn, "HELDINB".ljust(32, "A"), "HELD", amount=400000, now=now_ms())
+    finally:
+        conn.close()
+    listed = subprocess.run([sys.executable, "-m", "interlock.cli", "holds", "list"], capture_output=True, text=True,
+                            env=env, timeout=60)  # fmt: skip
+    assert listed.returncode == 0, listed.stderr
+    assert "HELDINB" in listed.stdout and listed.stdout.strip().endswith("1 held")  # found on shard b
+    refused = subprocess.run([sys.executable, "-m", "interlock.cli", "holds", "reject", "A0".ljust(32, "A"), "--as",
+                              "ops_lead@example.com", "--reason", "no"], capture_output=True, text=True, env=env,
+                             timeout=60)  # fmt: skip
+    assert refused.returncode != 0
+    assert "pass --merchant, so the action goes to that merchant's shard" in refused.stderr
