@@ -26,12 +26,13 @@ from gate_workers.task_binding import bind_task
 from interlock.canonical import canonical_hash
 from interlock.clock import now_ms
 from interlock.config import Settings, load_settings
-from interlock.errors import LedgerError
+from interlock.errors import LedgerError, MisroutedCall
 from interlock.failpoints import failpoint
 from interlock.mandate import Mandate, MandateStore
 from interlock.messages import Decision, IntentTerms, Proposal, Trace, trace_now
 from interlock.queues import ADMIT_JOB, rail_queue, rq_queue
 from interlock.redis_conn import connect
+from interlock.shards import ShardMap, load_shard_map
 from interlock.tools import current_pins
 from ledger.db import open_ledger
 from ledger.queries import SETTLEMENT_TOOL
@@ -61,6 +62,8 @@ class GateRuntime:
     purpose_judge: PurposeJudge | None = None
     # Set when proposals run on a thread pool: each thread then opens its own read-only connection here.
     ledger_path: Path | None = None
+    # INTERLOCK_SHARDS, when this shard's actors are given it: a second check of the ingress's routing.
+    shard_map: ShardMap | None = None
     _readers: threading.local = field(default_factory=threading.local, repr=False)
 
     def reader(self) -> sqlite3.Connection:
@@ -99,6 +102,7 @@ class GateRuntime:
             upstream=upstream,
             ledger_path=ledger_path,
             purpose_judge=judge,
+            shard_map=_shard_map(settings),
         )
 
     def gate_context(self, mandate: Mandate | None, now: int) -> GateContext:
@@ -151,6 +155,27 @@ def load_purpose_judge(mandates: MandateStore) -> PurposeJudge | None:
     return judge
 
 
+def _shard_map(settings: Settings) -> ShardMap | None:
+    if settings.shards is None:
+        return None
+    shard_map = load_shard_map(settings.shards)
+    shard_map.get(settings.shard)  # INTERLOCK_SHARD must be one of the map's shards (ConfigError naming them)
+    return shard_map
+
+
+def check_route(rt: GateRuntime, proposal: Proposal) -> None:
+    """Refuse a proposal whose merchant the map puts on another shard (SPEC §15: its intents live in exactly
+    one ledger). Nothing is decided or enqueued for it; the job fails, visibly, and the caller's wait ends
+    in IN_PROGRESS — the repeat of the call, through a correctly configured ingress, is safe."""
+    if rt.shard_map is None:
+        return
+    home = rt.shard_map.shard_of(proposal.merchant_id)
+    if home != rt.settings.shard:
+        raise MisroutedCall(f"request {proposal.request_id}: merchant {proposal.merchant_id} belongs to shard {home}, "
+                            f"not to this shard {rt.settings.shard}; an ingress routes by a stale or different map",
+                            merchant_id=proposal.merchant_id, shard=rt.settings.shard, home=home)  # fmt: skip
+
+
 def _open_when_present(path: Path, wait_s: float) -> sqlite3.Connection:
     # The rail worker creates the ledger; a gate worker started first waits for it rather than creating it.
     deadline = time.monotonic() + wait_s
@@ -184,6 +209,7 @@ def evaluate_proposal(proposal_json: str) -> dict[str, Any]:
     dequeued = trace_now()
     rt = runtime()
     proposal = Proposal.from_json(proposal_json)
+    check_route(rt, proposal)
     proposal.trace["gate_dequeued"] = dequeued
     decision = decide(proposal, rt)
     failpoint("gate.after_resolve")

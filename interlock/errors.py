@@ -70,6 +70,16 @@ class AuditChainBroken(LedgerError):
         self.seq = seq
 
 
+class MisroutedCall(InterlockError):
+    """Raised when a call reaches a shard the shard map does not assign its merchant to; names both shards."""
+
+    def __init__(self, message: str, *, merchant_id: str, shard: str, home: str) -> None:
+        super().__init__(message)
+        self.merchant_id = merchant_id
+        self.shard = shard
+        self.home = home
+
+
 class LeaseHeld(InterlockError):
     """Raised when another live owner holds the singleton lease (a second rail worker must refuse to run)."""
 
