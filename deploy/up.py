@@ -35,6 +35,7 @@ from deploy.supervise import Program, SupervisorConf, interlock, write_conf
 from interlock.clock import now_ms
 from interlock.errors import InterlockError, LedgerError
 from interlock.ports import free_port, port_in_use
+from interlock.shards import hashed_shard
 
 logger = logging.getLogger(__name__)
 
@@ -85,7 +86,9 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
     # One demo agent per shard, whose merchant the map assigns to that shard (the demo mandate only).
     sharded_demo = shards > 1 and mandate == DEMO_MANDATE.resolve()
     shard_mandates = demo_mandates(data, mandate, plans) if sharded_demo else {}
-    agents, tokens = _demo_tokens(data, shard_mandates or {plans[0].name: mandate}, single=not shard_mandates)
+    # Otherwise the one mandate's agent, on the shard its merchant hashes to (the map pins no merchant).
+    home = plans[0].name if shards == 1 else hashed_shard(_merchant_of(mandate), [p.name for p in plans])
+    agents, tokens = _demo_tokens(data, shard_mandates or {home: mandate}, single=not shard_mandates)
     env = {
         "INTERLOCK_AGENT_TOKENS": str(tokens),
         "INTERLOCK_CONSOLE_TOKEN": _secret_file(data / "console.token"),
