@@ -38,7 +38,12 @@ def ledger_rows(path: Path) -> list[tuple[str, str]]:
 def test_up_with_three_shards_runs_the_demo_against_every_shard_and_keeps_them_apart(tmp_path: Path) -> None:
     data = tmp_path / "data"
     redis_base = consecutive_free_ports(3)
-    ports = {"sandbox": free_port(), "ingress": free_port(), "console": free_port(),
+    others: list[int] = []
+    while len(others) < 3:  # distinct from each other and from the three Redis ports
+        port = free_port()
+        if port not in others and not redis_base <= port < redis_base + 3:
+            others.append(port)
+    ports = {"sandbox": others[0], "ingress": others[1], "console": others[2],
              **{f"redis-s{i}": redis_base + i for i in range(3)}}  # fmt: skip
     args = [sys.executable, "-m", "interlock.cli", "up", "--shards", "3", "--demo", "--gate-workers", "1",
             "--data", str(data), "--sandbox-port", str(ports["sandbox"]), "--ingress-port", str(ports["ingress"]),
@@ -51,6 +56,7 @@ def test_up_with_three_shards_runs_the_demo_against_every_shard_and_keeps_them_a
         wait_until(lambda: "interlock: serving" in log.read_text() or up.poll() is not None, timeout=300,
                    what="the sharded stack to serve")  # fmt: skip
         text = log.read_text()
+        assert up.poll() is None, text[-5000:]  # still serving (an early exit shows why)
         assert "interlock: stack ready" in text, text[-3000:]
         assert text.count("\ndemo: 6 passed, 0 failed\n") == 3, text[-5000:]
         for shard in ("s0", "s1", "s2"):
