@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from interlock.fees import DEFAULT_FEE_RATE, FeeRate
 from interlock.mandate import MandateStore
 from ledger import intents
 from ledger.db import open_ledger, transaction
@@ -306,3 +307,18 @@ def test_a_confirmed_absence_found_after_the_lease_was_lost_authorizes_no_retry(
     assert _reconciler(world, hub).reconcile(MERCHANT, SIK) is True
     assert (world.intent().state, world.intent().lease_owner) == (State.RECONCILING, "reconciler:2")
     assert hub.jobs == []
+
+
+@pytest.mark.parametrize(("rate", "state"), [(DEFAULT_FEE_RATE, State.AUTHORIZED),
+                                             (FeeRate(fee_per_mille=10), State.CONFIRMED_NOT_APPLIED)])
+def test_a_retry_is_reasserted_against_the_fee_budget_at_the_configured_rate(
+        world: World, conn: sqlite3.Connection, hub: Hub, rate: FeeRate, state: State) -> None:  # fmt: skip
+    # 50,000 at 0.3% (+18% tax) is a 177 fee, inside the budget of 300; at 1% it is 590, past it.
+    world.mandate = make_mandate({"issued_at": T0 - 86_400_000, "expires_at": T0 + 30 * 86_400_000,
+                                  "approval.hold_above_minor": None,
+                                  "limits.fee_budgets": {"INR": {"window_ms": 86_400_000, "max_fee_minor": 300}}})
+    unknown(world, conn)
+    world.clock.advance(READY)
+    assert _reconciler(world, hub, fee_rate=rate).reconcile(MERCHANT, SIK) is True
+    assert world.intent().state is state
+    assert hub.jobs == ([job()] if state is State.AUTHORIZED else [])
