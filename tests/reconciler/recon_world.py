@@ -60,10 +60,10 @@ def in_flight(world: World, conn: sqlite3.Connection, *, sik: str = SIK, tool: s
 
 def unknown(world: World, conn: sqlite3.Connection, *, sik: str = SIK, tool: str = SETTLEMENT,
             finished_after: int | None = None, sent_after: int | None = None, http_status: int | None = None,
-            reason_code: str | None = None) -> None:  # fmt: skip
+            reason_code: str | None = None, lease_expires_at: int | None = None) -> None:  # fmt: skip
     """One attempt started at the clock's now and left ambiguous: UNKNOWN. With *finished_after* its worker
     recorded an answer that many ms after the start (sent *sent_after* ms after it)."""
-    in_flight(world, conn, sik=sik, tool=tool)
+    in_flight(world, conn, sik=sik, tool=tool, lease_expires_at=lease_expires_at)
     started = world.clock()
     with transaction(conn):
         if finished_after is not None:
