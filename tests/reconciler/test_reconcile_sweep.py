@@ -312,3 +312,11 @@ def test_the_handover_goes_to_the_queue_of_the_shard_served(tmp_path: Path, monk
     world.clock.ms = T0 + 5001
     assert _reconciler(world, hub).sweep() == 1
     assert hub.jobs == [job(queue="rail:s7")]
+
+
+def test_every_abandoned_row_is_counted(world: World, conn: sqlite3.Connection) -> None:
+    in_flight(world, conn, sik=A)
+    in_flight(world, conn, sik=B)
+    world.clock.ms = T0 + 4000
+    assert world.reconciler()._expire_abandoned(world.clock()) == 2
+    assert (world.intent(A).state, world.intent(B).state) == (State.UNKNOWN, State.UNKNOWN)
