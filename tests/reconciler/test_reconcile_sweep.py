@@ -245,20 +245,19 @@ def test_a_reconcile_lease_taken_again_since_the_sweep_read_the_row_is_left_alon
 
 def test_a_row_settled_since_the_sweep_read_it_does_not_stop_the_sweep(world: World, conn: sqlite3.Connection,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    unknown(world, conn, sik=A)
-    world.clock.ms = T0 + 4500
-    _reconciling(world, conn, A, "reconciler:9", T0 + 5000)
-    in_flight(world, conn, sik=B, lease_expires_at=T0 + 5000)
+    in_flight(world, conn, sik=A, lease_expires_at=T0 + 1000)  # read first: the older of the two
+    world.clock.advance(1)
+    in_flight(world, conn, sik=B, lease_expires_at=T0 + 1000)
     world.clock.ms = T0 + 6000
 
-    def a_is_settled_by_another_sweep() -> None:
+    def a_worker_records_its_answer_meanwhile() -> None:
         with transaction(conn):
-            intents.transition(conn, MERCHANT, A, Event.RECONCILE_INCONCLUSIVE, now=world.clock())
+            intents.transition(conn, MERCHANT, A, Event.RAIL_AMBIGUOUS, now=world.clock())
 
-    _before_each_transaction(monkeypatch, a_is_settled_by_another_sweep)
+    _before_each_transaction(monkeypatch, a_worker_records_its_answer_meanwhile)
     mark = audit_mark(world)
     assert _reconciler(world)._expire_abandoned(world.clock()) == 1
-    assert audit_since(world, mark)[1:] == [_expired(B, T0 + 5000, at=T0 + 6000)]
+    assert audit_since(world, mark)[1:] == [_expired(B, T0 + 1000, at=T0 + 6000)]
 
 
 # -- stranded AUTHORIZED intents ---------------------------------------------------------------------------------------
