@@ -35,7 +35,7 @@ from tests.reconciler.recon_world import (
     stamped_settlement,
     transition_row,
     unknown,
-)  # fmt: skip
+)
 
 READY = 3000 + 1000 + 500  # an unanswered attempt: its lease, the call's deadline, the min delay
 

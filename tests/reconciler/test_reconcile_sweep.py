@@ -33,7 +33,7 @@ from tests.reconciler.recon_world import (
     stamped_settlement,
     transition_row,
     unknown,
-)  # fmt: skip
+)
 
 A, B, C, D, E = ("A" * 32, "B" * 32, "C" * 32, "D" * 32, "E" * 32)
 
