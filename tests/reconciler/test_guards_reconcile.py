@@ -6,11 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from ledger import intents, leases
 from ledger.db import open_ledger, transaction
@@ -18,17 +14,10 @@ from ledger.states import Event, State
 from rail_worker.execute import execute
 from rails.razorpay import RailError, RailErrorKind
 from reconciler.loop import MAX_ATTEMPTS
-from tests.engine.send_world import SETTLEMENT, World, make_world
+from tests.engine.send_world import SETTLEMENT, World
 from tests.mandates import MERCHANT
 
 SIK = "S" * 32
-
-
-@pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    made = make_world(tmp_path, monkeypatch)
-    yield made
-    made.close()
 
 
 def _events(world: World) -> list[str]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,25 +37,6 @@ from tests.reconciler.recon_world import (
 )
 
 READY = 3000 + 1000 + 500  # an unanswered attempt: its lease, the call's deadline, the min delay
-
-
-@pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    made = make_world(tmp_path, monkeypatch)
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def conn(world: World) -> sqlite3.Connection:
-    return open_ledger(world.path)
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch) -> Hub:
-    made = Hub()
-    made.install(monkeypatch)
-    return made
 
 
 def _reconciler(world: World, hub: Hub | None = None, **changes: Any) -> Reconciler:

@@ -6,7 +6,6 @@ the rail deduplicates) at once — and, after a pass, not before its backoff (50
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,18 +16,6 @@ from tests.mandates import MERCHANT
 from tests.reconciler.recon_world import SIK, unknown
 
 # make_world's timings: rail_timeout_ms 1000, lease_ttl_ms 3000, reconcile_min_delay_ms 500
-
-
-@pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    made = make_world(tmp_path, monkeypatch)
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def conn(world: World) -> sqlite3.Connection:
-    return open_ledger(world.path)
 
 
 def _due_from(world: World, at: int) -> bool:

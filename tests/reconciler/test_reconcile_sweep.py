@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from ledger import intents, leases
-from ledger.db import open_ledger, transaction
+from ledger.db import transaction
 from ledger.states import Event, State
 from reconciler import loop as reconciler_module
 from reconciler.loop import Reconciler
@@ -36,25 +36,6 @@ from tests.reconciler.recon_world import (
 )
 
 A, B, C, D, E = ("A" * 32, "B" * 32, "C" * 32, "D" * 32, "E" * 32)
-
-
-@pytest.fixture
-def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
-    made = make_world(tmp_path, monkeypatch)
-    yield made
-    made.close()
-
-
-@pytest.fixture
-def conn(world: World) -> sqlite3.Connection:
-    return open_ledger(world.path)
-
-
-@pytest.fixture
-def hub(monkeypatch: pytest.MonkeyPatch) -> Hub:
-    made = Hub()
-    made.install(monkeypatch)
-    return made
 
 
 def _reconciler(world: World, hub: Hub | None = None, owner: str = OWNER) -> Reconciler:
