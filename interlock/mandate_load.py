@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import ValidationError
 
+from interlock import strict_yaml
 from interlock.errors import MandateError
 from interlock.mandate_model import Mandate, _Violations
 from interlock.mandate_sign import read_text, signature_problem
@@ -17,33 +18,12 @@ from interlock.mandate_sign import read_text, signature_problem
 if TYPE_CHECKING:
     from interlock.config import Settings
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys: a reviewer must never read one value while another applies."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise MandateError(f"{self.name}:{line}: duplicate key {key!r} (first at line {seen[key]})")
-            seen[key] = line
-        return super().construct_mapping(node, deep=deep)
-
-
 def parse_mandate(text: str, *, source: str = "<string>") -> Mandate:
     """Validate mandate YAML *text*; every problem is reported as `source:line: field.path: message`."""
-    loader = _Loader(text)
-    loader.name = source
     try:
-        root = loader.get_single_node()
-        data = loader.construct_document(root) if root is not None else None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise MandateError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
-    finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        root, data = strict_yaml.load(text, source)
+    except strict_yaml.YamlProblem as exc:
+        raise MandateError(str(exc)) from None
     if not isinstance(data, dict):
         raise MandateError(f"{source}: a mandate is a YAML mapping (v: 1, mandate_id: ...), got {type(data).__name__}")
     return validate_mandate(data, source=source, root=root)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from interlock import strict_yaml
 from interlock.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -165,30 +166,8 @@ def _shard(name: str, spec: Any, source: str, base_dir: Path | None) -> Shard:
     return Shard(name, url, ledger)
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses duplicate keys: a merchant assigned twice must never silently take the last."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: dict[Any, int] = {}
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
-            line = key_node.start_mark.line + 1
-            if key in seen:
-                raise ConfigError(f"{self.name}:{line}: {key!r} appears twice (first at line {seen[key]}); a "
-                                  "merchant or shard is listed once", variable=SHARDS_ENV)  # fmt: skip
-            seen[key] = line
-        return super().construct_mapping(node, deep=deep)
-
-
 def _load_yaml(text: str, source: str) -> Any:
-    loader = _Loader(text)
-    loader.name = source
     try:
-        return loader.get_single_data()
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise ConfigError(f"{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}",
-                          variable=SHARDS_ENV) from None  # fmt: skip
-    finally:
-        loader.dispose()  # type: ignore[no-untyped-call]
+        return strict_yaml.load(text, source)[1]
+    except strict_yaml.YamlProblem as exc:
+        raise ConfigError(str(exc), variable=SHARDS_ENV) from None

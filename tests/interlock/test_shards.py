@@ -80,7 +80,7 @@ def test_the_map_round_trips_through_its_yaml(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("text", "message"), [
     (MAP.replace("acme: s2", "acme: s9"), "merchant 'acme' is assigned to shard 's9', which the map does not define"),
     (MAP.replace('redis_url: "redis://127.0.0.1:7001/0", ', ""), "shard 's1' has no `redis_url:`"),
-    (MAP + "  acme: s1\n", ":7: 'acme' appears twice (first at line 6)"),
+    (MAP + "  acme: s1\n", ":7: duplicate key 'acme' (first at line 6)"),
     (MAP.replace("s2/ledger.sqlite3", "s1/ledger.sqlite3"), "share the ledger"),
     (MAP.replace("redis://127.0.0.1:7002/0", "127.0.0.1:7002"), "is not a redis:// URL"),
     ("shards: {}\n", "must map at least one shard name"),
