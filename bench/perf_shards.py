@@ -172,7 +172,8 @@ def render(samples: list[ShardsSample], *, latency_ms: int, command: str, load_a
     cpus = os.cpu_count() or 1
     load_now = load_average()
     load = f"load average {load_at_start:.2f} at the start, {load_now:.2f} at the end (1 min)"
-    if max(load_at_start, load_now) > cpus / 2:
+    # The load at the end counts the bench's own processes; only what ran before it says other work shared the CPUs.
+    if load_at_start > cpus / 2:
         load += (" — **a loaded machine**: other work shared these CPUs, so the numbers (the CPU-bound rows "
                  "above all) are a floor, not this design's ceiling")
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
