@@ -38,6 +38,9 @@ class RaceResult:
     created: Counter[str] = field(default_factory=Counter)  # payment -> final answers not marked replayed
     replayed: int = 0
     repeats: int = 0  # IN_PROGRESS / UNKNOWN answers that were repeated
+    # payments some agent was first answered IN_PROGRESS / UNKNOWN for: if that was the creating call, every
+    # final answer for the payment is rightly a replay (the creating call's own answer was the pending one)
+    pended: set[str] = field(default_factory=set)
     states: Counter[str] = field(default_factory=Counter)
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -104,6 +107,8 @@ def _tally(result: RaceResult, answers: list[tuple[str, dict[str, Any], int]], s
     result.entities = sum(len(ids) for ids in stamped.values())
     for pid, answer, repeats in answers:
         result.repeats += repeats
+        if repeats:
+            result.pended.add(pid)
         result.states[str(answer.get("state"))] += 1
         if answer.get("replayed"):
             result.replayed += 1
@@ -121,7 +126,8 @@ def _race_violations(result: RaceResult, intents: list[dict[str, Any]]) -> list[
     if not_applied:
         found.append(f"NOT_DEFINITE_OR_NOT_APPLIED: final answers {dict(not_applied)}")
     wrong = {pid: n for pid, n in result.created.items() if n != 1}
-    missing = result.operations - len(result.created)
+    # An operation no final answer created is a violation unless its creating call was answered pending first.
+    missing = result.operations - len(result.created) - len(result.pended - set(result.created))
     if wrong or missing:
         found.append(f"CREATED_ONCE: {missing} operations answered replayed to every agent, "
                      f"{len(wrong)} answered as created to more than one")  # fmt: skip

@@ -106,11 +106,19 @@ def _python(code: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", code])
 
 
+def _started(code: str) -> subprocess.Popen[bytes]:
+    """A child past its interpreter start-up: that CPU is spent before the meter starts, on a busy machine too."""
+    proc = subprocess.Popen([sys.executable, "-c", f"print('ready', flush=True)\n{code}"],
+                            stdout=subprocess.PIPE)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline() == b"ready\n"
+    return proc
+
+
 SPIN = "import time\nend = time.time() + {s}\nwhile time.time() < end: pass"
 
 
 def test_cpu_per_call_is_charged_to_the_process_that_spent_it() -> None:
-    busy, sleeper = _python(SPIN.format(s=20)), _python("import time; time.sleep(20)")
+    busy, sleeper = _started(SPIN.format(s=20)), _started("import time; time.sleep(20)")
     try:
         meter = CpuMeter(lambda: {"busy": busy.pid, "sleeper": sleeper.pid}, "a run", calls=2)
         base = cpu_seconds(busy.pid) or 0.0
