@@ -9,6 +9,7 @@ from typing import Any
 import redis
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
@@ -17,7 +18,9 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 
 from console import actions, pages
-from console.auth import COOKIE, PUBLIC_PATHS, ConsoleAuth, safe_next
+from console.auth import COOKIE, PUBLIC_PATHS, SESSION_MS, ConsoleAuth, Principal, safe_next
+from interlock.errors import ConfigError
+from ops.approvers import ApproverTable
 from ops.context import OpsContext
 from ops.format import format_minor, format_ms
 from ops.metrics import build_registry, shard_sources
@@ -28,23 +31,28 @@ TEMPLATES = Path(__file__).parent / "templates"
 
 
 class TokenLock(BaseHTTPMiddleware):
-    """Everything but the login page and the health check needs the token (cookie or bearer)."""
+    """Everything but the login page and the health check needs a credential (cookie or bearer); the principal
+    it proves is request.state.principal (console.auth)."""
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         auth: ConsoleAuth = request.app.state.auth
-        if request.url.path in PUBLIC_PATHS or auth.authorized(request):
+        principal = await run_in_threadpool(auth.principal, request)  # reads INTERLOCK_APPROVERS
+        request.state.principal = principal
+        if request.url.path in PUBLIC_PATHS or principal is not None:
             return await call_next(request)
         if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
             # A browser gets the login form, still with 401: the page itself was refused.
             return render(request, "login.html", {"next": request.url.path, "error": None}, status_code=401)
-        return PlainTextResponse("401: the console token is required", status_code=401,
+        return PlainTextResponse("401: a console or approver token is required", status_code=401,
                                  headers={"WWW-Authenticate": 'Bearer realm="interlock-console"'})  # fmt: skip
 
 
 def render(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> Response:
     templates: Jinja2Templates = request.app.state.templates
     auth: ConsoleAuth = request.app.state.auth
-    return templates.TemplateResponse(request, name, {"csrf": auth.csrf_value, **context}, status_code=status_code)
+    principal: Principal | None = getattr(request.state, "principal", None)
+    return templates.TemplateResponse(request, name, {"csrf": auth.csrf_value(principal), "principal": principal,
+                                                      **context}, status_code=status_code)  # fmt: skip
 
 
 async def login_page(request: Request) -> Response:
@@ -53,11 +61,14 @@ async def login_page(request: Request) -> Response:
     form = await request.form()
     auth: ConsoleAuth = request.app.state.auth
     target = safe_next(str(form.get("next") or "/"))
-    if not auth.token_matches(str(form.get("token") or "")):
+    principal = await run_in_threadpool(auth.principal_for_token, str(form.get("token") or "").strip())
+    if principal is None:
         logger.warning("console login refused from %s", request.client.host if request.client else "?")
         return render(request, "login.html", {"next": target, "error": "That token is not right."}, status_code=401)
+    logger.info("console login: %s", principal.name)
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(COOKIE, auth.session_value, httponly=True, samesite="strict", path="/")
+    response.set_cookie(COOKIE, auth.session_value(principal), httponly=True, samesite="strict", path="/",
+                        max_age=SESSION_MS // 1000)  # fmt: skip
     return response
 
 
@@ -73,6 +84,16 @@ def metrics(request: Request) -> Response:
 
 def healthz(request: Request) -> Response:
     return PlainTextResponse("ok")
+
+
+def _approvers(ctx: OpsContext) -> ApproverTable | None:
+    if ctx.settings.approvers is None:
+        return None
+    try:
+        return ctx.approvers()
+    except ConfigError as exc:
+        logger.error("approver logins refused: %s", exc)  # a broken file decides nothing; say so loudly
+        return None
 
 
 def create_app(ctx: OpsContext, token: str) -> Starlette:
@@ -94,7 +115,7 @@ def create_app(ctx: OpsContext, token: str) -> Starlette:
     ]
     app = Starlette(routes=routes, middleware=[Middleware(TokenLock)])
     app.state.ctx = ctx
-    app.state.auth = ConsoleAuth(token)
+    app.state.auth = ConsoleAuth(token, lambda: _approvers(ctx))
     app.state.templates = templates
     url = ctx.settings.redis_url
     # No PING here: the console starts (and shows the ledger) while Redis is down; scrapes just omit queues.

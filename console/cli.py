@@ -28,7 +28,8 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 @click.option("--port", type=int, default=8750, show_default=True)
 @click.pass_context
 def console_command(ctx: click.Context, host: str, port: int) -> None:
-    """Serve the operator console; INTERLOCK_CONSOLE_TOKEN unlocks it."""
+    """Serve the operator console: INTERLOCK_CONSOLE_TOKEN lets one look; an approver's own token (INTERLOCK_APPROVERS)
+    lets that person decide."""
     if ctx.invoked_subcommand is not None:
         return
     import uvicorn
@@ -40,8 +41,13 @@ def console_command(ctx: click.Context, host: str, port: int) -> None:
     token: str = settings.require("console_token")
     if port_in_use(port):
         raise ConfigError(f"console port {port} on {host} is already in use; pass --port", variable="--port")
+    ops = OpsContext.from_settings(settings)
+    if settings.approvers is None:
+        logger.warning("INTERLOCK_APPROVERS is not set: the console shows everything and nobody can decide a hold")
+    else:
+        ops.approvers()  # a bad credentials file fails here, naming it, not at the first login
     try:
-        app = create_app(OpsContext.from_settings(settings), token)
+        app = create_app(ops, token)
     except ValueError as exc:
         raise ConfigError(str(exc), variable="INTERLOCK_CONSOLE_TOKEN") from None
     logger.info("console on http://%s:%d/", host, port)

@@ -155,9 +155,12 @@ class Stack:
         port = int(actor.args[actor.args.index("--port") + 1])
         wait_for(lambda: port_in_use(port), timeout=timeout, what="the ingress to listen", actor=actor)
 
-    def start_console(self, *, token: str, port: int = 0) -> str:
-        """The operator console (optional actor); returns its base URL once it accepts connections."""
+    def start_console(self, *, token: str, approvers: Path | None = None, port: int = 0) -> str:
+        """The operator console (optional actor), with the approvers' credentials file if given (ADR 0015);
+        returns its base URL once it accepts connections."""
         self.env["INTERLOCK_CONSOLE_TOKEN"] = token
+        if approvers is not None:
+            self.env["INTERLOCK_APPROVERS"] = str(approvers)
         chosen = port or free_port()
         actor = self.start_actor("console", ["console", "--host", "127.0.0.1", "--port", str(chosen)])
         wait_for(lambda: port_in_use(chosen), timeout=30, what="the console to listen", actor=actor)

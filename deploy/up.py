@@ -95,6 +95,9 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
         "PYTHONUNBUFFERED": "1",
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
     }
+    if "INTERLOCK_APPROVERS" not in os.environ:
+        approvers = _demo_approvers(data, list((shard_mandates or {home: mandate}).values()))
+        env.update({"INTERLOCK_APPROVERS": str(approvers)} if approvers else {})
     for name, value in os.environ.items():
         if name.startswith("INTERLOCK_") and name not in env:
             env[name] = value
@@ -148,7 +151,9 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
                 (data / stack_file(plan.name)).write_text(json.dumps(info.__dict__, indent=2), encoding="utf-8")
             infos.append(info)
         _print_ready(conf, infos, plans if shards > 1 else [], data)
-        click.echo(f"  console       http://127.0.0.1:{console_port}  (token in {data / 'console.token'})")
+        click.echo(f"  console       http://127.0.0.1:{console_port}  (to look: token in {data / 'console.token'})")
+        for token_file in sorted(data.glob("approver-*.token")) if "INTERLOCK_APPROVERS" not in os.environ else []:
+            click.echo(f"  approver      {token_file.name[9:-6]} (to decide holds: token in {token_file})")
         if demo:
             from deploy.demo import run_demo
 
@@ -210,6 +215,26 @@ def _demo_tokens(data: Path, mandates: dict[str, Path], *, single: bool) -> tupl
     tokens = data / "agent-tokens.yaml"
     tokens.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return agents, tokens
+
+
+def _demo_approvers(data: Path, mandates: list[Path]) -> Path | None:
+    """A credential for each approver the mandates name (ADR 0015), unless INTERLOCK_APPROVERS is set: the file
+    holds only their sha256; each token is written 0600 beside it (approver-<id>.token) for the local person."""
+    from interlock.mandate import load_mandate
+    from ops.approvers import new_token, token_sha256, yaml_entry
+
+    lines = ["approvers:"]
+    for approver_id in sorted({a for m in mandates for a in load_mandate(m).approval.approvers}):
+        token_file = data / f"approver-{approver_id}.token"
+        if not token_file.exists():
+            token_file.write_text(new_token() + "\n", encoding="utf-8")
+            token_file.chmod(0o600)
+        lines.append(yaml_entry(approver_id, token_sha256(token_file.read_text(encoding="utf-8").strip())))
+    if len(lines) == 1:
+        return None  # the mandates name no approver: nothing can be released, and no file is needed
+    path = data / "approvers.yaml"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
 
 
 def _merchant_of(mandate: Path) -> str:

@@ -50,6 +50,7 @@ COMMANDS: dict[str, str] = {
     "sandbox": "sandbox.cli:sandbox_command",
     "task": "interlock.task_cli:task_group",
     "holds": "ops.cli:holds_group",
+    "approver": "ops.approvers_cli:approver_group",
     "quarantine": "ops.cli:quarantine_group",
     "metrics": "ops.cli:metrics_command",
     "console": "console.cli:console_command",

@@ -71,6 +71,12 @@ class Settings(BaseSettings):
     outcome_wait_ms: int = Field(default=15_000, gt=0, description="how long the ingress waits for an outcome")
     kill_at: str | None = Field(default=None, description="failpoint name at which to SIGKILL (chaos only)")
     console_token: str | None = Field(default=None, description="token that unlocks the operator web console")
+    approvers: Path | None = Field(
+        default=None, description="YAML of approver credential hashes: who may decide holds (ADR 0015)"
+    )
+    approver_token: str | None = Field(
+        default=None, description="the approver's own token, for `interlock holds approve/reject` (else a prompt)"
+    )
 
     def require(self, name: str) -> Any:
         """Return setting *name* or raise ConfigError naming the environment variable to set."""

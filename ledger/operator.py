@@ -111,10 +111,11 @@ def snapshot(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
 
 def release_hold(
     conn: sqlite3.Connection, intent: Intent, *, approver: str, reason: str, approved_terms: dict[str, Any], now: int,
-    mandate: Mandate | None, rate: FeeRate = DEFAULT_FEE_RATE,
+    mandate: Mandate | None, credential: str | None = None, rate: FeeRate = DEFAULT_FEE_RATE,
 ) -> Intent:  # fmt: skip
-    """HELD -> AUTHORIZED (HOLD_RELEASED). The audit record names the approver, the reason and the exact
-    terms approved, so the approval can be checked against what was later sent to the rail.
+    """HELD -> AUTHORIZED (HOLD_RELEASED). The audit record names the approver (the identity their credential
+    proved, ADR 0015), which credential, the reason and the exact terms approved, so the approval can be
+    checked against what was later sent to the rail.
 
     The mandate and G3 are re-asserted now, in this transaction: a hold approved after its window filled
     up would otherwise add a call past max_calls. Raises OperatorRefused (nothing written) when they refuse."""
@@ -125,21 +126,27 @@ def release_hold(
         raise OperatorRefused(intent.sik, why + "; it stays HELD until the limit allows it or the hold expires")
     return intents.transition(
         conn, intent.merchant_id, intent.sik, Event.HOLD_RELEASED, now=now, actor=approver,
-        detail={"reason": reason, "approved_terms": approved_terms},
+        detail=_with_credential({"reason": reason, "approved_terms": approved_terms}, credential),
         expect_attempt_seq=intent.attempt_seq, set_fields={"reason_code": None}, reasserted=check,
     )  # fmt: skip
 
 
 def reject_hold(
-    conn: sqlite3.Connection, intent: Intent, *, actor: str, reason: str, now: int, code: str = HOLD_REJECTED
-) -> Intent:
+    conn: sqlite3.Connection, intent: Intent, *, actor: str, reason: str, now: int, code: str = HOLD_REJECTED,
+    credential: str | None = None,
+) -> Intent:  # fmt: skip
     """HELD -> BLOCKED (HOLD_REJECTED); *code* is HOLD_REJECTED for a person, HOLD_EXPIRED for the clock."""
     require_transaction(conn)
     return intents.transition(
         conn, intent.merchant_id, intent.sik, Event.HOLD_REJECTED, now=now, actor=actor,
-        detail={"reason": reason, "reason_code": code}, expect_attempt_seq=intent.attempt_seq,
-        set_fields={"reason_code": code},
+        detail=_with_credential({"reason": reason, "reason_code": code}, credential),
+        expect_attempt_seq=intent.attempt_seq, set_fields={"reason_code": code},
     )  # fmt: skip
+
+
+def _with_credential(detail: dict[str, Any], credential: str | None) -> dict[str, Any]:
+    # Only when given: the clock's expiry has no credential, and older records keep their shape.
+    return {**detail, "credential": credential} if credential else detail
 
 
 def expire_holds(conn: sqlite3.Connection, now: int) -> list[Intent]:
@@ -163,15 +170,17 @@ def resolve_quarantine(
     pages_scanned: int,
     pagination_exhausted: bool,
     now: int,
+    credential: str | None = None,
 ) -> Intent:
     """QUARANTINED -> APPLIED | CONFIRMED_NOT_APPLIED, with the operator's own look at the rail recorded as a
-    finding beside the transition (the evidence a later reader needs to trust the resolution)."""
+    finding beside the transition (the evidence a later reader needs to trust the resolution). *credential*
+    names the credential that proved who the operator is; without one the name is only what they typed."""
     require_transaction(conn)
     intents.record_finding(
         conn, merchant_id=intent.merchant_id, sik=intent.sik, attempt_seq=intent.attempt_seq,
         outcome="APPLIED" if applied else "CONFIRMED_NOT_APPLIED", pages_scanned=pages_scanned,
         pagination_exhausted=pagination_exhausted, matched_entity_id=rail_entity_id, now=now,
-        detail={"by": operator, "evidence": evidence},
+        detail={"by": operator, "evidence": evidence, "credential": credential or "none: name as typed"},
     )  # fmt: skip
     event = Event.OPERATOR_RESOLVED_APPLIED if applied else Event.OPERATOR_RESOLVED_NOT_APPLIED
     fields: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None, "reason_code": None}
@@ -179,6 +188,7 @@ def resolve_quarantine(
         fields["rail_entity_id"] = rail_entity_id
     return intents.transition(
         conn, intent.merchant_id, intent.sik, event, now=now, actor=operator,
-        detail={"evidence": evidence, "pages_scanned": pages_scanned}, expect_attempt_seq=intent.attempt_seq,
+        detail={"evidence": evidence, "pages_scanned": pages_scanned,
+                "credential": credential or "none: name as typed"}, expect_attempt_seq=intent.attempt_seq,
         set_fields=fields,
     )  # fmt: skip

@@ -13,6 +13,7 @@ import click
 from interlock.clock import now_ms
 from ledger.intents import Intent
 from ops import holds, quarantine
+from ops.approvers_cli import authenticate
 from ops.context import OpsContext
 from ops.format import format_minor
 
@@ -53,19 +54,25 @@ def holds_list() -> None:
     click.echo(f"{len(found)} held")
 
 
+_AS_HELP = ("your approver id: named by the intent's mandate, and proven by your own token "
+            "(INTERLOCK_APPROVER_TOKEN, else a prompt)")  # fmt: skip
+
+
 @holds_group.command("approve")
 @click.argument("sik")
-@click.option("--as", "approver", required=True, help="approver identity; must be named by the intent's mandate")
+@click.option("--as", "approver_id", required=True, help=_AS_HELP)
+@click.option("--terms", "digest", required=True, help="the held call's terms digest (from `holds list`): what you "
+              "approve; refused if the call or its mandate changed since")
 @click.option("--reason", default="approved by operator", show_default=True, help="why (goes into the audit record)")
 @click.option("--amount", type=int, help="refuse unless the held call is for exactly this many minor units")
-@click.option("--terms", "digest", help="refuse unless the held call's terms digest (from `holds list`) matches")
 @click.option("--merchant", help="merchant id: when merchants share a ledger, and with INTERLOCK_SHARDS")
-def holds_approve(sik: str, approver: str, reason: str, amount: int | None, digest: str | None,
+def holds_approve(sik: str, approver_id: str, digest: str, reason: str, amount: int | None,
                   merchant: str | None) -> None:  # fmt: skip
     """Release one held call to the rail worker."""
     ctx = _merchant_context(merchant)
-    released = holds.approve(ctx, sik, approver=approver, reason=reason, merchant_id=merchant,
-                             expected=holds.Expected(amount_minor=amount, terms_digest=digest))  # fmt: skip
+    approver = authenticate(ctx, sik, approver_id)
+    released = holds.approve(ctx, sik, approver=approver, terms_digest=digest, reason=reason, merchant_id=merchant,
+                             expected=holds.Expected(amount_minor=amount))  # fmt: skip
     click.echo(f"approved: {sik} is {released.intent.state.value}; "
                + ("handed to the rail worker" if released.enqueued
                   else "Redis unreachable: the reconciler's sweep will hand it to the rail worker"))  # fmt: skip
@@ -73,12 +80,13 @@ def holds_approve(sik: str, approver: str, reason: str, amount: int | None, dige
 
 @holds_group.command("reject")
 @click.argument("sik")
-@click.option("--as", "approver", required=True, help="approver identity; must be named by the intent's mandate")
+@click.option("--as", "approver_id", required=True, help=_AS_HELP)
 @click.option("--reason", required=True, help="why (goes into the audit record)")
 @click.option("--merchant", help="merchant id: when merchants share a ledger, and with INTERLOCK_SHARDS")
-def holds_reject(sik: str, approver: str, reason: str, merchant: str | None) -> None:
+def holds_reject(sik: str, approver_id: str, reason: str, merchant: str | None) -> None:
     """Refuse one held call: it becomes BLOCKED and nothing moves."""
-    intent = holds.reject(_merchant_context(merchant), sik, approver=approver, reason=reason, merchant_id=merchant)
+    ctx = _merchant_context(merchant)
+    intent = holds.reject(ctx, sik, approver=authenticate(ctx, sik, approver_id), reason=reason, merchant_id=merchant)
     click.echo(f"rejected: {sik} is {intent.state.value}")
 
 
@@ -101,7 +109,8 @@ def quarantine_list() -> None:
 @click.option("--applied", "entity_id", metavar="RAIL_ENTITY_ID", help="the rail entity that carries our stamp")
 @click.option("--not-applied", is_flag=True, help="the rail has no entity with our stamp (re-checked to the end)")
 @click.option("--evidence", help="what you checked and where (required with --not-applied)")
-@click.option("--as", "operator_id", required=True, help="operator identity (goes into the audit record)")
+@click.option("--as", "operator_id", required=True, help="operator identity, as typed (the audit record says it "
+              "was not authenticated; the console records an authenticated one)")
 @click.option("--merchant", help="merchant id: when merchants share a ledger, and with INTERLOCK_SHARDS")
 def quarantine_resolve(sik: str, entity_id: str | None, not_applied: bool, evidence: str | None, operator_id: str,
                        merchant: str | None) -> None:  # fmt: skip

@@ -15,10 +15,12 @@ from pathlib import Path
 import redis
 
 from interlock.config import Settings, load_settings
+from interlock.errors import ConfigError
 from interlock.mandate import MandateStore
 from interlock.redis_conn import connect
 from interlock.shards import Shard, load_shard_map
 from ledger.db import open_ledger
+from ops.approvers import VARIABLE, ApproverTable
 from rails.razorpay import RazorpayClient
 
 
@@ -63,6 +65,13 @@ class OpsContext:
         """Read from disk on every action: a long-running console must judge by the mandate as it is now
         (an approver removed from the file is refused at once, not after a restart)."""
         return MandateStore.from_settings(self.settings)
+
+    def approvers(self) -> ApproverTable:
+        """Read from disk on every action, like the mandates: a removed or rotated credential stops at once."""
+        if self.settings.approvers is None:
+            raise ConfigError(f"{VARIABLE} is not set: nobody can approve or reject a hold until it names the "
+                              "approvers' credentials (`interlock approver new ID` mints one)", variable=VARIABLE)
+        return ApproverTable.load(self.settings.approvers)
 
     @property
     def ledger_path(self) -> Path:

@@ -1,12 +1,15 @@
 """Held calls: list, approve, reject, and expire them (SPEC §6 HELD, §11 approval).
 
-An approval is valid only (a) from an approver the intent's own mandate names, (b) while that mandate is
-still the configured one (same mandate_hash) and active, (c) before the hold expires, and (d) for the
-exact terms the approver was shown (sik, amount, subject, mandate_hash), (e) while the amount still fits G2
-on a fresh rail read (the payment or the balance, less the other intents in motion or held). It releases
-that one intent — HELD -> AUTHORIZED in one transaction with an audit record naming who and why — and
-hands it to the rail worker through the normal execute job. A changed amount is a different SIK, so it is
-a different intent and needs its own approval: approving never lets anything else through.
+An approval is valid only (a) from an approver who authenticated with their own credential (ops.approvers,
+ADR 0015), still current in INTERLOCK_APPROVERS, whom the intent's own mandate names, (b) while that mandate is
+still the configured one (same mandate_hash) and active, (c) before the hold expires, (d) for the exact terms
+the approver was shown: the terms digest (sik, merchant, tool, subject, amount, currency, mandate_hash,
+params_hash) is required, and any amount, subject or mandate_hash given must match too, (e) while the amount
+still fits G2 on a fresh rail read (the payment or the balance, less the other intents in motion or held). It
+releases that one intent — HELD -> AUTHORIZED in one transaction with an audit record naming the authenticated
+approver, the credential and why — and hands it to the rail worker through the normal execute job. A hold is
+left once: a second approval finds it AUTHORIZED (or further) and is refused, never re-applied. A changed
+amount is a different SIK, so it is a different intent and needs its own approval.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ledger.db import transaction
 from ledger.intents import Intent
 from ledger.queries import money_committed_for_subject
 from ledger.states import State
+from ops.approvers import Approver
 from ops.context import OpsContext
 from ops.format import format_minor
 from ops.rail_check import REFUND_TOOL
@@ -39,12 +43,11 @@ logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class Expected:
-    """What the approver saw; each given field must equal the held intent's, or the approval is refused."""
+    """What the approver saw besides the terms digest; each given field must equal the held intent's."""
 
     amount_minor: int | None = None
     subject: str | None = None
     mandate_hash: str | None = None
-    terms_digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,10 +100,15 @@ def list_holds(ctx: OpsContext) -> list[Intent]:
 
 
 def approve(
-    ctx: OpsContext, sik: str, *, approver: str, reason: str, expected: Expected | None = None,
-    merchant_id: str | None = None, now: int | None = None,
+    ctx: OpsContext, sik: str, *, approver: Approver, terms_digest: str, reason: str,
+    expected: Expected | None = None, merchant_id: str | None = None, now: int | None = None,
 ) -> Released:  # fmt: skip
+    """Release one held call for *approver*, who saw the terms whose digest is *terms_digest*."""
     now = now if now is not None else now_ms()
+    _require_current(ctx, sik, approver)
+    if not terms_digest.strip():
+        raise OperatorRefused(sik, "an approval names the terms digest of the call it approves (`holds list` "
+                                   "prints it as terms=…; pass --terms)")  # fmt: skip
     mandates = ctx.mandates()
     rail_view = _read_referent(ctx, sik, merchant_id)  # before the write lock: a rail call may take seconds
     with ctx.ledger() as conn:
@@ -112,15 +120,17 @@ def approve(
                 problem: str | None = (f"the hold expired at {intent.hold_expires_at} (now {now}); the call is now "
                                        "BLOCKED with reason HOLD_EXPIRED — the agent must make a new call")
             else:
-                problem = (_approval_problem(mandates, intent, approver, expected or Expected(), now)
+                problem = (_approval_problem(mandates, intent, approver.approver_id, now)
+                           or _terms_problem(intent, terms_digest, expected or Expected())
                            or _value_problem(conn, intent, rail_view))  # fmt: skip
                 if problem is None:
-                    intent = operator.release_hold(conn, intent, approver=approver, reason=reason,
+                    intent = operator.release_hold(conn, intent, approver=approver.approver_id, reason=reason,
                                                    approved_terms=terms_of(intent), now=now,
-                                                   mandate=mandates.get(intent.agent_id))  # fmt: skip
+                                                   mandate=mandates.get(intent.agent_id),
+                                                   credential=approver.credential)  # fmt: skip
     if problem is not None:  # raised after the commit: an expired hold stays BLOCKED
         raise OperatorRefused(sik, problem)
-    logger.info("hold on %s released by %s: %s", sik, approver, reason)
+    logger.info("hold on %s released by %s (%s): %s", sik, approver.approver_id, approver.credential, reason)
     return Released(intent, _enqueue_execute(ctx, intent))
 
 
@@ -179,22 +189,31 @@ def _value_problem(conn: sqlite3.Connection, intent: Intent, view: _RailView) ->
             "a new call for what is left")  # fmt: skip
 
 
-def reject(ctx: OpsContext, sik: str, *, approver: str, reason: str, merchant_id: str | None = None,
+def reject(ctx: OpsContext, sik: str, *, approver: Approver, reason: str, merchant_id: str | None = None,
            now: int | None = None) -> Intent:  # fmt: skip
     if not reason.strip():
         raise OperatorRefused(sik, "a rejection needs a reason (--reason TEXT)")
     now = now if now is not None else now_ms()
+    _require_current(ctx, sik, approver)
     mandates = ctx.mandates()
     with ctx.ledger() as conn:
         with transaction(conn):
             intent = find_intent(conn, sik, merchant_id)
-            problem = _not_held(intent) or _approver_problem(mandates, intent, approver)
+            problem = _not_held(intent) or _approver_problem(mandates, intent, approver.approver_id)
             if problem is None:
-                intent = operator.reject_hold(conn, intent, actor=approver, reason=reason, now=now)
+                intent = operator.reject_hold(conn, intent, actor=approver.approver_id, reason=reason, now=now,
+                                              credential=approver.credential)  # fmt: skip
     if problem is not None:
         raise OperatorRefused(sik, problem)
-    logger.info("hold on %s rejected by %s: %s", sik, approver, reason)
+    logger.info("hold on %s rejected by %s (%s): %s", sik, approver.approver_id, approver.credential, reason)
     return intent
+
+
+def _require_current(ctx: OpsContext, sik: str, approver: Approver) -> None:
+    """The credential is checked against the file as it is now: a removed or rotated one decides nothing."""
+    if not ctx.approvers().current(approver):
+        raise OperatorRefused(sik, f"the credential {approver.credential} of {approver.approver_id!r} is no longer "
+                                   "in INTERLOCK_APPROVERS (removed or rotated); authenticate again")  # fmt: skip
 
 
 def _not_held(intent: Intent) -> str | None:
@@ -214,9 +233,7 @@ def _approver_problem(mandates: MandateStore, intent: Intent, approver: str) -> 
     return None
 
 
-def _approval_problem(
-    mandates: MandateStore, intent: Intent, approver: str, expected: Expected, now: int
-) -> str | None:
+def _approval_problem(mandates: MandateStore, intent: Intent, approver: str, now: int) -> str | None:
     problem = _not_held(intent) or _approver_problem(mandates, intent, approver)
     if problem is not None:
         return problem
@@ -229,15 +246,15 @@ def _approval_problem(
         return f"mandate {mandate.mandate_id} is for merchant {mandate.merchant_id}, not {intent.merchant_id}"
     if not mandate.is_active(now):
         return f"mandate {mandate.mandate_id} is not active now (valid {mandate.issued_at}..{mandate.expires_at})"
-    return _terms_problem(intent, expected)
+    return None
 
 
-def _terms_problem(intent: Intent, expected: Expected) -> str | None:
+def _terms_problem(intent: Intent, digest: str, expected: Expected) -> str | None:
     checks = [
+        ("terms digest", digest.strip(), terms_digest(intent)),
         ("amount_minor", expected.amount_minor, intent.amount_minor),
         ("subject", expected.subject, intent.subject_id),
         ("mandate_hash", expected.mandate_hash, intent.mandate_hash),
-        ("terms digest", expected.terms_digest, terms_digest(intent)),
     ]
     for name, wanted, actual in checks:
         if wanted is not None and wanted != actual:

@@ -4,6 +4,10 @@
 our stamp: a person's belief never outranks the rail. `--applied ID` is refused unless that entity
 carries our stamp. The rail is read first, outside the transaction (a QUARANTINED intent has no rail
 worker calling for it); the write then re-reads the row and refuses if it moved meanwhile.
+
+Who resolved it: the console passes the person's authenticated approver credential (ADR 0015) and the record
+names it; the CLI's `--as NAME` is what the operator typed, and the record says so ("credential": "none: name
+as typed") — the rail check, not the name, is what makes a resolution safe.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from ledger import operator
 from ledger.db import transaction
 from ledger.intents import Intent
 from ledger.states import State
+from ops.approvers import Approver
 from ops.context import OpsContext
 from ops.holds import find_intent
 from ops.rail_check import check_entity, page_for_stamp
@@ -30,12 +35,15 @@ def list_quarantined(ctx: OpsContext) -> list[Intent]:
 
 def resolve(
     ctx: OpsContext, sik: str, *, operator_id: str, applied_entity_id: str | None, not_applied: bool,
-    evidence: str | None, merchant_id: str | None = None,
+    evidence: str | None, merchant_id: str | None = None, authenticated: Approver | None = None,
 ) -> Intent:  # fmt: skip
     if (applied_entity_id is None) == (not not_applied):
         raise OperatorRefused(sik, "pass exactly one of --applied RAIL_ENTITY_ID or --not-applied")
     if not operator_id.strip():
         raise OperatorRefused(sik, "an operator resolution names the operator (--as OPERATOR)")
+    if authenticated is not None and (authenticated.approver_id != operator_id
+                                      or not ctx.approvers().current(authenticated)):  # fmt: skip
+        raise OperatorRefused(sik, f"the credential {authenticated.credential} is not current for {operator_id!r}")
     if not_applied and not (evidence or "").strip():
         raise OperatorRefused(sik, "--not-applied needs --evidence TEXT (what you checked, and where)")
     with ctx.ledger(readonly=True) as conn:
@@ -71,6 +79,7 @@ def resolve(
                 current = operator.resolve_quarantine(
                     conn, current, operator=operator_id, evidence=text, applied=applied_entity_id is not None,
                     rail_entity_id=applied_entity_id, pages_scanned=pages, pagination_exhausted=exhausted, now=now,
+                    credential=authenticated.credential if authenticated else None,
                 )  # fmt: skip
     if moved:
         raise OperatorRefused(sik, f"it moved to {current.state.value} while the rail was being checked")
