@@ -9,9 +9,9 @@ from dataclasses import dataclass
 import pytest
 
 from tests.engine.conftest import Engine, engine_factory  # noqa: F401  (re-exported fixture)
+from tests.ops.conftest import APPROVER, APPROVER_TOKEN, OTHER, OTHER_TOKEN, write_approvers  # noqa: F401
 
-TOKEN = "console-test-token-0123456789abcdef"
-APPROVER = "ops_lead@example.com"
+TOKEN = "console-test-token-0123456789abcdef"  # the console's own: looks, decides nothing
 HELD_AMOUNT = 350_000
 
 
@@ -30,4 +30,5 @@ class Console:
 @pytest.fixture
 def console(engine_factory: Callable[..., Engine]) -> Console:  # noqa: F811
     engine = engine_factory()
-    return Console(engine, engine.stack.start_console(token=TOKEN))
+    approvers = write_approvers(engine.stack.data_dir / "approvers.yaml")
+    return Console(engine, engine.stack.start_console(token=TOKEN, approvers=approvers))

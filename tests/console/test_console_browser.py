@@ -1,7 +1,8 @@
-"""The console end to end in a real headless chromium: log in with the token, find the held refund,
-approve it, and watch it become APPLIED — with exactly one refund on the rail. Pictures the intent with
-`interlock console screenshot` into a temporary file: the tracked docs/console.png is rewritten only by running
-that command on purpose, never by a test run (which must leave the tree clean)."""
+"""The console end to end in a real headless chromium: log in with the approver's own token, find the held
+refund, approve it as that approver, and watch it become APPLIED — with exactly one refund on the rail. Pictures
+the intent with `interlock console screenshot` (the console token: it may look) into a temporary file: the
+tracked docs/console.png is rewritten only by running that command on purpose, never by a test run (which must
+leave the tree clean)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ import pytest
 from playwright.sync_api import Browser, expect, sync_playwright
 
 from console.cli import CHROMIUM, CHROMIUM_ARGS
-from tests.console.conftest import APPROVER, TOKEN, Console
+from ops.holds import terms_digest
+from tests.console.conftest import APPROVER, APPROVER_TOKEN, TOKEN, Console
 from tests.procs import INTERLOCK
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -39,14 +41,18 @@ def test_log_in_approve_a_held_refund_and_see_it_applied(console: Console, brows
     refused = page.goto(f"{console.url}/holds")
     assert refused is not None and refused.status == 401  # no token, no console
     expect(page.locator("#token")).to_be_visible()
-    page.fill("#token", TOKEN)
+    page.fill("#token", APPROVER_TOKEN)
     page.click("#login")
     expect(page).to_have_url(f"{console.url}/holds")
+    expect(page.locator("#whoami")).to_have_text(APPROVER)
     row = page.locator(f"#hold-{sik}")
     expect(row).to_contain_text("3,500.00 INR")
     expect(row).to_contain_text(pid)
+    intent = console.engine.intent(sik)
+    assert intent is not None
+    expect(row.locator(".terms")).to_contain_text(terms_digest(intent))  # what the approval is bound to
     approve = row.locator("form").filter(has=page.locator("button.approve"))
-    approve.locator("input[name=approver]").fill(APPROVER)
+    expect(approve.locator("input[name=approver]")).to_have_count(0)  # nobody types who they are
     approve.locator("input[name=reason]").fill("duplicate charge confirmed with the customer")
     approve.locator("button.approve").click()
     expect(page.locator("#msg")).to_contain_text("approved")

@@ -7,7 +7,7 @@ import re
 import httpx
 
 from ledger.states import State
-from tests.console.conftest import TOKEN, Console
+from tests.console.conftest import APPROVER_TOKEN, TOKEN, Console
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -29,7 +29,7 @@ def test_a_request_without_the_token_is_refused(console: Console) -> None:
 def test_an_action_without_the_form_csrf_value_is_refused(console: Console) -> None:
     _, sik = console.held()
     with httpx.Client(base_url=console.url, follow_redirects=False) as http:
-        login = http.post("/login", data={"token": TOKEN, "next": "/holds"})
+        login = http.post("/login", data={"token": APPROVER_TOKEN, "next": "/holds"})
         assert login.status_code == 303 and login.headers["location"] == "/holds"
         assert http.get("/holds").status_code == 200
         posted = http.post(f"/holds/acc_DEMO000001/{sik}/approve", data={"approver": "ops_lead@example.com"})

@@ -11,7 +11,7 @@ from interlock.errors import OperatorRefused
 from ledger.states import State
 from ops import holds
 from rails.razorpay import RazorpayClient
-from tests.ops.conftest import APPROVER, HELD_AMOUNT, Operated, ops_context_for
+from tests.ops.conftest import HELD_AMOUNT, Operated, ops_context_for
 
 
 def refund_outside_interlock(operated: Operated, payment_id: str, amount: int) -> None:
@@ -26,7 +26,7 @@ def test_a_hold_that_no_longer_fits_the_payment_is_not_released(operated: Operat
     refund_outside_interlock(operated, pid, 200_000)
     with pytest.raises(OperatorRefused, match=r"G2_EXCEEDS_REFUNDABLE: the held 3,500.00 INR no longer fits .*"
                                               r"refunded 2,000.00 INR .* = 3,000.00 INR left"):  # fmt: skip
-        holds.approve(operated.ops, sik, approver=APPROVER, reason="checked")
+        operated.approve(sik, reason="checked")
     assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
     assert operated.engine.rail.count_stamped(sik) == 0
 
@@ -42,10 +42,10 @@ def test_other_held_calls_on_the_payment_count_at_the_gate_and_at_approval(opera
     refund_outside_interlock(operated, pid, 1)
     # 7,000.00 - 0.01 refunded - 3,500.00 held by the second call leaves 3,499.99: the first no longer fits.
     with pytest.raises(OperatorRefused, match=r"other intents in motion or held 3,500.00 INR = 3,499.99 INR left"):
-        holds.approve(operated.ops, first, approver=APPROVER, reason="checked")
-    holds.reject(operated.ops, second.sik, approver=APPROVER, reason="the same charge")  # type: ignore[arg-type]
+        operated.approve(first, reason="checked")
+    holds.reject(operated.ops, second.sik, approver=operated.approver(), reason="the same charge")  # type: ignore[arg-type]
     # With the second call refused, the first fits again; it is not counted against itself.
-    holds.approve(operated.ops, first, approver=APPROVER, reason="checked again")
+    operated.approve(first, reason="checked again")
     operated.engine.settle(first, {"APPLIED"})
     assert operated.engine.rail.count_stamped(first) == 1
 
@@ -56,7 +56,7 @@ def test_a_held_settlement_is_judged_against_the_balance_now(operated: Operated)
     assert held.state == "HELD" and held.sik is not None
     operated.engine.rail.set_balance(300_000)
     with pytest.raises(OperatorRefused, match=r"G2_EXCEEDS_BALANCE: .*balance 3,000.00 INR"):
-        holds.approve(operated.ops, held.sik, approver=APPROVER, reason="checked")
+        operated.approve(held.sik, reason="checked")
     assert operated.engine.intent(held.sik).state is State.HELD  # type: ignore[union-attr]
 
 
@@ -69,5 +69,5 @@ def test_an_approval_when_the_rail_cannot_be_read_releases_nothing(
         port = sock.getsockname()[1]
     blind = ops_context_for(operated.engine, monkeypatch, INTERLOCK_RAIL_URL=f"http://127.0.0.1:{port}")
     with pytest.raises(OperatorRefused, match="could not re-read the payment .* on the rail to re-run G2"):
-        holds.approve(blind, sik, approver=APPROVER, reason="checked")
+        operated.approve(sik, reason="checked", ops=blind)
     assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]

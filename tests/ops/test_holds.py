@@ -14,7 +14,7 @@ from ledger import audit
 from ledger.states import State
 from ops import holds
 from tests.mandates import write_mandate
-from tests.ops.conftest import APPROVER, HELD_AMOUNT, Operated, ops_context_for
+from tests.ops.conftest import APPROVER, APPROVER_TOKEN, HELD_AMOUNT, OTHER_TOKEN, Operated, ops_context_for
 
 
 def _audit_of(operated: Operated, sik: str) -> list[dict]:
@@ -31,8 +31,8 @@ def _audit_of(operated: Operated, sik: str) -> list[dict]:
 def test_approve_moves_money_exactly_once_and_records_who_and_why(operated: Operated) -> None:
     pid, sik = operated.held()
     assert [i.sik for i in holds.list_holds(operated.ops)] == [sik]
-    released = holds.approve(operated.ops, sik, approver=APPROVER, reason="customer charged twice, ticket 4411",
-                             expected=holds.Expected(amount_minor=HELD_AMOUNT, subject=pid))  # fmt: skip
+    released = operated.approve(sik, reason="customer charged twice, ticket 4411",
+                                expected=holds.Expected(amount_minor=HELD_AMOUNT, subject=pid))  # fmt: skip
     assert released.intent.state is State.AUTHORIZED and released.enqueued
     intent = operated.engine.settle(sik, {"APPLIED"})
     assert operated.engine.rail.count_stamped(sik) == 1
@@ -45,14 +45,14 @@ def test_approve_moves_money_exactly_once_and_records_who_and_why(operated: Oper
     again = operated.engine.outcome(operated.engine.propose({"payment_id": pid, "amount": HELD_AMOUNT}))
     assert (again.state, again.replayed, again.rail_entity_id) == ("APPLIED", True, intent.rail_entity_id)
     with pytest.raises(OperatorRefused, match="not HELD"):
-        holds.approve(operated.ops, sik, approver=APPROVER, reason="again")
+        operated.approve(sik, reason="again")
     assert operated.engine.rail.count_stamped(sik) == 1
 
 
 def test_approval_by_someone_the_mandate_does_not_name_is_refused(operated: Operated) -> None:
     pid, sik = operated.held()
     with pytest.raises(OperatorRefused, match="'mallory@example.com' is not an approver of mandate mnd_demo_support"):
-        holds.approve(operated.ops, sik, approver="mallory@example.com", reason="trust me")
+        operated.approve(sik, approver=operated.approver(OTHER_TOKEN), reason="trust me")
     assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
     assert operated.refunds_of(pid) == []
 
@@ -62,11 +62,11 @@ def test_approval_after_the_hold_expired_is_refused_and_blocks_the_call(operated
     intent = operated.engine.intent(sik)
     assert intent is not None and intent.hold_expires_at is not None
     with pytest.raises(OperatorRefused, match="hold expired"):
-        holds.approve(operated.ops, sik, approver=APPROVER, reason="late", now=intent.hold_expires_at)
+        operated.approve(sik, reason="late", now=intent.hold_expires_at)
     blocked = operated.engine.intent(sik)
     assert blocked is not None and (blocked.state, blocked.reason_code) == (State.BLOCKED, "HOLD_EXPIRED")
     with pytest.raises(OperatorRefused, match="not HELD"):
-        holds.approve(operated.ops, sik, approver=APPROVER, reason="later still")
+        operated.approve(sik, reason="later still")
     assert operated.refunds_of(pid) == []
     again = operated.engine.outcome(operated.engine.propose({"payment_id": pid, "amount": HELD_AMOUNT}))
     assert (again.state, again.reason_code, again.caller_action) == ("BLOCKED", "HOLD_EXPIRED", "DO_NOT_RETRY")
@@ -83,16 +83,14 @@ def test_the_sweep_blocks_every_expired_hold(operated: Operated) -> None:
 def test_approval_for_changed_terms_is_refused_and_a_changed_call_is_a_new_hold(operated: Operated) -> None:
     pid, sik = operated.held(payment_amount=800_000)  # room for both holds: G2 counts a HELD call's money
     with pytest.raises(OperatorRefused, match="amount_minor 350001 .* has 350000"):
-        holds.approve(operated.ops, sik, approver=APPROVER, reason="ok",
-                      expected=holds.Expected(amount_minor=HELD_AMOUNT + 1))  # fmt: skip
+        operated.approve(sik, reason="ok", expected=holds.Expected(amount_minor=HELD_AMOUNT + 1))
     with pytest.raises(OperatorRefused, match="terms digest"):
-        holds.approve(operated.ops, sik, approver=APPROVER, reason="ok", expected=holds.Expected(terms_digest="0" * 16))
+        operated.approve(sik, reason="ok", terms_digest="0" * 16)
     assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
     # Approving one call does not let a different amount on the same payment through: that is another intent.
     bigger = operated.engine.outcome(operated.engine.propose({"payment_id": pid, "amount": HELD_AMOUNT + 50_000}))
     assert bigger.state == "HELD" and bigger.sik not in (None, sik)
-    holds.approve(operated.ops, sik, approver=APPROVER, reason="the one I checked",
-                  expected=holds.Expected(terms_digest=holds.terms_digest(operated.engine.intent(sik))))  # type: ignore[arg-type]
+    operated.approve(sik, reason="the one I checked")
     operated.engine.settle(sik, {"APPLIED"})
     assert operated.engine.intent(bigger.sik).state is State.HELD  # type: ignore[arg-type,union-attr]
     assert [r["entity"]["amount"] for r in operated.refunds_of(pid)] == [HELD_AMOUNT]
@@ -103,22 +101,22 @@ def test_approval_under_a_changed_mandate_is_refused(operated: Operated, tmp_pat
     changed = write_mandate(tmp_path / "changed.yaml", {"approval.hold_above_minor": 250_000})
     ops = ops_context_for(operated.engine, monkeypatch, INTERLOCK_MANDATE=str(changed))
     with pytest.raises(OperatorRefused, match="binds to the mandate the call was judged under"):
-        holds.approve(ops, sik, approver=APPROVER, reason="ok")
+        operated.approve(sik, reason="ok", ops=ops)
     assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
 
 
 def test_reject_blocks_the_call_and_nothing_moves(operated: Operated) -> None:
     pid, sik = operated.held()
     with pytest.raises(OperatorRefused, match="needs a reason"):
-        holds.reject(operated.ops, sik, approver=APPROVER, reason=" ")
+        holds.reject(operated.ops, sik, approver=operated.approver(), reason=" ")
     with pytest.raises(OperatorRefused, match="not an approver"):
-        holds.reject(operated.ops, sik, approver="mallory@example.com", reason="no")
-    intent = holds.reject(operated.ops, sik, approver=APPROVER, reason="not a duplicate charge")
+        holds.reject(operated.ops, sik, approver=operated.approver(OTHER_TOKEN), reason="no")
+    intent = holds.reject(operated.ops, sik, approver=operated.approver(), reason="not a duplicate charge")
     assert (intent.state, intent.reason_code) == (State.BLOCKED, "HOLD_REJECTED")
     rejected = [p for p in _audit_of(operated, sik) if p.get("event") == "HOLD_REJECTED"]
     assert rejected[0]["actor"] == APPROVER and rejected[0]["detail"]["reason"] == "not a duplicate charge"
     with pytest.raises(OperatorRefused, match="not HELD"):
-        holds.approve(operated.ops, sik, approver=APPROVER, reason="changed my mind")
+        operated.approve(sik, reason="changed my mind")
     again = operated.engine.outcome(operated.engine.propose({"payment_id": pid, "amount": HELD_AMOUNT}))
     assert (again.state, again.replayed) == ("BLOCKED", True)
     assert operated.refunds_of(pid) == [] and operated.engine.rail.count_stamped(sik) == 0
@@ -134,9 +132,13 @@ def test_the_cli_lists_refuses_and_approves(operated: Operated) -> None:
 
     listed = cli("holds", "list")
     assert listed.returncode == 0 and sik in listed.stdout and "3,500.00 INR" in listed.stdout
-    refused = cli("holds", "approve", sik, "--as", "mallory@example.com")
+    terms = ("--terms", operated.digest(sik))
+    env.update(INTERLOCK_APPROVERS=str(operated.ops.settings.approvers), INTERLOCK_APPROVER_TOKEN=OTHER_TOKEN)
+    refused = cli("holds", "approve", sik, "--as", "mallory@example.com", *terms)
     assert refused.returncode == 2 and "is not an approver" in refused.stderr
-    approved = cli("holds", "approve", sik, "--as", APPROVER, "--amount", str(HELD_AMOUNT), "--reason", "checked")
+    env["INTERLOCK_APPROVER_TOKEN"] = APPROVER_TOKEN
+    approved = cli("holds", "approve", sik, "--as", APPROVER, *terms, "--amount", str(HELD_AMOUNT), "--reason",
+                   "checked")  # fmt: skip
     assert approved.returncode == 0 and "handed to the rail worker" in approved.stdout, approved.stderr
     operated.engine.settle(sik, {"APPLIED"})
     assert operated.engine.rail.count_stamped(sik) == 1

@@ -12,7 +12,7 @@ from ledger.states import State
 from ops import holds
 from tests.engine.conftest import Engine, engine_factory  # noqa: F401  (re-exported fixture)
 from tests.mandates import write_mandate
-from tests.ops.conftest import APPROVER, ops_context_for
+from tests.ops.conftest import APPROVER, APPROVER_TOKEN, ops_context_for
 
 
 def test_a_drifted_refund_is_held_and_reaches_the_rail_only_once_a_person_approves(
@@ -44,7 +44,10 @@ def test_a_drifted_refund_is_held_and_reaches_the_rail_only_once_a_person_approv
     assert (told.state, told.reason_code) == ("HELD", "G5_INSTRUCTION_IN_NOTES")
     assert refunds(injected) == []
 
-    released = holds.approve(ops, held.sik, approver=APPROVER, reason="checked with the customer: a real refund",
+    approver = ops.approvers().authenticate(APPROVER_TOKEN)
+    assert approver is not None and approver.approver_id == APPROVER
+    released = holds.approve(ops, held.sik, approver=approver, terms_digest=holds.terms_digest(intent),
+                             reason="checked with the customer: a real refund",
                              expected=holds.Expected(amount_minor=50000, subject=drifted))  # fmt: skip
     assert released.enqueued
     applied = engine.settle(held.sik, {"APPLIED"})

@@ -1,0 +1,119 @@
+"""In the console, a person decides as themselves (issue 25 item 9, ADR 0015): the console token only looks, an
+approver logs in with their own token, the record names who logged in (never a form field), the approval names
+the terms digest and mandate on the page it was made from, and a second submission is refused."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+
+import httpx
+
+from ledger.states import State
+from ops.holds import terms_digest
+from tests.console.conftest import APPROVER, APPROVER_TOKEN, OTHER, OTHER_TOKEN, TOKEN, Console
+
+MERCHANT = "acc_DEMO000001"
+
+
+def _login(http: httpx.Client, token: str) -> None:
+    login = http.post("/login", data={"token": token, "next": "/holds"})
+    assert login.status_code == 303, login.text
+
+
+def _form_of(page: str, sik: str) -> dict[str, str]:
+    """The hidden fields of the hold's approve form, as the page drew them (or just the CSRF value)."""
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    assert csrf is not None, page
+    fields = {"csrf": csrf.group(1)}
+    row = page.split(f'id="hold-{sik}"', 1)[-1].split("</tr>", 1)[0]
+    for name in ("terms", "mandate_hash", "amount_minor"):
+        found = re.search(rf'name="{name}" value="([^"]*)"', row)
+        if found:
+            fields[name] = found.group(1)
+    return fields
+
+
+def _released_by(console: Console, sik: str) -> list[dict]:
+    conn = console.engine.ledger()
+    try:
+        rows = conn.execute("SELECT payload_json FROM audit_log WHERE json_extract(payload_json, '$.sik') = ? AND "
+                            "json_extract(payload_json, '$.event') = 'HOLD_RELEASED'", (sik,)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+    finally:
+        conn.close()
+
+
+def test_the_console_token_looks_but_cannot_approve_as_anyone(console: Console) -> None:
+    pid, sik = console.held()
+    with httpx.Client(base_url=console.url, follow_redirects=False) as http:
+        _login(http, TOKEN)
+        page = http.get("/holds").text
+        assert sik in page and "approver login needed" in page
+        intent = console.engine.intent(sik)
+        assert intent is not None
+        # Everything the old form sent, with the approver the mandate names typed in.
+        posted = http.post(f"/holds/{MERCHANT}/{sik}/approve",
+                           data={**_form_of(page, sik), "terms": terms_digest(intent), "amount_minor": "350000",
+                                 "approver": APPROVER, "reason": "trust me"})  # fmt: skip
+        assert posted.status_code == 403 and "approver token" in posted.text
+    assert console.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
+    assert _released_by(console, sik) == [] and console.engine.rail.count_stamped(sik) == 0
+    assert [e for e in console.engine.rail.entities("refund") if e["entity"]["payment_id"] == pid] == []
+
+
+def test_an_approver_decides_as_themselves_and_a_second_submission_is_refused(console: Console) -> None:
+    _, sik = console.held()
+    with httpx.Client(base_url=console.url, follow_redirects=False) as http:
+        _login(http, APPROVER_TOKEN)
+        page = http.get("/holds").text
+        assert f"Approve as {APPROVER}" in page
+        form = {**_form_of(page, sik), "reason": "duplicate charge", "approver": "someone.else@example.com"}
+        done = http.post(f"/holds/{MERCHANT}/{sik}/approve", data=form)
+        assert done.status_code == 303 and "approved%20by%20ops_lead%40example.com" in done.headers["location"]
+        again = http.post(f"/holds/{MERCHANT}/{sik}/approve", data=form)  # the same form, submitted twice
+        assert again.status_code == 303 and "not%20HELD" in again.headers["location"]
+    console.engine.settle(sik, {"APPLIED"})
+    [release] = _released_by(console, sik)
+    assert release["actor"] == APPROVER and release["detail"]["credential"].startswith("approver-token:")
+    assert console.engine.rail.count_stamped(sik) == 1
+
+
+def test_an_approver_the_mandate_does_not_name_and_a_stale_page_are_refused(console: Console) -> None:
+    _, sik = console.held()
+    with httpx.Client(base_url=console.url, follow_redirects=False) as http:
+        _login(http, OTHER_TOKEN)
+        form = _form_of(http.get("/holds").text, sik)
+        refused = http.post(f"/holds/{MERCHANT}/{sik}/approve", data=form)
+        assert refused.status_code == 303 and "is%20not%20an%20approver" in refused.headers["location"]
+    with httpx.Client(base_url=console.url, follow_redirects=False) as http:
+        _login(http, APPROVER_TOKEN)
+        form = _form_of(http.get("/holds").text, sik)
+        stale_terms = http.post(f"/holds/{MERCHANT}/{sik}/approve", data={**form, "terms": "0" * 16})
+        assert "terms%20digest" in stale_terms.headers["location"]
+        stale_mandate = http.post(f"/holds/{MERCHANT}/{sik}/approve", data={**form, "mandate_hash": "0" * 64})
+        assert "mandate_hash" in stale_mandate.headers["location"]
+        no_terms = http.post(f"/holds/{MERCHANT}/{sik}/approve", data={"csrf": form["csrf"]})
+        assert "names%20the%20terms%20digest" in no_terms.headers["location"]
+    assert console.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
+    assert _released_by(console, sik) == []
+
+
+def test_a_session_cookie_cannot_be_turned_into_another_approver(console: Console) -> None:
+    _, sik = console.held()
+    with httpx.Client(base_url=console.url, follow_redirects=False) as http:
+        _login(http, OTHER_TOKEN)
+        cookie = http.cookies["interlock_console"]
+        assert OTHER_TOKEN not in cookie and TOKEN not in cookie
+        kind, who, issued, mac = cookie.split(".")
+        assert base64.urlsafe_b64decode(who + "=" * (-len(who) % 4)).decode() == OTHER
+        forged = base64.urlsafe_b64encode(APPROVER.encode()).decode().rstrip("=")
+        http.cookies.clear()
+        http.cookies.set("interlock_console", f"{kind}.{forged}.{issued}.{mac}")
+        assert http.get("/holds").status_code == 401
+        http.cookies.set("interlock_console", f"c.-.{issued}.{mac}")  # nor into the console token's session
+        assert http.get("/holds").status_code == 401
+    bearer = {"Authorization": f"Bearer {APPROVER_TOKEN}"}
+    assert f"Approve as {APPROVER}" in httpx.get(f"{console.url}/holds", headers=bearer).text
+    assert console.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
