@@ -39,7 +39,8 @@ def _transitions(operated: Operated, sik: str, event: str) -> list[dict]:
 
 
 def _cli(operated: Operated, *args: str, token: str | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**operated.engine.stack.base_env(), "INTERLOCK_APPROVERS": str(operated.ops.settings.approvers)}
+    approvers = operated.engine.stack.data_dir / "approvers.yaml"  # written by ops_context_for
+    env = {**operated.engine.stack.base_env(), "INTERLOCK_APPROVERS": str(approvers)}
     env.pop("INTERLOCK_APPROVER_TOKEN", None)
     if token is not None:
         env["INTERLOCK_APPROVER_TOKEN"] = token
