@@ -50,7 +50,6 @@ def test_the_console_token_looks_but_cannot_approve_as_anyone(console: Console) 
     with httpx.Client(base_url=console.url, follow_redirects=False) as http:
         _login(http, TOKEN)
         page = http.get("/holds").text
-        assert sik in page and "approver login needed" in page
         intent = console.engine.intent(sik)
         assert intent is not None
         # Everything the old form sent, with the approver the mandate names typed in.
@@ -58,6 +57,7 @@ def test_the_console_token_looks_but_cannot_approve_as_anyone(console: Console) 
                            data={**_form_of(page, sik), "terms": terms_digest(intent), "amount_minor": "350000",
                                  "approver": APPROVER, "reason": "trust me"})  # fmt: skip
         assert posted.status_code == 403 and "approver token" in posted.text
+        assert sik in page and "approver login needed" in page  # and the page offered no form to try
     assert console.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
     assert _released_by(console, sik) == [] and console.engine.rail.count_stamped(sik) == 0
     assert [e for e in console.engine.rail.entities("refund") if e["entity"]["payment_id"] == pid] == []
