@@ -15,6 +15,7 @@ from typing import Any
 from interlock.canonical import canonical_json
 from interlock.errors import IllegalTransition, IntentNotFound, KeyConflict, StaleLease
 from interlock.messages import Verdict
+from interlock.terms import terms_mismatch
 from interlock.verdicts import GateResult
 from ledger import audit
 from ledger.db import require_transaction
@@ -29,6 +30,8 @@ _SETTABLE = frozenset({
 # What an attempt row says when the rail answered it with our stamp: the attempt's own APPLIED, or the
 # answer a superseded worker could only keep as evidence (rail_worker.execute.record_fenced).
 APPLIED_OUTCOMES = ("APPLIED", "FENCED_APPLIED")
+# An answer that carried our stamp but not our terms (ADR 0015): evidence for a person, never of an apply.
+MISMATCH_OUTCOMES = ("TERMS_MISMATCH", "FENCED_TERMS_MISMATCH")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,15 @@ class Intent:
             "amount_minor": self.amount_minor,
             "currency": self.currency,
         }
+
+    @property
+    def full_balance(self) -> bool:
+        """A settle-full-balance settlement: its amount_minor is the balance read it was admitted with."""
+        return bool(self.params.get("full"))
+
+    def mismatch(self, raw: dict[str, Any]) -> dict[str, Any] | None:
+        """None when the stamped entity *raw* is what this intent asked for; else both sets of terms (ADR 0015)."""
+        return terms_mismatch(self.tool, self.terms(), raw, full_balance=self.full_balance)
 
 
 def get_intent(conn: sqlite3.Connection, merchant_id: str, sik: str) -> Intent | None:
@@ -282,22 +294,51 @@ def applied_evidence(conn: sqlite3.Connection, merchant_id: str, sik: str) -> tu
 
 def settle_from_evidence(conn: sqlite3.Connection, merchant_id: str, sik: str, *, now: int,
                          actor: str) -> Intent | None:  # fmt: skip
-    """EARLIER_ATTEMPT_APPLIED → APPLIED when an attempt row carries a stamped entity and the intent's state
-    allows it (not IN_FLIGHT: that attempt's own answer is pending; not QUARANTINED: a person decides).
-    Returns the settled intent, or None when there is no evidence or the state does not allow it."""
+    """Settle the intent on what an attempt row kept of the rail's answer, where its state allows it (not
+    IN_FLIGHT: that attempt's own answer is pending; not QUARANTINED: a person decides).
+
+    A stamped entity whose terms are the intent's → EARLIER_ATTEMPT_APPLIED → APPLIED. A stamped entity with other
+    terms, and no attempt with ours → TERMS_MISMATCH → QUARANTINED, both sets of terms on the audit record (ADR
+    0015). The terms are judged again here from the kept answer, so a row recorded APPLIED before the check existed
+    is judged by it too (a row that kept no answer is taken at its word). Returns the settled intent, or None when
+    there is no such evidence or the state does not allow acting on it."""
     require_transaction(conn)
-    evidence = applied_evidence(conn, merchant_id, sik)
-    if evidence is None:
-        return None
     intent = require_intent(conn, merchant_id, sik)
-    if next_state(intent.state, Event.EARLIER_ATTEMPT_APPLIED) is None:
-        return None
-    attempt_seq, entity_id = evidence
-    return _apply(
-        conn, merchant_id, sik, Event.EARLIER_ATTEMPT_APPLIED, now=now, actor=actor,
-        detail={"evidence_attempt_seq": attempt_seq}, expect_epoch=None, expect_attempt_seq=None,
-        set_fields={"rail_entity_id": entity_id, "reason_code": None, "lease_owner": None, "lease_expires_at": None},
-    )  # fmt: skip
+    rows = conn.execute(
+        f"""SELECT attempt_seq, rail_entity_id, outcome, response_json FROM intent_attempts
+            WHERE merchant_id = ? AND sik = ? AND rail_entity_id IS NOT NULL
+              AND outcome IN ({", ".join("?" for _ in APPLIED_OUTCOMES + MISMATCH_OUTCOMES)})
+            ORDER BY attempt_seq""",
+        (merchant_id, sik, *APPLIED_OUTCOMES, *MISMATCH_OUTCOMES),
+    ).fetchall()
+    applied: tuple[int, str] | None = None
+    mismatched: dict[str, Any] | None = None
+    for row in rows:
+        raw = json.loads(row["response_json"]) if row["response_json"] else None
+        differs = intent.mismatch(raw) if isinstance(raw, dict) else None
+        if row["outcome"] in MISMATCH_OUTCOMES and differs is None:
+            differs = {"outcome": row["outcome"]}  # kept as a mismatch, whatever the kept answer now says
+        if differs is None:
+            applied = applied or (int(row["attempt_seq"]), str(row["rail_entity_id"]))
+        elif mismatched is None:
+            mismatched = {"evidence_attempt_seq": int(row["attempt_seq"]), "rail_entity_id": row["rail_entity_id"],
+                          **differs}  # fmt: skip
+    if applied is not None and next_state(intent.state, Event.EARLIER_ATTEMPT_APPLIED) is not None:
+        attempt_seq, entity_id = applied
+        return _apply(
+            conn, merchant_id, sik, Event.EARLIER_ATTEMPT_APPLIED, now=now, actor=actor,
+            detail={"evidence_attempt_seq": attempt_seq}, expect_epoch=None, expect_attempt_seq=None,
+            set_fields={"rail_entity_id": entity_id, "reason_code": None, "lease_owner": None,
+                        "lease_expires_at": None},
+        )  # fmt: skip
+    if (applied is None and mismatched is not None and intent.state is not State.IN_FLIGHT
+            and next_state(intent.state, Event.TERMS_MISMATCH) is not None):  # fmt: skip
+        return _apply(
+            conn, merchant_id, sik, Event.TERMS_MISMATCH, now=now, actor=actor, detail=mismatched,
+            expect_epoch=None, expect_attempt_seq=None,
+            set_fields={"reason_code": "RAIL_TERMS_MISMATCH", "lease_owner": None, "lease_expires_at": None},
+        )  # fmt: skip
+    return None
 
 
 def abandon_after(conn: sqlite3.Connection, intent: Intent, call_deadline_ms: int) -> int:

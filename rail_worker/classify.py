@@ -1,13 +1,14 @@
 """Classify the rail's answer to a money call (SPEC §8 step 4).
 
-Our stamp in a 2xx body → APPLIED. A 2xx without our stamp is a replayed or foreign response and
-must never be recorded as ours → UNKNOWN. A definitive 4xx → FAILED_TERMINAL. Everything else —
-5xx, timeout, reset, 409 in progress, nothing sent — → UNKNOWN, for the reconciler to settle by
-reading the rail. A rejection that says our receipt or idempotency key is already in use means an
-earlier attempt reached the rail: that too is UNKNOWN, not a failure. So is any definitive 4xx on a
-retry (attempt 2 or later): "fully refunded", "exceeds captured" or "insufficient balance" may be the
-rail describing our own first attempt after a false "not applied" — the reconciler reads the rail by
-stamp, and only a confirmed absence makes the refusal terminal (ADR 0005).
+Our stamp in a 2xx body, on an entity whose terms (payment, amount, currency) are the intent's → APPLIED;
+our stamp on other terms → TERMS_MISMATCH (QUARANTINED, for a person: ADR 0015). A 2xx without our stamp
+is a replayed or foreign response and must never be recorded as ours → UNKNOWN. A definitive 4xx →
+FAILED_TERMINAL. Everything else — 5xx, timeout, reset, 409 in progress, nothing sent — → UNKNOWN, for
+the reconciler to settle by reading the rail. A rejection that says our receipt or idempotency key is
+already in use means an earlier attempt reached the rail: that too is UNKNOWN, not a failure. So is any
+definitive 4xx on a retry (attempt 2 or later): "fully refunded", "exceeds captured" or "insufficient
+balance" may be the rail describing our own first attempt after a false "not applied" — the reconciler
+reads the rail by stamp, and only a confirmed absence makes the refusal terminal (ADR 0005).
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ledger.intents import Intent
 from ledger.states import Event
 from rails.models import Refund, Settlement
 from rails.razorpay import RailError, RailErrorKind
 
 # The attempt-row outcome of a definitive refusal of a retry: UNKNOWN until the stamp is confirmed absent.
 REJECTED_AFTER_RETRY = "REJECTED_AFTER_RETRY"
+# The attempt-row outcome of a stamped answer with other terms than the intent's (ADR 0015).
+TERMS_MISMATCH = "TERMS_MISMATCH"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +41,20 @@ class Classified:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def classify_entity(entity: Refund | Settlement, sik: str) -> Classified:
+def classify_entity(entity: Refund | Settlement, sik: str, intent: Intent | None = None) -> Classified:
+    """The rail's 2xx answer to *intent*'s call. Without *intent* only the stamp is judged (a caller with no
+    intent to compare terms with); the rail worker always passes it."""
     if not entity.carries_stamp(sik):
         # A 2xx for some other entity (dup_response, a gateway replay): the real one may or may not exist.
         return Classified(Event.RAIL_AMBIGUOUS, "REPLAYED_RESPONSE", http_status=200,
                           reason_code="RAIL_REPLAYED_RESPONSE", response=entity.raw,
                           detail={"foreign_entity_id": entity.id})  # fmt: skip
+    differs = intent.mismatch(entity.raw) if intent is not None else None
+    if differs is not None:
+        # Stamped, so something moved under our identity, but not what we asked: never APPLIED, never retried.
+        return Classified(Event.TERMS_MISMATCH, TERMS_MISMATCH, rail_entity_id=entity.id, http_status=200,
+                          reason_code="RAIL_TERMS_MISMATCH", response=entity.raw,
+                          detail={"rail_entity_id": entity.id, **differs})  # fmt: skip
     fee = entity.fees if isinstance(entity, Settlement) else None
     tax = entity.tax if isinstance(entity, Settlement) else None
     return Classified(Event.RAIL_APPLIED, "APPLIED", rail_entity_id=entity.id, http_status=200, fee_minor=fee,

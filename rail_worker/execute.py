@@ -7,7 +7,8 @@ move ATTEMPT_STARTED → IN_FLIGHT with a row lease. COMMIT (fsync: I2). Then a 
 while both the worker's lease and the row's lease outlive the moment it leaves plus the call's total
 deadline; the check is repeated by the rail client immediately before the first byte is written
 (rails.deadline.send_window). The outcome write is fenced on (lease_epoch, attempt_seq); a superseded
-worker's answer is kept as evidence and, when it carries our stamp, settles the intent.
+worker's answer is kept as evidence and, when it carries our stamp, settles the intent. Either write is retried
+until it is durable; while it is not, this worker sends nothing new (rail_worker.evidence).
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from interlock.clock import now_ms
 from interlock.errors import IllegalTransition, StaleLease
@@ -28,15 +30,19 @@ from ledger.intents import Intent
 from ledger.states import Event, State
 from ledger.views import outcome_from_intent
 from rail_worker.classify import Classified, classify_entity, classify_error
+from rail_worker.evidence import evidence_bound_ms
 from rail_worker.runtime import RailRuntime
 from rails.deadline import send_window
 from rails.razorpay import RailError
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
+
 DURING_CALL_DELAY_MS = 5
-# How long (in lease TTLs) a failing outcome write is retried before the answer is left to the reconciler.
-RECORD_RETRY_TTLS = 3
+# A failing write of the rail's answer is retried with pauses doubling from the first to the last, without end.
+FIRST_PAUSE_S = 0.05
+MAX_PAUSE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +67,12 @@ def begin_attempt(rt: RailRuntime, merchant_id: str, sik: str, *, request_id: st
                   trace: Trace | None = None) -> Started | Outcome | None:  # fmt: skip
     """The transaction before the call: ATTEMPT_STARTED → IN_FLIGHT committed (I2), or the Outcome to answer
     with when there is nothing to send."""
+    if rt.unrecorded.is_set():
+        # An answer this worker holds is not on disk yet: nothing new starts until it is (the intent stays
+        # AUTHORIZED; the reconciler hands it over again).
+        logger.critical("intent %s not started: this rail worker holds unrecorded rail answers %s", sik,
+                        rt.unrecorded.held())  # fmt: skip
+        return None
     failpoint("rail.before_wal")
     begun = rt.write(lambda conn: _begin(rt, conn, merchant_id, sik, request_id=request_id))
     if isinstance(begun, Started) and trace is not None:
@@ -80,9 +92,9 @@ def _begin(rt: RailRuntime, conn: sqlite3.Connection, merchant_id: str, sik: str
         return outcome_from_intent(intent, request_id=request_id, replayed=True) if request_id else None
     settled = intents.settle_from_evidence(conn, merchant_id, sik, now=now, actor=rt.owner)
     if settled is not None:
-        # An earlier attempt's answer carried our stamp: it applied. Sending again would pay twice.
-        logger.warning("intent %s: attempt evidence shows %s applied; not sending again", sik,
-                       settled.rail_entity_id)  # fmt: skip
+        # An earlier attempt's answer carried our stamp: it applied (or, on other terms, QUARANTINED for a person).
+        # Sending again would pay twice.
+        logger.warning("intent %s: attempt evidence settles it %s; not sending again", sik, settled.state)
         return outcome_from_intent(settled, request_id=request_id, replayed=False) if request_id else None
     withdrawn = _mandate_withdrawn(rt, conn, intent, now)
     if withdrawn is not None:
@@ -103,15 +115,17 @@ def complete(rt: RailRuntime, started: Started) -> Outcome | None:
     send_by, wall_until = _send_by(rt, intent)
     late_ms = int((time.monotonic() - send_by) * 1000)
     sent_at: int | None = None
-    if rt.lease_lost.is_set() or late_ms >= 0:
+    if rt.send_stop.is_set() or late_ms >= 0:
         # Paused or starved since the commit, or the lease is gone: the row may already be someone else's to
-        # settle, and a request leaving now could race their retry. Nothing is sent; the reconciler settles it.
+        # settle, and a request leaving now could race their retry. Or an answer this worker holds is not on disk:
+        # nothing new leaves until it is. Nothing is sent; the reconciler settles it.
         result = Classified(Event.RAIL_AMBIGUOUS, "NOT_SENT", reason_code="RAIL_NOT_SENT_STALE",
-                            detail={"late_ms": late_ms, "lease_lost": rt.lease_lost.is_set()})  # fmt: skip
+                            detail={"late_ms": late_ms, "lease_lost": rt.lease_lost.is_set(),
+                                    "unrecorded_answers": rt.unrecorded.is_set()})  # fmt: skip
     else:
         trace["request_sent"] = trace_now()
         sent_at = now_ms()  # on the ledger's clock: a settlement may land until this plus the deadline (ADR 0010)
-        with send_window(send_by, wall_until_ms=wall_until, wall_clock=now_ms, lost=rt.lease_lost):
+        with send_window(send_by, wall_until_ms=wall_until, wall_clock=now_ms, lost=rt.send_stop):
             result = call_rail(rt, intent, request)
         trace["answer_received"] = trace_now()
     failpoint("rail.after_call_before_commit")
@@ -121,8 +135,9 @@ def complete(rt: RailRuntime, started: Started) -> Outcome | None:
         logger.error("outcome of %s attempt %d refused (fenced): %s", intent.sik, intent.attempt_seq, exc)
         record_fenced(rt, intent, result, sent_at)
         return None
-    if recorded is None:
-        return None
+    finally:
+        # Held from the first failed write of this answer (fenced or not) until it committed: sending resumes.
+        rt.unrecorded.release((intent.merchant_id, intent.sik, intent.attempt_seq))
     intent = recorded
     trace["recorded"] = trace_now()
     failpoint("rail.after_commit_before_ack")
@@ -195,11 +210,11 @@ def call_rail(rt: RailRuntime, intent: Intent, request: dict[str, Any]) -> Class
                 request["payment_id"], request["amount"], speed=request.get("speed"), notes=request["notes"],
                 receipt=request["receipt"], idempotency_key=request["idempotency_key"],
             )  # fmt: skip
-            return classify_entity(refund, intent.sik)
+            return classify_entity(refund, intent.sik, intent)
         settlement = rt.rail.create_instant_settlement(
             request["amount"], description=request.get("description"), notes=request["notes"]
         )
-        return classify_entity(settlement, intent.sik)
+        return classify_entity(settlement, intent.sik, intent)
     except RailError as exc:
         return classify_error(exc, attempt_seq=intent.attempt_seq)
     except Exception as exc:  # noqa: BLE001 - after the request may have left, anything unexpected is ambiguous
@@ -212,27 +227,46 @@ def call_rail(rt: RailRuntime, intent: Intent, request: dict[str, Any]) -> Class
 
 
 def _record_until_written(rt: RailRuntime, intent: Intent, result: Classified, lease_epoch: int,
-                          sent_at: int | None) -> Intent | None:  # fmt: skip
-    """The rail's answer is the only first-hand evidence of what happened: a write that fails for any reason
-    but the fence (a busy or failing disk, the writer between batches) is tried again, with backoff, for as
-    long as this worker may still be the one to record it. None when it never could be written."""
-    give_up = time.monotonic() + RECORD_RETRY_TTLS * rt.settings.lease_ttl_ms / 1000
-    pause = 0.05
+                          sent_at: int | None) -> Intent:  # fmt: skip
+    """The attempt's outcome, fenced (StaleLease / IllegalTransition go to the caller, who keeps the answer as
+    evidence). Any other failure is retried until the write commits (rail_worker.evidence)."""
+    return _until_durable(rt, intent, result, "outcome", lambda conn: record(
+        rt, conn, intent, result, lease_epoch=lease_epoch, sent_at=sent_at))
+
+
+def _until_durable(rt: RailRuntime, intent: Intent, result: Classified, what: str,
+                   fn: Callable[[sqlite3.Connection], T]) -> T:  # fmt: skip
+    """Write the rail's answer, again and again with backoff, until it commits. From the first failure the answer
+    is held on the runtime, so that no request leaves this worker until the caller releases it; past the instant
+    anyone may act on its absence (evidence_bound_ms) that is said again at CRITICAL. Never given up, not even
+    after the lease is lost: the answer is the evidence a standby's retry would be judged by (ADR 0005)."""
+    key = (intent.merchant_id, intent.sik, intent.attempt_seq)
+    assert intent.lease_expires_at is not None
+    bound = evidence_bound_ms(intent.lease_expires_at, rt.settings.rail_timeout_ms,
+                              rt.settings.reconcile_min_delay_ms)  # fmt: skip
+    pause, overdue = FIRST_PAUSE_S, False
     while True:
         try:
-            return rt.write(lambda conn: record(rt, conn, intent, result, lease_epoch=lease_epoch, sent_at=sent_at))
+            return rt.write(fn)
         except (StaleLease, IllegalTransition):
             raise
         except Exception as exc:  # noqa: BLE001 - anything else: the answer must not be dropped on the floor
-            if rt.lease_lost.is_set() or time.monotonic() > give_up:
-                logger.critical("could not record attempt %d of %s (%s %s): %s; the reconciler must find it by "
-                                "its stamp", intent.attempt_seq, intent.sik, result.outcome,
-                                result.rail_entity_id or "", exc)  # fmt: skip
-                return None
-            logger.warning("recording attempt %d of %s failed (%s); retrying in %.2fs", intent.attempt_seq,
-                           intent.sik, exc, pause)  # fmt: skip
+            if not rt.unrecorded.is_set():
+                logger.critical("rail worker %s STOPS SENDING: the %s of attempt %d of %s (%s %s) could not be "
+                                "written (%s); retrying until it is durable", rt.owner, what, intent.attempt_seq,
+                                intent.sik, result.outcome, result.rail_entity_id or "", exc)  # fmt: skip
+            rt.unrecorded.hold(key, {"outcome": result.outcome, "rail_entity_id": result.rail_entity_id,
+                                     "what": what, "since_ms": now_ms(), "overdue_at_ms": bound})  # fmt: skip
+            if not overdue and now_ms() >= bound:
+                overdue = True
+                logger.critical("the %s of attempt %d of %s (%s %s) is still not durable at %d, when the reconciler "
+                                "may act on its absence; the rail's answer: %s", what, intent.attempt_seq, intent.sik,
+                                result.outcome, result.rail_entity_id or "", bound, result.response)  # fmt: skip
+            else:
+                logger.warning("writing the %s of attempt %d of %s failed (%s); retrying in %.2fs", what,
+                               intent.attempt_seq, intent.sik, exc, pause)  # fmt: skip
             time.sleep(pause)
-            pause = min(pause * 2, 1.0)
+            pause = min(pause * 2, MAX_PAUSE_S)
 
 
 def record(rt: RailRuntime, conn: sqlite3.Connection, intent: Intent, result: Classified, *,
@@ -245,7 +279,7 @@ def record(rt: RailRuntime, conn: sqlite3.Connection, intent: Intent, result: Cl
         tax_minor=result.tax_minor, error_code=result.error_code, response=result.response, sent_at=sent_at,
     )  # fmt: skip
     fields: dict[str, Any] = {"reason_code": result.reason_code}
-    if result.rail_entity_id is not None:
+    if result.rail_entity_id is not None and result.event is Event.RAIL_APPLIED:
         fields["rail_entity_id"] = result.rail_entity_id
     recorded = intents.transition(
         conn, intent.merchant_id, intent.sik, result.event, now=now, actor=rt.owner,
@@ -279,10 +313,9 @@ def record_fenced(rt: RailRuntime, intent: Intent, result: Classified, sent_at: 
             "merchant_id": intent.merchant_id, "sik": intent.sik, "attempt_seq": intent.attempt_seq,
             "outcome": result.outcome, "rail_entity_id": result.rail_entity_id, "worker": rt.owner,
         }, now)  # fmt: skip
-        if result.event is Event.RAIL_APPLIED:
+        if result.event in (Event.RAIL_APPLIED, Event.TERMS_MISMATCH):
+            # Ours on other terms: QUARANTINED where the state allows it, never retried (ADR 0015).
             intents.settle_from_evidence(conn, intent.merchant_id, intent.sik, now=now, actor=rt.owner)
 
-    try:
-        rt.write(keep)
-    except Exception:  # noqa: BLE001 - best effort: the reconciler finds the entity by its stamp regardless
-        logger.exception("could not keep the fenced outcome of %s", intent.sik)
+    # Retried until durable, like an unfenced answer: a retry the reconciler authorized is judged by it.
+    _until_durable(rt, intent, result, "fenced outcome", keep)

@@ -21,6 +21,7 @@ from interlock.mandate import MandateStore
 from interlock.queues import reconcile_hint_key
 from ledger.db import open_ledger, transaction
 from ledger.leases import Lease
+from rail_worker.evidence import SendStop, Unrecorded
 from rail_worker.writer import LedgerWriter
 from rails.base import Rail, make_rail
 
@@ -42,6 +43,8 @@ class RailRuntime:
     fee_rate: FeeRate = field(default=DEFAULT_FEE_RATE)
     # Set by the heartbeat the moment the lease is found superseded or expired: no request may leave after.
     lease_lost: threading.Event = field(default_factory=threading.Event)
+    # Rail answers whose write has failed and is being retried: while any is held, no request may leave either.
+    unrecorded: Unrecorded = field(default_factory=Unrecorded)
     # With calls in flight on several threads, one writer owns the ledger connection (group commit).
     writer: LedgerWriter | None = None
 
@@ -63,6 +66,11 @@ class RailRuntime:
             settings=settings, ledger_path=ledger_path, ledger=open_ledger(ledger_path),
             mandates=MandateStore.from_settings(settings), rail=rail, redis=redis_client, owner=owner_id("rail"),
         )  # fmt: skip
+
+    @property
+    def send_stop(self) -> SendStop:
+        """Set when no request may leave: the lease is lost, or a rail answer is not yet durable (ADR 0005)."""
+        return SendStop(self.lease_lost, self.unrecorded)
 
     def current_lease(self) -> Lease:
         assert self.lease is not None, "the rail worker has not taken its lease"

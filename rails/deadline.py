@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpcore
 import httpcore2
@@ -54,6 +54,12 @@ class SendWindowClosed(Exception):
         self.late_ms = int((now - send_by) * 1000)
 
 
+class Stop(Protocol):
+    """What closes a send window from outside: the worker's lease-lost event, or anything else set like one."""
+
+    def is_set(self) -> bool: ...
+
+
 @dataclass(slots=True)
 class SendGuard:
     """One send window. Mutable so that whoever opened it can learn what happened at the network layer,
@@ -66,7 +72,7 @@ class SendGuard:
     send_by: float
     wall_until_ms: int | None = None
     wall_clock: Callable[[], int] | None = None
-    lost: threading.Event | None = None
+    lost: Stop | None = None
     sent: bool = False  # a request's first byte left inside the window
     refused: bool = False  # a request was stopped before its first byte
 
@@ -98,7 +104,7 @@ _deadline: ContextVar[float | None] = ContextVar("interlock_rail_deadline", defa
 
 @contextmanager
 def send_window(send_by: float, *, wall_until_ms: int | None = None, wall_clock: Callable[[], int] | None = None,
-                lost: threading.Event | None = None) -> Iterator[None]:
+                lost: Stop | None = None) -> Iterator[None]:
     """Inside this block, a rail call may let the FIRST byte of its request leave only while
     time.monotonic() < send_by. If the moment has passed when the request is about to be written, the call
     raises rails.razorpay.RailError with kind RailErrorKind.NOT_SENT (nothing left this machine) and no byte is
@@ -110,7 +116,7 @@ def send_window(send_by: float, *, wall_until_ms: int | None = None, wall_clock:
 
 @contextmanager
 def armed_window(send_by: float, *, wall_until_ms: int | None = None, wall_clock: Callable[[], int] | None = None,
-                 lost: threading.Event | None = None) -> Iterator[SendGuard]:
+                 lost: Stop | None = None) -> Iterator[SendGuard]:
     """`send_window`, handing back its guard (the MCP session reads `sent` / `refused` from it)."""
     guard = SendGuard(send_by, wall_until_ms, wall_clock, lost)
     token = _window.set(guard)

@@ -1,7 +1,9 @@
 """Page the rail's list for our stamp until the list runs out (SPEC §9; ADR 0004).
 
 Absence on page one is not absence: a page shorter than `count` is the only proof the list is
-exhausted. Matches only on notes.interlock_sik == sik or receipt == "ilk_" + sik — never on amount.
+exhausted. Matches only on notes.interlock_sik == sik or receipt == "ilk_" + sik — never on amount. The match
+is handed back whole (`matched_raw`): whether its terms are the intent's is the caller's to judge (ADR 0015),
+and a stamped entity with other terms is still ours to find, never a reason to page on past it.
 
 A pass may be given a deadline (a time.monotonic() instant) so that it ends before the reconciler's
 per-intent lease does. It is checked before each page; each page read is one rail call with its own
@@ -14,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from interlock.failpoints import failpoint
 from rails.models import Page, Refund, Settlement
@@ -38,6 +40,8 @@ class PageResult:
     pages_scanned: int
     exhausted: bool
     error: str | None = None
+    # The matched entity as the rail returned it: its payment, amount and currency are judged against the intent.
+    matched_raw: dict[str, Any] | None = None
 
 
 def find_stamped(rail: RailLister, tool: str, subject: str, sik: str, *, page_size: int = PAGE_SIZE,
@@ -57,7 +61,7 @@ def find_stamped(rail: RailLister, tool: str, subject: str, sik: str, *, page_si
             pages += 1
             for entity in page.items:
                 if entity.carries_stamp(sik):
-                    return PageResult(entity.id, pages, exhausted=False)
+                    return PageResult(entity.id, pages, exhausted=False, matched_raw=dict(entity.raw))
             if page.exhausted:
                 return PageResult(None, pages, exhausted=True)
             skip += len(page.items)

@@ -206,6 +206,9 @@ class Reconciler:
                 logger.warning("reconcile lease on %s lost; finding discarded", taken.sik)
                 return False
             rejected = intent.reason_code == "RAIL_REJECTED_AFTER_RETRY"
+            differs = intent.mismatch(result.matched_raw) if result.matched_raw is not None else None
+            if result.matched_entity_id is not None and differs is not None:
+                return self._quarantine_mismatch(intent, result, differs, now)
             if result.matched_entity_id is not None:
                 outcome, event = "APPLIED", Event.RECONCILE_FOUND_APPLIED
             elif result.exhausted:
@@ -229,6 +232,23 @@ class Reconciler:
             if event is Event.RECONCILE_CONFIRMED_ABSENT and intent.attempt_seq < MAX_ATTEMPTS:
                 return self._authorize_retry(intent, now, result.pages_scanned)
         logger.info("intent %s: %s after %d pages", taken.sik, outcome, result.pages_scanned)
+        return False
+
+    def _quarantine_mismatch(self, intent: Intent, result: PageResult, differs: dict[str, object], now: int) -> bool:
+        """A list entity carries our stamp but not our terms (ADR 0015): not APPLIED, not absent — something moved
+        under our identity that is not what we asked. QUARANTINED with both sets of terms on the audit record."""
+        intents.record_finding(
+            self.ledger, merchant_id=intent.merchant_id, sik=intent.sik, attempt_seq=intent.attempt_seq,
+            outcome="INCONCLUSIVE", pages_scanned=result.pages_scanned, pagination_exhausted=False,
+            matched_entity_id=None, now=now,
+            detail={"stamped_entity_id": result.matched_entity_id, "terms_mismatch": differs},
+        )  # fmt: skip
+        intents.transition(self.ledger, intent.merchant_id, intent.sik, Event.TERMS_MISMATCH, now=now,
+                           actor=self.owner, detail={"rail_entity_id": result.matched_entity_id, **differs},
+                           set_fields={"lease_owner": None, "lease_expires_at": None,
+                                       "reason_code": "RAIL_TERMS_MISMATCH"})  # fmt: skip
+        logger.error("intent %s QUARANTINED: %s carries its stamp with other terms %s", intent.sik,
+                     result.matched_entity_id, differs)  # fmt: skip
         return False
 
     def _authorize_retry(self, intent: Intent, now: int, pages: int) -> bool:
