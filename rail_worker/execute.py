@@ -119,9 +119,10 @@ def complete(rt: RailRuntime, started: Started) -> Outcome | None:
         # Paused or starved since the commit, or the lease is gone: the row may already be someone else's to
         # settle, and a request leaving now could race their retry. Or an answer this worker holds is not on disk:
         # nothing new leaves until it is. Nothing is sent; the reconciler settles it.
-        result = Classified(Event.RAIL_AMBIGUOUS, "NOT_SENT", reason_code="RAIL_NOT_SENT_STALE",
-                            detail={"late_ms": late_ms, "lease_lost": rt.lease_lost.is_set(),
-                                    "unrecorded_answers": rt.unrecorded.is_set()})  # fmt: skip
+        detail: dict[str, Any] = {"late_ms": late_ms, "lease_lost": rt.lease_lost.is_set()}
+        if rt.unrecorded.is_set():
+            detail["unrecorded_answers"] = True
+        result = Classified(Event.RAIL_AMBIGUOUS, "NOT_SENT", reason_code="RAIL_NOT_SENT_STALE", detail=detail)
     else:
         trace["request_sent"] = trace_now()
         sent_at = now_ms()  # on the ledger's clock: a settlement may land until this plus the deadline (ADR 0010)
@@ -273,6 +274,11 @@ def record(rt: RailRuntime, conn: sqlite3.Connection, intent: Intent, result: Cl
            lease_epoch: int, sent_at: int | None = None) -> Intent:  # fmt: skip
     """The attempt's outcome, fenced on (lease_epoch, attempt_seq): a superseded worker's write is refused."""
     now = now_ms()
+    current = intents.require_intent(conn, intent.merchant_id, intent.sik)
+    if current.state is not State.IN_FLIGHT:
+        # The attempt's own outcome is written only while it is in flight: TERMS_MISMATCH has edges from other
+        # states too (a kept answer), and must not let a superseded worker past the fence.
+        raise IllegalTransition(intent.sik, current.state, result.event)
     intents.finish_attempt(
         conn, intent.merchant_id, intent.sik, intent.attempt_seq, now=now, outcome=result.outcome,
         rail_entity_id=result.rail_entity_id, http_status=result.http_status, fee_minor=result.fee_minor,

@@ -586,3 +586,55 @@ def test_an_operation_ref_binds_to_its_first_sik_only(ledger: sqlite3.Connection
     assert intents.sik_for_operation_ref(ledger, "acc_OTHER", "op-1") == "J" * 32
     assert intents.sik_for_operation_ref(ledger, M, "op-2") is None
     assert audit.count(ledger) == 2
+
+
+# -- issue 25 item 7: a kept stamped answer is judged on the intent's terms (ADR 0015) ---------------------------
+
+
+def _finish_with(conn: sqlite3.Connection, outcome: str, response: dict[str, Any]) -> None:
+    with transaction(conn):
+        intents.finish_attempt(conn, M, SIK, 1, now=T0 + 20, outcome=outcome, rail_entity_id=response["id"],
+                               response=response)  # fmt: skip
+
+
+def _refund_answer(**changes: Any) -> dict[str, Any]:
+    return {"id": "rfnd_1", "payment_id": "pay_SUBJ0001", "amount": 2500, "currency": "INR",
+            "notes": {"interlock_sik": SIK}, **changes}  # fmt: skip
+
+
+def test_a_kept_applied_answer_on_other_terms_quarantines_instead_of_settling(ledger: sqlite3.Connection) -> None:
+    # A row recorded APPLIED (before the check existed, or by a worker that did not judge terms) whose kept answer is
+    # 1 USD on another payment: boot and the reconciler settle from it, so they must judge it again.
+    _unknown(ledger)
+    _finish_with(ledger, "FENCED_APPLIED", _refund_answer(amount=1, currency="USD", payment_id="pay_OTHER"))
+    with transaction(ledger):
+        settled = intents.settle_from_evidence(ledger, M, SIK, now=T0 + 30, actor="rec")
+    assert settled is not None
+    assert (settled.state, settled.rail_entity_id, settled.reason_code) == (State.QUARANTINED, None,
+                                                                            "RAIL_TERMS_MISMATCH")  # fmt: skip
+    payload = records(ledger)[-1][3]
+    assert (payload["event"], payload["from"], payload["to"]) == ("TERMS_MISMATCH", "UNKNOWN", "QUARANTINED")
+    assert payload["detail"] == {
+        "evidence_attempt_seq": 1, "rail_entity_id": "rfnd_1", "differ": ["subject", "amount_minor", "currency"],
+        "intent_terms": {"subject": "pay_SUBJ0001", "amount_minor": 2500, "currency": "INR", "full_balance": False},
+        "entity_terms": {"subject": "pay_OTHER", "amount_minor": 1, "currency": "USD"},
+    }  # fmt: skip
+
+
+def test_a_kept_applied_answer_on_the_intents_terms_settles_it(ledger: sqlite3.Connection) -> None:
+    _unknown(ledger)
+    _finish_with(ledger, "FENCED_APPLIED", _refund_answer())
+    with transaction(ledger):
+        settled = intents.settle_from_evidence(ledger, M, SIK, now=T0 + 30, actor="rec")
+    assert settled is not None and (settled.state, settled.rail_entity_id) == (State.APPLIED, "rfnd_1")
+
+
+def test_a_kept_mismatch_quarantines_a_confirmed_not_applied_intent(ledger: sqlite3.Connection) -> None:
+    _unknown(ledger)
+    with transaction(ledger):
+        intents.begin_reconcile(ledger, M, SIK, now=T0 + 4, owner="rec", lease_expires_at=T0 + 40)
+    step(ledger, Event.RECONCILE_CONFIRMED_ABSENT, T0 + 5)
+    _finish_with(ledger, "FENCED_TERMS_MISMATCH", _refund_answer(amount=1))
+    with transaction(ledger):
+        settled = intents.settle_from_evidence(ledger, M, SIK, now=T0 + 30, actor="rec")
+    assert settled is not None and settled.state is State.QUARANTINED

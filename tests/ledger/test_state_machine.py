@@ -59,9 +59,21 @@ FAILED_TERMINAL EARLIER_ATTEMPT_APPLIED APPLIED
 """
 
 
+# Edges issue 25 adds (ADR 0015): a stamped entity whose terms are not the intent's is a finding for a person, from
+# the attempt's own answer, a list match, or a kept answer in any state EARLIER_ATTEMPT_APPLIED leaves.
+TERMS_EDGES = """
+IN_FLIGHT TERMS_MISMATCH QUARANTINED
+AUTHORIZED TERMS_MISMATCH QUARANTINED
+UNKNOWN TERMS_MISMATCH QUARANTINED
+RECONCILING TERMS_MISMATCH QUARANTINED
+CONFIRMED_NOT_APPLIED TERMS_MISMATCH QUARANTINED
+FAILED_TERMINAL TERMS_MISMATCH QUARANTINED
+"""
+
+
 def spec_edges() -> dict[tuple[State, Event], State]:
     edges = {}
-    for line in (SPEC_TABLE + SEND_SIDE_EDGES).split("\n"):
+    for line in (SPEC_TABLE + SEND_SIDE_EDGES + TERMS_EDGES).split("\n"):
         if not line.strip():
             continue
         src, event, dst = line.split()

@@ -2,7 +2,7 @@
 wall clock of tests/engine/send_world.py: the instant by which a request must have left (both leases less the call's
 deadline), what a stalled or lease-less worker records instead of sending (how late it was, whether the lease was
 lost), a lease lost just before the first byte, the during_call failpoint's timer joined before the answer is
-recorded, and how long and how often a failing outcome write is retried before the answer is left to the reconciler.
+recorded, and how often a failing outcome write is retried (until it is written: never left to the reconciler).
 In-process, over a real SQLite ledger, with the scripted rail."""
 
 from __future__ import annotations
@@ -186,41 +186,34 @@ def test_a_failing_outcome_write_is_retried_with_pauses_doubling_from_50_ms_to_1
     assert len(calls) == 8
 
 
-def test_a_write_that_fails_until_exactly_three_lease_ttls_is_still_retried(
-    world: World, monkeypatch: pytest.MonkeyPatch
+def test_a_write_failing_past_the_instant_anyone_may_act_on_its_absence_is_still_retried(
+    world: World, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    # Issue 25 item 2: the old code gave up after 3 lease TTLs and left the answer to a list read.
     rt = world.runtime()
     started = _started(world, rt)
     clock = FakeTime(0.0)
     monkeypatch.setattr(execute_module, "time", clock)
-    three_ttls = execute_module.RECORD_RETRY_TTLS * world.settings.lease_ttl_ms / 1000
-    _failing_writes(rt, clock, [three_ttls])
+    s = world.settings
+    world.clock.advance(s.lease_ttl_ms + s.rail_timeout_ms + s.reconcile_min_delay_ms)  # the bound, exactly
+    _failing_writes(rt, clock, [1000.0, 2000.0])
     recorded = execute_module._record_until_written(rt, started.intent, _applied(world), started.lease_epoch, T0)
-    assert recorded is not None and recorded.state is State.APPLIED
+    assert (recorded.state, recorded.rail_entity_id) == (State.APPLIED, "setlod_RETRIED000001")
+    assert any(r.levelname == "CRITICAL" and "still not durable" in r.getMessage() for r in caplog.records)
 
 
-def test_a_write_still_failing_after_three_lease_ttls_is_left_to_the_reconciler(
+def test_a_write_failing_after_the_lease_was_lost_is_still_retried(
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    rt = world.runtime()
-    started = _started(world, rt)
-    clock = FakeTime(0.0)
-    monkeypatch.setattr(execute_module, "time", clock)
-    calls = _failing_writes(rt, clock, [9.001])
-    assert execute_module._record_until_written(rt, started.intent, _applied(world), started.lease_epoch, T0) is None
-    assert len(calls) == 1 and clock.sleeps == []
-    assert world.intent().state is State.IN_FLIGHT
-
-
-def test_a_write_failing_after_the_lease_was_lost_is_not_retried(world: World, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Issue 25 item 2: the old code dropped the answer at its first failure once the lease was lost.
     rt = world.runtime()
     started = _started(world, rt)
     clock = FakeTime(0.0)
     monkeypatch.setattr(execute_module, "time", clock)
     calls = _failing_writes(rt, clock, [0.0])
     rt.lease_lost.set()
-    assert execute_module._record_until_written(rt, started.intent, _applied(world), started.lease_epoch, T0) is None
-    assert len(calls) == 1
+    recorded = execute_module._record_until_written(rt, started.intent, _applied(world), started.lease_epoch, T0)
+    assert recorded.state is State.APPLIED and len(calls) == 2
 
 
 def test_an_answer_for_an_attempt_re_leased_under_another_epoch_is_kept_as_evidence_only(world: World) -> None:

@@ -302,3 +302,25 @@ def test_a_retry_is_reasserted_against_the_fee_budget_at_the_configured_rate(
     assert _reconciler(world, hub, fee_rate=rate).reconcile(MERCHANT, SIK) is True
     assert world.intent().state is state
     assert hub.jobs == ([job()] if state is State.AUTHORIZED else [])
+
+
+# -- issue 25 item 7: a stamped list entity on other terms (ADR 0015) ------------------------------------------------
+
+
+def test_a_stamped_entity_on_other_terms_is_quarantined_not_applied_and_not_retried(
+        world: World, conn: sqlite3.Connection, hub: Hub) -> None:  # fmt: skip
+    unknown(world, conn, reason_code="RAIL_5XX")
+    entity = world.rail.create_instant_settlement(1, notes={"interlock_sik": SIK})  # ours, for Rs 0.01
+    world.rail.calls.clear()
+    world.clock.advance(READY)
+    assert _reconciler(world, hub).reconcile(MERCHANT, SIK) is True
+    intent = world.intent()
+    assert (intent.state, intent.rail_entity_id, intent.reason_code, intent.lease_owner) == (
+        State.QUARANTINED, None, "RAIL_TERMS_MISMATCH", None)  # fmt: skip
+    last = audit_since(world, 0)[-1][2]
+    assert (last["event"], last["from"], last["to"]) == ("TERMS_MISMATCH", "RECONCILING", "QUARANTINED")
+    assert last["detail"]["intent_terms"]["amount_minor"] == 50000
+    assert last["detail"]["entity_terms"] == {"subject": "balance", "amount_minor": 1, "currency": "INR"}
+    assert last["detail"]["rail_entity_id"] == entity.id
+    assert [f[2] for f in findings(world)] == ["INCONCLUSIVE"]
+    assert hub.jobs == [], "neither APPLIED nor absent: nothing is retried"
