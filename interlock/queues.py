@@ -32,6 +32,13 @@ def reconcile_hint_key(shard: str = DEFAULT_SHARD) -> str:
     return f"{NAMESPACE}:hints:{reconcile_queue(shard)}"
 
 
+def rail_unrecorded_key(shard: str = DEFAULT_SHARD) -> str:
+    """A Redis hash of the rail answers a shard's rail worker holds but could not yet write to its ledger (field
+    "merchant_id|sik|attempt_seq", value a JSON summary). Non-empty means that worker sends nothing (ADR 0005);
+    `interlock status` and the metrics show it. Only a mirror of what the worker logs at CRITICAL."""
+    return f"{NAMESPACE}:rail:unrecorded:{shard}"
+
+
 def outcome_key(request_id: str) -> str:
     """A Redis list the rail worker pushes the first recorded Outcome of a request onto."""
     return f"{NAMESPACE}:outcome:{request_id}"

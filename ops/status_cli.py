@@ -17,7 +17,7 @@ import redis
 from interlock.clock import now_ms
 from interlock.config import Settings, env_name, load_settings
 from interlock.errors import InterlockError
-from interlock.queues import gates_queue, rail_queue, reconcile_hint_key, rq_queue
+from interlock.queues import gates_queue, rail_queue, rail_unrecorded_key, reconcile_hint_key, rq_queue
 from interlock.shards import load_shard_map
 from ledger import leases
 from ledger.db import open_ledger
@@ -46,6 +46,7 @@ def collect(ledger_path: Path, redis_url: str | None, shard: str) -> dict[str, A
     finally:
         conn.close()
     report["queues"] = _queue_depths(redis_url, shard)
+    report["unrecorded_rail_answers"] = _unrecorded(redis_url, shard)
     return report
 
 
@@ -78,6 +79,25 @@ def _queue_depths(redis_url: str | None, shard: str) -> dict[str, Any]:
         return depths
     except redis.RedisError as exc:
         return {"error": f"Redis at {redis_url} unreachable: {exc}"}
+
+
+def _unrecorded(redis_url: str | None, shard: str) -> list[dict[str, Any]] | None:
+    """The rail answers the shard's rail worker holds but could not write (it sends nothing meanwhile: ADR 0005);
+    None when Redis cannot be read (the queues line says why)."""
+    if not redis_url:
+        return None
+    try:
+        client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
+        held = client.hgetall(rail_unrecorded_key(shard))
+    except redis.RedisError:
+        return None
+    out = []
+    for field, value in sorted(held.items()):
+        name = field.decode() if isinstance(field, bytes) else str(field)
+        merchant_id, sik, attempt_seq = name.split("|")
+        out.append({"merchant_id": merchant_id, "sik": sik, "attempt_seq": int(attempt_seq),
+                    **json.loads(value)})  # fmt: skip
+    return out
 
 
 def collect_shards(shards_file: Path) -> dict[str, Any]:
@@ -141,6 +161,10 @@ def _print_shard(report: dict[str, Any], indent: str = "") -> None:
         click.echo(f"{indent}rail worker lease: {lease['owner']} epoch {lease['epoch']} "
                    f"({'live' if lease['live'] else 'EXPIRED'}, heartbeat {lease['heartbeat_age_ms']} ms ago)")
     click.echo(f"{indent}queues: " + ", ".join(f"{k}={v}" for k, v in report["queues"].items()))
+    for held in report.get("unrecorded_rail_answers") or []:
+        click.echo(f"{indent}RAIL WORKER NOT SENDING: {held['worker']} holds the unrecorded {held['outcome']} "
+                   f"{held.get('rail_entity_id') or ''} of {held['sik']} attempt {held['attempt_seq']} "
+                   f"({'past' if held.get('overdue') else 'before'} the instant the reconciler may act, ADR 0005)")
 
 
 def _print_bounds(bounds: dict[str, Any]) -> None:

@@ -27,13 +27,17 @@ class Unrecorded:
         self._lock = threading.Lock()
         self._held: dict[Key, dict[str, Any]] = {}
 
-    def hold(self, key: Key, summary: dict[str, Any]) -> None:
+    def hold(self, key: Key, summary: dict[str, Any]) -> tuple[bool, bool]:
+        """(changed, new): whether what is held for *key* changed, and whether *key* was not held before."""
         with self._lock:
-            self._held.setdefault(key, summary)
+            before = self._held.get(key)
+            self._held[key] = summary
+            return before != summary, before is None
 
-    def release(self, key: Key) -> None:
+    def release(self, key: Key) -> bool:
+        """True when *key* was held."""
         with self._lock:
-            self._held.pop(key, None)
+            return self._held.pop(key, None) is not None
 
     def is_set(self) -> bool:
         with self._lock:

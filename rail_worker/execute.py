@@ -138,7 +138,7 @@ def complete(rt: RailRuntime, started: Started) -> Outcome | None:
         return None
     finally:
         # Held from the first failed write of this answer (fenced or not) until it committed: sending resumes.
-        rt.unrecorded.release((intent.merchant_id, intent.sik, intent.attempt_seq))
+        rt.release_unrecorded((intent.merchant_id, intent.sik, intent.attempt_seq))
     intent = recorded
     trace["recorded"] = trace_now()
     failpoint("rail.after_commit_before_ack")
@@ -252,14 +252,15 @@ def _until_durable(rt: RailRuntime, intent: Intent, result: Classified, what: st
         except (StaleLease, IllegalTransition):
             raise
         except Exception as exc:  # noqa: BLE001 - anything else: the answer must not be dropped on the floor
-            if not rt.unrecorded.is_set():
+            summary: dict[str, Any] = {"outcome": result.outcome, "rail_entity_id": result.rail_entity_id,
+                                       "what": what, "overdue_at_ms": bound, "worker": rt.owner}  # fmt: skip
+            now_overdue = not overdue and now_ms() >= bound
+            overdue = summary["overdue"] = overdue or now_overdue
+            if rt.hold_unrecorded(key, summary):
                 logger.critical("rail worker %s STOPS SENDING: the %s of attempt %d of %s (%s %s) could not be "
                                 "written (%s); retrying until it is durable", rt.owner, what, intent.attempt_seq,
                                 intent.sik, result.outcome, result.rail_entity_id or "", exc)  # fmt: skip
-            rt.unrecorded.hold(key, {"outcome": result.outcome, "rail_entity_id": result.rail_entity_id,
-                                     "what": what, "since_ms": now_ms(), "overdue_at_ms": bound})  # fmt: skip
-            if not overdue and now_ms() >= bound:
-                overdue = True
+            if now_overdue:
                 logger.critical("the %s of attempt %d of %s (%s %s) is still not durable at %d, when the reconciler "
                                 "may act on its absence; the rail's answer: %s", what, intent.attempt_seq, intent.sik,
                                 result.outcome, result.rail_entity_id or "", bound, result.response)  # fmt: skip

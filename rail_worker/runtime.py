@@ -3,13 +3,14 @@ client, mandates and Redis. Built once at boot, in the worker's main process (ne
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import redis
 from redis import Redis
@@ -18,7 +19,7 @@ from interlock.clock import owner_id
 from interlock.config import Settings
 from interlock.fees import DEFAULT_FEE_RATE, FeeRate
 from interlock.mandate import MandateStore
-from interlock.queues import reconcile_hint_key
+from interlock.queues import rail_unrecorded_key, reconcile_hint_key
 from ledger.db import open_ledger, transaction
 from ledger.leases import Lease
 from rail_worker.evidence import SendStop, Unrecorded
@@ -82,6 +83,26 @@ class RailRuntime:
             return self.writer.write(fn)
         with transaction(self.ledger) as conn:
             return fn(conn)
+
+    def hold_unrecorded(self, key: tuple[str, str, int], summary: dict[str, Any]) -> bool:
+        """Hold a rail answer whose write failed (no request leaves while any is held) and show it in status (again
+        when its summary changed). True when it was not held before."""
+        changed, new = self.unrecorded.hold(key, summary)
+        if changed:
+            self._mirror(lambda r: r.hset(rail_unrecorded_key(self.settings.shard), "|".join(map(str, key)),
+                                          json.dumps(summary, sort_keys=True, default=str)))  # fmt: skip
+        return new
+
+    def release_unrecorded(self, key: tuple[str, str, int]) -> None:
+        """The answer is durable (or was never held): sending may resume once nothing else is held."""
+        if self.unrecorded.release(key):
+            self._mirror(lambda r: r.hdel(rail_unrecorded_key(self.settings.shard), "|".join(map(str, key))))
+
+    def _mirror(self, fn: Callable[[Redis], object]) -> None:
+        try:
+            fn(self.redis)
+        except Exception as exc:  # noqa: BLE001 - a mirror for status only: the CRITICAL log is the loud channel
+            logger.warning("could not show the unrecorded rail answer in Redis: %s", exc)
 
     def hint_reconciler(self, merchant_id: str, sik: str) -> None:
         try:

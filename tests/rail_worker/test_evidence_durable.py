@@ -17,6 +17,7 @@ from interlock.errors import IllegalTransition, StaleLease
 from ledger import leases
 from ledger.db import open_ledger
 from ledger.states import State
+from ops.status_cli import collect
 from rail_worker import execute as execute_module
 from rail_worker import lease as lease_module
 from rail_worker.execute import begin_attempt, complete, execute
@@ -163,3 +164,22 @@ def test_a_fenced_applied_answer_survives_a_full_disk_and_the_authorized_retry_s
     intent = world.intent()
     assert (intent.state, intent.rail_entity_id) == (State.APPLIED, world.rail.stamped(SIK)[0])
     assert world.attempts() == [(1, "FENCED_APPLIED")]
+
+
+def test_status_shows_a_worker_holding_an_unrecorded_answer_until_it_is_written(
+    world: World, monkeypatch: pytest.MonkeyPatch, redis_server: Any, redis_client: Any
+) -> None:
+    # The ledger is what cannot be written, so the worker mirrors what it holds to its Redis for `interlock status`.
+    world.authorized(SETTLEMENT)
+    a = world.runtime("rail:A")
+    a.redis = redis_client
+    _no_sleep(monkeypatch, world)
+    during: list[Any] = []
+    _fail_writes(a, 2, lambda n: during.append(collect(world.path, redis_server.url, world.settings.shard)))
+    _arm_after_the_call(world, a)
+    execute(a, MERCHANT, SIK, request_id=None)
+    held = during[1]["unrecorded_rail_answers"]
+    assert [(h["sik"], h["attempt_seq"], h["outcome"], h["worker"]) for h in held] == [(SIK, 1, "APPLIED", "rail:A")]
+    assert held[0]["rail_entity_id"] == world.rail.stamped(SIK)[0]
+    assert collect(world.path, redis_server.url, world.settings.shard)["unrecorded_rail_answers"] == []
+    assert world.intent().state is State.APPLIED
