@@ -67,6 +67,9 @@ def resolve(
                 raise OperatorRefused(sik, f"could not page the rail to the end ({result.pages_scanned} pages: "
                                       f"{result.error}); absence is proven only by an exhausted list — try again")
             text = f"{(evidence or '').strip()} — stamp absent after {result.pages_scanned} pages (list exhausted)"
+            if result.passed_over:
+                # Entities with our stamp on other terms (ADR 0015): not this intent applied; named for the record.
+                text += f"; stamped on other terms, not this intent: {', '.join(result.passed_over)}"
             pages, exhausted = result.pages_scanned, True
     finally:
         rail.close()

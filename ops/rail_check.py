@@ -13,7 +13,10 @@ REFUND_TOOL = "create_refund"
 
 
 def page_for_stamp(rail: RazorpayClient, intent: Intent) -> PageResult:
-    return find_stamped(rail, intent.tool, intent.subject_id, intent.sik)
+    """Page to the end for a stamped entity on the intent's terms; stamped ones on other terms are passed over
+    and named (ADR 0015): they are not this intent applied, and a person resolving it needs to see them."""
+    return find_stamped(rail, intent.tool, intent.subject_id, intent.sik,
+                        accept=lambda raw: intent.mismatch(raw) is None)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,17 +30,20 @@ def check_entity(rail: RazorpayClient, intent: Intent, entity_id: str) -> Entity
     try:
         if intent.tool == REFUND_TOOL:
             refund = rail.fetch_refund(entity_id)
-            stamped, amount = refund.carries_stamp(intent.sik), refund.amount
+            stamped, amount, raw = refund.carries_stamp(intent.sik), refund.amount, refund.raw
             subject_ok = refund.payment_id == intent.subject_id
         else:
             settlement = rail.fetch_instant_settlement(entity_id)
             stamped, amount, subject_ok = settlement.carries_stamp(intent.sik), settlement.amount_requested, True
+            raw = settlement.raw
     except RailError as exc:
         return EntityCheck(False, f"the rail did not return {entity_id}: {exc}")
     if not stamped:
         return EntityCheck(False, f"{entity_id} does not carry the stamp of {intent.sik} (notes.interlock_sik/receipt)")
     if not subject_ok:
         return EntityCheck(False, f"{entity_id} belongs to another payment than {intent.subject_id}")
-    if amount != intent.amount_minor:
-        return EntityCheck(False, f"{entity_id} is for {amount}, the intent for {intent.amount_minor}")
+    differs = intent.mismatch(raw)
+    if differs is not None:  # the one rule of ADR 0015: amount (a full-balance settlement's within the balance read)
+        return EntityCheck(False, f"{entity_id} is on other terms than the intent: {differs['entity_terms']} "
+                                  f"against {differs['intent_terms']}")
     return EntityCheck(True, f"{entity_id} carries the stamp of {intent.sik} for {amount} (checked on the rail)")

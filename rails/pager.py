@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -42,17 +43,25 @@ class PageResult:
     error: str | None = None
     # The matched entity as the rail returned it: its payment, amount and currency are judged against the intent.
     matched_raw: dict[str, Any] | None = None
+    # With `accept`: the stamped entities passed over because they were not what the intent asked (ADR 0015).
+    passed_over: tuple[str, ...] = ()
 
 
 def find_stamped(rail: RailLister, tool: str, subject: str, sik: str, *, page_size: int = PAGE_SIZE,
-                 max_pages: int = MAX_PAGES, deadline: float | None = None) -> PageResult:  # fmt: skip
+                 max_pages: int = MAX_PAGES, deadline: float | None = None,
+                 accept: Callable[[dict[str, Any]], bool] | None = None) -> PageResult:  # fmt: skip
+    """The first entity carrying *sik*'s stamp. With *accept*, a stamped entity it refuses (another payment,
+    amount or currency) is passed over and named in `passed_over`, and paging goes on: the operator proving
+    that nothing of ours on the intent's terms exists (ops/quarantine)."""
     pages = 0
+    passed: list[str] = []
     skip = 0
     try:
         while pages < max_pages:
             if deadline is not None and time.monotonic() >= deadline:
                 logger.warning("paging %s for %s: deadline passed after %d pages", subject, sik, pages)
-                return PageResult(None, pages, exhausted=False, error=f"deadline passed after {pages} pages")
+                return PageResult(None, pages, exhausted=False, error=f"deadline passed after {pages} pages",
+                                  passed_over=tuple(passed))  # fmt: skip
             page: Page[Refund] | Page[Settlement]
             if tool == "create_refund":
                 page = rail.list_refunds_for_payment(subject, count=page_size, skip=skip)
@@ -60,13 +69,16 @@ def find_stamped(rail: RailLister, tool: str, subject: str, sik: str, *, page_si
                 page = rail.list_instant_settlements(count=page_size, skip=skip)
             pages += 1
             for entity in page.items:
-                if entity.carries_stamp(sik):
-                    return PageResult(entity.id, pages, exhausted=False, matched_raw=dict(entity.raw))
+                if entity.carries_stamp(sik) and accept is not None and not accept(dict(entity.raw)):
+                    passed.append(entity.id)
+                elif entity.carries_stamp(sik):
+                    return PageResult(entity.id, pages, exhausted=False, matched_raw=dict(entity.raw),
+                                      passed_over=tuple(passed))  # fmt: skip
             if page.exhausted:
-                return PageResult(None, pages, exhausted=True)
+                return PageResult(None, pages, exhausted=True, passed_over=tuple(passed))
             skip += len(page.items)
             failpoint("reconciler.mid_pagination")
     except RailError as exc:
         logger.warning("paging %s for %s stopped at page %d: %s", subject, sik, pages + 1, exc)
-        return PageResult(None, pages, exhausted=False, error=str(exc)[:500])
-    return PageResult(None, pages, exhausted=False, error=f"gave up after {max_pages} pages")
+        return PageResult(None, pages, exhausted=False, error=str(exc)[:500], passed_over=tuple(passed))
+    return PageResult(None, pages, exhausted=False, error=f"gave up after {max_pages} pages", passed_over=tuple(passed))

@@ -55,3 +55,22 @@ def test_without_a_deadline_paging_goes_on_to_its_page_limit() -> None:
     rail = EndlessList()
     result = find_stamped(rail, "create_refund", "pay_PAGER0000001", SIK, page_size=5, max_pages=7)
     assert (result.pages_scanned, result.exhausted, rail.calls) == (7, False, 7)
+
+
+def test_with_accept_a_stamped_entity_on_other_terms_is_passed_over_and_named() -> None:
+    # The operator's proof that nothing of ours on the intent's terms exists (ADR 0015): paging goes on past it.
+    other = Refund.from_raw({"id": "rfnd_OTHERTERMS0001", "amount": 1, "currency": "USD", "payment_id": "pay_X",
+                             "status": "processed", "notes": {"interlock_sik": SIK}})  # fmt: skip
+
+    class Rail:
+        def list_refunds_for_payment(self, payment_id: str, *, count: int = 100, skip: int = 0) -> Page[Refund]:
+            items = [other] if skip == 0 else []
+            return Page[Refund](items=items, requested_count=1, skip=skip)
+
+        def list_instant_settlements(self, *, count: int = 100, skip: int = 0) -> Page[Settlement]:
+            raise AssertionError("not a settlement")
+
+    result = find_stamped(Rail(), "create_refund", "pay_PAGER0000001", SIK, page_size=1,
+                          accept=lambda raw: raw["amount"] == 2500)  # fmt: skip
+    assert (result.matched_entity_id, result.exhausted, result.passed_over) == (None, True, (other.id,))
+    assert find_stamped(Rail(), "create_refund", "pay_PAGER0000001", SIK, page_size=1).matched_entity_id == other.id
