@@ -176,9 +176,11 @@ class Reconciler:
             intent = intents.get_intent(self.ledger, merchant_id, sik)
             if intent is None or intent.state is not State.UNKNOWN:
                 return False
-            if intents.settle_from_evidence(self.ledger, merchant_id, sik, now=now, actor=self.owner) is not None:
+            settled = intents.settle_from_evidence(self.ledger, merchant_id, sik, now=now, actor=self.owner)
+            if settled is not None:
                 # An attempt's answer already carried our stamp (a fenced worker kept it): no list read can outvote it.
-                logger.info("intent %s APPLIED on the evidence of an earlier attempt", sik)
+                # On other terms than the intent's it is QUARANTINED instead (ADR 0015).
+                logger.info("intent %s %s on the evidence of an earlier attempt", sik, settled.state)
                 return True
             if self._should_quarantine(intent, now):
                 intents.transition(self.ledger, merchant_id, sik, Event.QUARANTINE, now=now, actor=self.owner,
