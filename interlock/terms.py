@@ -1,4 +1,4 @@
-"""Is a stamped rail entity what we asked for? (ADR 0015)
+"""Is a stamped rail entity what we asked for? (ADR 0016)
 
 Our stamp (notes.interlock_sik, a refund's receipt) says an entity was created for a SIK; it does not say the rail
 did what the intent asked. An entity counts as the intent's APPLIED only when its terms equal the intent's: a

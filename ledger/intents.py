@@ -30,7 +30,7 @@ _SETTABLE = frozenset({
 # What an attempt row says when the rail answered it with our stamp: the attempt's own APPLIED, or the
 # answer a superseded worker could only keep as evidence (rail_worker.execute.record_fenced).
 APPLIED_OUTCOMES = ("APPLIED", "FENCED_APPLIED")
-# An answer that carried our stamp but not our terms (ADR 0015): evidence for a person, never of an apply.
+# An answer that carried our stamp but not our terms (ADR 0016): evidence for a person, never of an apply.
 MISMATCH_OUTCOMES = ("TERMS_MISMATCH", "FENCED_TERMS_MISMATCH")
 
 
@@ -87,7 +87,7 @@ class Intent:
         return bool(self.params.get("full"))
 
     def mismatch(self, raw: dict[str, Any]) -> dict[str, Any] | None:
-        """None when the stamped entity *raw* is what this intent asked for; else both sets of terms (ADR 0015)."""
+        """None when the stamped entity *raw* is what this intent asked for; else both sets of terms (ADR 0016)."""
         return terms_mismatch(self.tool, self.terms(), raw, full_balance=self.full_balance)
 
 
@@ -299,7 +299,7 @@ def settle_from_evidence(conn: sqlite3.Connection, merchant_id: str, sik: str, *
 
     A stamped entity whose terms are the intent's → EARLIER_ATTEMPT_APPLIED → APPLIED. A stamped entity with other
     terms, and no attempt with ours → TERMS_MISMATCH → QUARANTINED, both sets of terms on the audit record (ADR
-    0015). The terms are judged again here from the kept answer, so a row recorded APPLIED before the check existed
+    0016). The terms are judged again here from the kept answer, so a row recorded APPLIED before the check existed
     is judged by it too (a row that kept no answer is taken at its word). Returns the settled intent, or None when
     there is no such evidence or the state does not allow acting on it."""
     require_transaction(conn)

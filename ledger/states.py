@@ -86,7 +86,7 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (S.CONFIRMED_NOT_APPLIED, E.EARLIER_ATTEMPT_APPLIED): S.APPLIED,
     (S.FAILED_TERMINAL, E.EARLIER_ATTEMPT_APPLIED): S.APPLIED,
     # An entity carries our stamp but not our terms (another payment, amount or currency): something moved under
-    # our identity, so neither APPLIED nor a retry is safe; a person decides (ADR 0015). From the attempt's own
+    # our identity, so neither APPLIED nor a retry is safe; a person decides (ADR 0016). From the attempt's own
     # answer (IN_FLIGHT, fenced like any outcome), a list match (RECONCILING) and a kept answer (the states
     # EARLIER_ATTEMPT_APPLIED leaves).
     (S.IN_FLIGHT, E.TERMS_MISMATCH): S.QUARANTINED,

@@ -5,7 +5,7 @@ our stamp: a person's belief never outranks the rail. `--applied ID` is refused 
 carries our stamp. The rail is read first, outside the transaction (a QUARANTINED intent has no rail
 worker calling for it); the write then re-reads the row and refuses if it moved meanwhile.
 
-Who resolved it: the console passes the person's authenticated approver credential (ADR 0015) and the record
+Who resolved it: the console passes the person's authenticated approver credential (ADR 0016) and the record
 names it; the CLI's `--as NAME` is what the operator typed, and the record says so ("credential": "none: name
 as typed") — the rail check, not the name, is what makes a resolution safe.
 """
@@ -68,7 +68,7 @@ def resolve(
                                       f"{result.error}); absence is proven only by an exhausted list — try again")
             text = f"{(evidence or '').strip()} — stamp absent after {result.pages_scanned} pages (list exhausted)"
             if result.passed_over:
-                # Entities with our stamp on other terms (ADR 0015): not this intent applied; named for the record.
+                # Entities with our stamp on other terms (ADR 0016): not this intent applied; named for the record.
                 text += f"; stamped on other terms, not this intent: {', '.join(result.passed_over)}"
             pages, exhausted = result.pages_scanned, True
     finally:

@@ -14,7 +14,7 @@ REFUND_TOOL = "create_refund"
 
 def page_for_stamp(rail: RazorpayClient, intent: Intent) -> PageResult:
     """Page to the end for a stamped entity on the intent's terms; stamped ones on other terms are passed over
-    and named (ADR 0015): they are not this intent applied, and a person resolving it needs to see them."""
+    and named (ADR 0016): they are not this intent applied, and a person resolving it needs to see them."""
     return find_stamped(rail, intent.tool, intent.subject_id, intent.sik,
                         accept=lambda raw: intent.mismatch(raw) is None)  # fmt: skip
 
@@ -43,7 +43,7 @@ def check_entity(rail: RazorpayClient, intent: Intent, entity_id: str) -> Entity
     if not subject_ok:
         return EntityCheck(False, f"{entity_id} belongs to another payment than {intent.subject_id}")
     differs = intent.mismatch(raw)
-    if differs is not None:  # the one rule of ADR 0015: amount (a full-balance settlement's within the balance read)
+    if differs is not None:  # the one rule of ADR 0016: amount (a full-balance settlement's within the balance read)
         return EntityCheck(False, f"{entity_id} is on other terms than the intent: {differs['entity_terms']} "
                                   f"against {differs['intent_terms']}")
     return EntityCheck(True, f"{entity_id} carries the stamp of {intent.sik} for {amount} (checked on the rail)")

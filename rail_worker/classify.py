@@ -1,7 +1,7 @@
 """Classify the rail's answer to a money call (SPEC §8 step 4).
 
 Our stamp in a 2xx body, on an entity whose terms (payment, amount, currency) are the intent's → APPLIED;
-our stamp on other terms → TERMS_MISMATCH (QUARANTINED, for a person: ADR 0015). A 2xx without our stamp
+our stamp on other terms → TERMS_MISMATCH (QUARANTINED, for a person: ADR 0016). A 2xx without our stamp
 is a replayed or foreign response and must never be recorded as ours → UNKNOWN. A definitive 4xx →
 FAILED_TERMINAL. Everything else — 5xx, timeout, reset, 409 in progress, nothing sent — → UNKNOWN, for
 the reconciler to settle by reading the rail. A rejection that says our receipt or idempotency key is
@@ -23,7 +23,7 @@ from rails.razorpay import RailError, RailErrorKind
 
 # The attempt-row outcome of a definitive refusal of a retry: UNKNOWN until the stamp is confirmed absent.
 REJECTED_AFTER_RETRY = "REJECTED_AFTER_RETRY"
-# The attempt-row outcome of a stamped answer with other terms than the intent's (ADR 0015).
+# The attempt-row outcome of a stamped answer with other terms than the intent's (ADR 0016).
 TERMS_MISMATCH = "TERMS_MISMATCH"
 
 

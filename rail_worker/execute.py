@@ -321,7 +321,7 @@ def record_fenced(rt: RailRuntime, intent: Intent, result: Classified, sent_at: 
             "outcome": result.outcome, "rail_entity_id": result.rail_entity_id, "worker": rt.owner,
         }, now)  # fmt: skip
         if result.event in (Event.RAIL_APPLIED, Event.TERMS_MISMATCH):
-            # Ours on other terms: QUARANTINED where the state allows it, never retried (ADR 0015).
+            # Ours on other terms: QUARANTINED where the state allows it, never retried (ADR 0016).
             intents.settle_from_evidence(conn, intent.merchant_id, intent.sik, now=now, actor=rt.owner)
 
     # Retried until durable, like an unfenced answer: a retry the reconciler authorized is judged by it.

@@ -2,7 +2,7 @@
 
 Absence on page one is not absence: a page shorter than `count` is the only proof the list is
 exhausted. Matches only on notes.interlock_sik == sik or receipt == "ilk_" + sik — never on amount. The match
-is handed back whole (`matched_raw`): whether its terms are the intent's is the caller's to judge (ADR 0015),
+is handed back whole (`matched_raw`): whether its terms are the intent's is the caller's to judge (ADR 0016),
 and a stamped entity with other terms is still ours to find, never a reason to page on past it.
 
 A pass may be given a deadline (a time.monotonic() instant) so that it ends before the reconciler's
@@ -43,7 +43,7 @@ class PageResult:
     error: str | None = None
     # The matched entity as the rail returned it: its payment, amount and currency are judged against the intent.
     matched_raw: dict[str, Any] | None = None
-    # With `accept`: the stamped entities passed over because they were not what the intent asked (ADR 0015).
+    # With `accept`: the stamped entities passed over because they were not what the intent asked (ADR 0016).
     passed_over: tuple[str, ...] = ()
 
 

@@ -179,7 +179,7 @@ class Reconciler:
             settled = intents.settle_from_evidence(self.ledger, merchant_id, sik, now=now, actor=self.owner)
             if settled is not None:
                 # An attempt's answer already carried our stamp (a fenced worker kept it): no list read can outvote it.
-                # On other terms than the intent's it is QUARANTINED instead (ADR 0015).
+                # On other terms than the intent's it is QUARANTINED instead (ADR 0016).
                 logger.info("intent %s %s on the evidence of an earlier attempt", sik, settled.state)
                 return True
             if self._should_quarantine(intent, now):
@@ -237,7 +237,7 @@ class Reconciler:
         return False
 
     def _quarantine_mismatch(self, intent: Intent, result: PageResult, differs: dict[str, object], now: int) -> bool:
-        """A list entity carries our stamp but not our terms (ADR 0015): not APPLIED, not absent — something moved
+        """A list entity carries our stamp but not our terms (ADR 0016): not APPLIED, not absent — something moved
         under our identity that is not what we asked. QUARANTINED with both sets of terms on the audit record."""
         intents.record_finding(
             self.ledger, merchant_id=intent.merchant_id, sik=intent.sik, attempt_seq=intent.attempt_seq,

@@ -1,4 +1,4 @@
-"""interlock/terms.py (ADR 0015): a stamped entity is the intent's only on the intent's subject, amount and currency;
+"""interlock/terms.py (ADR 0016): a stamped entity is the intent's only on the intent's subject, amount and currency;
 a settle-full-balance settlement on any positive amount up to the balance read."""
 
 from __future__ import annotations

@@ -588,7 +588,7 @@ def test_an_operation_ref_binds_to_its_first_sik_only(ledger: sqlite3.Connection
     assert audit.count(ledger) == 2
 
 
-# -- issue 25 item 7: a kept stamped answer is judged on the intent's terms (ADR 0015) ---------------------------
+# -- issue 25 item 7: a kept stamped answer is judged on the intent's terms (ADR 0016) ---------------------------
 
 
 def _finish_with(conn: sqlite3.Connection, outcome: str, response: dict[str, Any]) -> None:

@@ -59,7 +59,7 @@ FAILED_TERMINAL EARLIER_ATTEMPT_APPLIED APPLIED
 """
 
 
-# Edges issue 25 adds (ADR 0015): a stamped entity whose terms are not the intent's is a finding for a person, from
+# Edges issue 25 adds (ADR 0016): a stamped entity whose terms are not the intent's is a finding for a person, from
 # the attempt's own answer, a list match, or a kept answer in any state EARLIER_ATTEMPT_APPLIED leaves.
 TERMS_EDGES = """
 IN_FLIGHT TERMS_MISMATCH QUARANTINED

@@ -1,4 +1,4 @@
-"""APPLIED only on the intent's terms (issue 25 item 7, ADR 0015): the rail worker's own answer, a fenced answer
+"""APPLIED only on the intent's terms (issue 25 item 7, ADR 0016): the rail worker's own answer, a fenced answer
 and a kept attempt row that carry our stamp on another payment, amount or currency put the intent in QUARANTINED
 with both sets of terms on the audit record, never APPLIED, and nothing is sent again. In-process over a real
 SQLite ledger with the scripted rail (tests/engine/send_world.py) answering with other terms."""

@@ -58,7 +58,7 @@ def test_without_a_deadline_paging_goes_on_to_its_page_limit() -> None:
 
 
 def test_with_accept_a_stamped_entity_on_other_terms_is_passed_over_and_named() -> None:
-    # The operator's proof that nothing of ours on the intent's terms exists (ADR 0015): paging goes on past it.
+    # The operator's proof that nothing of ours on the intent's terms exists (ADR 0016): paging goes on past it.
     other = Refund.from_raw({"id": "rfnd_OTHERTERMS0001", "amount": 1, "currency": "USD", "payment_id": "pay_X",
                              "status": "processed", "notes": {"interlock_sik": SIK}})  # fmt: skip
 

@@ -304,7 +304,7 @@ def test_a_retry_is_reasserted_against_the_fee_budget_at_the_configured_rate(
     assert hub.jobs == ([job()] if state is State.AUTHORIZED else [])
 
 
-# -- issue 25 item 7: a stamped list entity on other terms (ADR 0015) ------------------------------------------------
+# -- issue 25 item 7: a stamped list entity on other terms (ADR 0016) ------------------------------------------------
 
 
 def test_a_stamped_entity_on_other_terms_is_quarantined_not_applied_and_not_retried(
