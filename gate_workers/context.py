@@ -40,8 +40,11 @@ class ResolvedAction:
     resolution_detail: dict[str, Any] = field(default_factory=dict)
     sik: str | None = None
     window: int | None = None
-    # The same call's SIKs in the adjacent windows (ADR 0009; Decision.grace_siks).
+    # The same call's SIKs in the adjacent windows (ADR 0009; Decision.grace_siks and previous_sik).
     grace_siks: tuple[str, ...] = ()
+    previous_sik: str | None = None
+    # When the ingress received the call (Proposal.received_at_ms): the grace rule and the Decision's age count from it.
+    received_at_ms: int | None = None
     distinct_reason: str | None = None
     operation_ref: str | None = None
     params: dict[str, Any] = field(default_factory=dict)

@@ -258,7 +258,8 @@ def build_decision(action: ResolvedAction, ctx: GateContext, mandate: Mandate | 
         verdict=outcome.verdict, reason_code=outcome.reason_code, results=outcome.results,
         mandate_id=mandate.mandate_id if mandate else None, mandate_hash=mandate_hash,
         operation_ref=action.operation_ref, distinct_reason=action.distinct_reason, window=action.window,
-        grace_siks=list(action.grace_siks), rail_basis_minor=_rail_basis(action), rail_read_at_ms=ctx.now_ms,
+        grace_siks=list(action.grace_siks), previous_sik=action.previous_sik, received_at_ms=action.received_at_ms,
+        rail_basis_minor=_rail_basis(action), rail_read_at_ms=ctx.now_ms,
         decided_at_ms=ctx.now_ms, trace=dict(trace or {}), **_task_fields(action),
     )  # fmt: skip
 

@@ -18,9 +18,8 @@ from interlock.config import DEFAULT_SETTLEMENT_GRACE_MS
 from interlock.errors import InvalidInput
 from interlock.mandate import Mandate
 from interlock.messages import Proposal
-from interlock.sik import SETTLEMENT_SUBJECT, compute_sik, window_bucket
-from ledger.queries import earlier_full_request, intent_state, money_committed_for_subject
-from ledger.states import UNSETTLED
+from interlock.sik import SETTLEMENT_SUBJECT, compute_sik, in_window_grace, window_bucket
+from ledger.queries import earlier_full_request, intent_state, intent_unsettled_at, money_committed_for_subject
 from rails.models import Balance, Payment
 from rails.razorpay import RailError, RailErrorKind
 
@@ -46,7 +45,7 @@ def resolve(
     *balance_read_missing* says what the rail lacks when it is known to have no balance read (proxy mode)."""
     base = ResolvedAction(
         request_id=proposal.request_id, agent_id=proposal.agent_id, merchant_id=proposal.merchant_id,
-        tool=proposal.tool, arguments=proposal.arguments, operation_ref=proposal.operation_ref,
+        tool=proposal.tool, arguments=proposal.arguments, operation_ref=proposal.operation_ref, received_at_ms=at_ms,
     )  # fmt: skip
     try:
         call = parse_money_call(proposal.tool, proposal.arguments)
@@ -132,8 +131,7 @@ def _key_settlement(
     bucket = window_bucket(at_ms, window_ms)
     assert bucket is not None
     window: int = bucket
-    # Capped at half the window, so every window keeps a part where an identical call is a new operation.
-    in_grace = window > 0 and at_ms - window * window_ms < min(grace_ms, window_ms // 2)
+    in_grace = in_window_grace(at_ms, window_ms, grace_ms)
 
     def key(bucket: int, amount: int) -> str:
         return compute_sik(merchant_id=base.merchant_id, tool=base.tool, subject=SETTLEMENT_SUBJECT,
@@ -142,12 +140,13 @@ def _key_settlement(
 
     def previous_intent(amount: int) -> str | None:
         """The previous window's SIK when this call is a repeat of that intent: within grace in any state
-        (it may be APPLIED by now); later only while it is unsettled (the caller was told to repeat)."""
+        (it may be APPLIED by now); later when it was unsettled, or not yet admitted, when this call was
+        received (the caller was still being told to repeat). The rail worker judges the same again at admit."""
         if window == 0:
             return None
         sik = key(window - 1, amount)
-        state = intent_state(ledger, base.merchant_id, sik)
-        return sik if state is not None and (in_grace or state in UNSETTLED) else None
+        unsettled = intent_unsettled_at(ledger, base.merchant_id, sik, at_ms)
+        return sik if unsettled is not None and (in_grace or unsettled) else None
 
     params: dict[str, object] = {"notes": call.notes}
     amount = call.amount
@@ -166,9 +165,11 @@ def _key_settlement(
         params["description"] = call.description
 
     sik = key(window, amount)
-    # The previous window's key while in grace (a repeat racing its first call), and the next window's always (a
-    # first call stalled past the next boundary behind its own repeat).
-    grace_siks = ((key(window - 1, amount),) if in_grace else ()) + (key(window + 1, amount),)
+    # The previous window's key always (a repeat whose first call is still queued, or racing it: the rail worker
+    # applies the grace rule at admit), and the next window's always (a first call stalled past the next boundary
+    # behind its own repeat).
+    previous_sik = key(window - 1, amount) if window > 0 else None
+    grace_siks: tuple[str, ...] = (key(window + 1, amount),)
     previous = None if intent_state(ledger, base.merchant_id, sik) is not None else previous_intent(amount)
     if previous is not None:
         # A repeat that crossed into the next window is that call, not a new settlement: answer it with the
@@ -176,7 +177,7 @@ def _key_settlement(
         window, sik, grace_siks = window - 1, previous, ()
     return _replace(base, subject=SETTLEMENT_SUBJECT, amount_minor=amount, currency=balance.currency,
                     requested_amount=call.amount, balance=balance, sik=sik, window=window, grace_siks=grace_siks,
-                    distinct_reason=call.distinct_reason, params=params)  # fmt: skip
+                    previous_sik=previous_sik, distinct_reason=call.distinct_reason, params=params)  # fmt: skip
 
 
 def _no_balance_read(exc: RailError) -> bool:

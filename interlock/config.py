@@ -18,6 +18,9 @@ ENV_PREFIX = "INTERLOCK_"
 # ADR 0009. 15 min covers the longest a caller may still hold a RETRY_SAME_CALL for its first call: the
 # ingress wait (15 s) plus reconciliation up to INTERLOCK_RECONCILE_MAX_AGE_MS (10 min), with margin.
 DEFAULT_SETTLEMENT_GRACE_MS = 900_000
+# ADR 0009: a call not admitted within a day of being received is refused at admission (nothing moves). A
+# settlement's Decision is held to less: its window less the grace (rail_worker/grace.py says why).
+DEFAULT_DECISION_MAX_AGE_MS = 86_400_000
 
 
 class Settings(BaseSettings):
@@ -62,6 +65,11 @@ class Settings(BaseSettings):
         default=DEFAULT_SETTLEMENT_GRACE_MS, ge=0,
         description="after an idempotency window's boundary, how long a repeat of a settlement still lands on "
         "the previous window's intent (capped at half the window)",
+    )  # fmt: skip
+    decision_max_age_ms: int = Field(
+        default=DEFAULT_DECISION_MAX_AGE_MS, gt=0,
+        description="how long after the ingress received a money call its Decision may still be admitted; an older "
+        "one is refused (DECISION_EXPIRED, nothing moved); a settlement's at most its window less the grace",
     )  # fmt: skip
     shard: str = Field(default="0", pattern=r"^[A-Za-z0-9_-]{1,32}$", description="ledger shard served")
     shards: Path | None = Field(default=None, description="path of the shard map YAML (SPEC §15; unset: one shard)")

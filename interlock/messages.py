@@ -99,11 +99,18 @@ class Decision(_Message):
     operation_ref: str | None = None
     distinct_reason: str | None = None
     window: int | None = None
-    # ADR 0009: the SIKs of this same call in the adjacent idempotency windows — the previous one while the
-    # call is within grace after a boundary, and the next one always. The rail worker answers with the first
-    # of those intents that exists when `sik` has none: a racing or stalled gate worker may have keyed the
-    # other call first, in either direction.
+    # ADR 0009: SIKs of this same call that are its intent whenever `sik` has none — the next window's (a first
+    # call whose gate worker or queue stalled past the boundary behind its own repeat). The rail worker lands on
+    # the first of these that exists. (A Decision from before previous_sik existed also lists the previous
+    # window's SIK here while the call was within the grace.)
     grace_siks: list[str] = Field(default_factory=list)
+    # ADR 0009: this call's SIK in the window before the one it was received in (None in window 0). The rail
+    # worker lands on that intent when the call was received within the grace after the boundary (any state),
+    # or while that intent was unsettled or not yet admitted — judged at admission against received_at_ms.
+    previous_sik: str | None = None
+    # When the ingress received the call (Proposal.received_at_ms, the ingress's clock): what the grace rule and
+    # the Decision's maximum age (INTERLOCK_DECISION_MAX_AGE_MS) are measured from. None only from older gates.
+    received_at_ms: int | None = None
     # What the gate read on the rail for G2: refundable (captured - refunded) or the balance, and when. The rail
     # worker re-checks G2 against it inside the admitting transaction (SPEC §8 step 6).
     rail_basis_minor: int | None = None

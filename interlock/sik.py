@@ -62,6 +62,18 @@ def window_bucket(now_ms: int, window_ms: int | None) -> int | None:
     return now_ms // window_ms
 
 
+def window_grace_ms(window_ms: int, grace_ms: int) -> int:
+    """The grace of ADR 0009 after a boundary of *window_ms* windows: the configured grace, capped at half the
+    window, so every window keeps a part where an identical call is a new operation."""
+    return max(0, min(grace_ms, window_ms // 2))
+
+
+def in_window_grace(at_ms: int, window_ms: int, grace_ms: int) -> bool:
+    """Whether a call made at *at_ms* falls within the grace after its window's boundary (never in window 0)."""
+    window = at_ms // window_ms
+    return window > 0 and at_ms - window * window_ms < window_grace_ms(window_ms, grace_ms)
+
+
 def receipt_for(sik: str) -> str:
     return RECEIPT_PREFIX + sik
 

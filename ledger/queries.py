@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from interlock.fees import FeeRate
-from ledger.states import COUNTS_AGAINST_LIMITS, MAY_MOVE_MONEY, State
+from ledger.states import COUNTS_AGAINST_LIMITS, MAY_MOVE_MONEY, State, unsettled_at
 
 SETTLEMENT_TOOL = "create_instant_settlement"
 
@@ -134,8 +134,17 @@ def earlier_full_request(
     return None if row is None else (str(row["sik"]), int(row["amount_minor"]))
 
 
-
 def intent_state(conn: sqlite3.Connection, merchant_id: str, sik: str) -> State | None:
     """The intent's state, or None when the SIK has no intent."""
     row = conn.execute("SELECT state FROM intents WHERE merchant_id = ? AND sik = ?", (merchant_id, sik)).fetchone()
     return None if row is None else State(row["state"])
+
+
+def intent_unsettled_at(conn: sqlite3.Connection, merchant_id: str, sik: str, at_ms: int) -> bool | None:
+    """None when the SIK has no intent; else whether that intent was unsettled, or not yet admitted, at *at_ms*
+    (ledger.states.unsettled_at)."""
+    row = conn.execute("SELECT state, first_seen_at, updated_at FROM intents WHERE merchant_id = ? AND sik = ?",
+                       (merchant_id, sik)).fetchone()  # fmt: skip
+    if row is None:
+        return None
+    return unsettled_at(State(row["state"]), int(row["first_seen_at"]), int(row["updated_at"]), at_ms)

@@ -116,6 +116,16 @@ COUNTS_AGAINST_LIMITS: frozenset[State] = MAY_MOVE_MONEY | {
 SETTLED: frozenset[State] = frozenset({S.APPLIED, S.BLOCKED, S.FAILED_TERMINAL})
 UNSETTLED: frozenset[State] = frozenset(State) - SETTLED
 
+
+def unsettled_at(state: State, first_seen_at: int, updated_at: int, at_ms: int) -> bool:
+    """Whether an intent was unsettled, or not yet admitted, at *at_ms* (ADR 0009: a settlement repeated then is
+    that intent, however far past the window's grace). An intent settled now was settled at *at_ms* only if its
+    last transition came before it: only transitions move updated_at. The one case this overstates — a
+    FAILED_TERMINAL reopened and failed again, or proved APPLIED by an earlier attempt's evidence, after
+    *at_ms* — errs towards the same operation, the safe direction (a false merge delays money, a false split
+    pays twice)."""
+    return first_seen_at >= at_ms or state in UNSETTLED or updated_at >= at_ms
+
 OPERATOR_EVENTS: frozenset[Event] = frozenset({E.OPERATOR_RESOLVED_APPLIED, E.OPERATOR_RESOLVED_NOT_APPLIED})
 
 # Re-entries into AUTHORIZED after the first admission: each must carry a fresh re-assertion of the mandate,

@@ -23,6 +23,7 @@ from ledger.limits import check_limits, check_task_ceiling, reassert
 from ledger.queries import applied_since, money_committed_for_subject
 from ledger.states import Event, State
 from ledger.views import outcome_from_intent
+from rail_worker import grace
 from rail_worker.runtime import RailRuntime
 
 logger = logging.getLogger(__name__)
@@ -35,6 +36,8 @@ _REOPENABLE = frozenset({State.FAILED_TERMINAL, State.CONFIRMED_NOT_APPLIED})
 # Refused before the rail was read: the agent may repeat the same call once the rail answers.
 _TRANSIENT_REASONS = frozenset({"G2_RAIL_UNAVAILABLE"})
 G2_STALE_READ = "G2_STALE_RAIL_READ"
+# Refused at admission with nothing recorded but the decision: the repeat of the same call is judged afresh.
+_RETRYABLE_REFUSALS = frozenset({G2_STALE_READ, grace.DECISION_EXPIRED})
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +56,7 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
     # Fence: a superseded or expired rail worker admits nothing (it may not even be the one to execute).
     leases.assert_holder(conn, rt.current_lease(), now=now)
     if intents.decision_exists(conn, decision.request_id):
-        return _redelivered(conn, decision)
+        return _redelivered(rt, conn, decision)
     if decision.sik is None or decision.terms is None:
         _record(conn, decision, now, verdict=decision.verdict, reason=decision.reason_code)
         return Admission(_unkeyed(decision), None)
@@ -66,10 +69,14 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
         # G1 again at admission: a mandate that expired (or stopped granting) since the gate allows nothing.
         verdict = Verdict.BLOCK
         reason = "G1_MANDATE_EXPIRED" if not mandate.is_active(now) else "G1_TOOL_NOT_GRANTED"
+    if verdict is not Verdict.BLOCK and grace.expired(decision, mandate, rt.settings, now):
+        # Waited in the queues past INTERLOCK_DECISION_MAX_AGE_MS (ADR 0009): it moves nothing now. A repeat
+        # of it still lands on its intent, if it has one.
+        verdict, reason = Verdict.BLOCK, grace.DECISION_EXPIRED
     existing = intents.get_intent(conn, decision.merchant_id, decision.sik)
-    for grace_sik in decision.grace_siks if existing is None else ():
-        # ADR 0009: a racing or stalled gate worker keyed this same call in an adjacent window: it is that intent.
-        existing = existing or intents.get_intent(conn, decision.merchant_id, grace_sik)
+    if existing is None:
+        # ADR 0009: this same call keyed in an adjacent window (a queued, racing or stalled first call) is that intent.
+        existing = grace.same_call_intent(conn, decision, mandate, rt.settings.settlement_window_grace_ms)
     if decision.operation_ref is not None:
         landing = existing.sik if existing is not None else decision.sik
         bound = intents.sik_for_operation_ref(conn, decision.merchant_id, decision.operation_ref)
@@ -195,10 +202,11 @@ def _repeat(
     return Admission(outcome_from_intent(existing, request_id=decision.request_id, replayed=True), None)
 
 
-def _redelivered(conn: sqlite3.Connection, decision: Decision) -> Admission:
-    intent = None
-    for sik in (decision.sik, *decision.grace_siks):  # the first answer may have come from a grace intent
-        intent = intent or (intents.get_intent(conn, decision.merchant_id, sik) if sik else None)
+def _redelivered(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Admission:
+    intent = intents.get_intent(conn, decision.merchant_id, decision.sik) if decision.sik else None
+    if intent is None and decision.sik is not None:  # the first answer may have come from a grace intent
+        intent = grace.same_call_intent(conn, decision, rt.mandates.get(decision.agent_id),
+                                        rt.settings.settlement_window_grace_ms)  # fmt: skip
     if intent is None:
         return Admission(_unkeyed(decision), None)
     return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=True), None)
@@ -219,7 +227,7 @@ def _refused(decision: Decision, reason: str) -> Outcome:
     return Outcome(
         request_id=decision.request_id, state="BLOCKED", sik=decision.sik,
         intent=IntentTerms(**terms.model_dump()) if terms else None, rail_entity_id=None, reason_code=reason,
-        caller_action=CallerAction.RETRY_SAME_CALL if reason == G2_STALE_READ else CallerAction.DO_NOT_RETRY,
+        caller_action=CallerAction.RETRY_SAME_CALL if reason in _RETRYABLE_REFUSALS else CallerAction.DO_NOT_RETRY,
         replayed=False,
     )  # fmt: skip
 

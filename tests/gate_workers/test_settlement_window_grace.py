@@ -16,8 +16,10 @@ from interlock.mandate import Mandate, MandateStore
 from interlock.messages import Decision, Proposal, Verdict
 from interlock.sik import compute_sik
 from interlock.tools import current_pins
-from ledger.db import open_ledger
+from ledger import intents
+from ledger.db import open_ledger, transaction
 from ledger.intents import get_intent
+from ledger.states import Event
 from rail_worker.admit import admit
 from rail_worker.runtime import RailRuntime
 from rails.models import Balance, Payment
@@ -128,9 +130,14 @@ def test_a_full_balance_repeat_after_the_grace_settles_the_balance_now(ledger: s
 
 
 def test_a_decision_names_the_same_call_in_the_adjacent_window(ledger: sqlite3.Connection) -> None:
-    # A repeat that may race its first call, and (always) a first call that may stall past the next boundary.
-    assert settle_at(ledger, BOUNDARY + 10_000).grace_siks == (sik_in(PREVIOUS), sik_in(CURRENT + 1))
-    assert settle_at(ledger, BOUNDARY - 5_000).grace_siks == (sik_in(CURRENT),)
+    # The previous window's SIK always — in the grace or past it, the rail worker judges which applies at admit
+    # (the first call may still be queued) — and the next one always: a first call may stall past the boundary.
+    in_grace, past_grace = settle_at(ledger, BOUNDARY + 10_000), settle_at(ledger, BOUNDARY + 6 * 3_600_000)
+    for action in (in_grace, past_grace):
+        assert (action.previous_sik, action.grace_siks) == (sik_in(PREVIOUS), (sik_in(CURRENT + 1),))
+    before = settle_at(ledger, BOUNDARY - 5_000)
+    assert (before.previous_sik, before.grace_siks) == (sik_in(PREVIOUS - 1), (sik_in(CURRENT),))
+    assert (in_grace.received_at_ms, before.received_at_ms) == (BOUNDARY + 10_000, BOUNDARY - 5_000)
 
 
 def gate_runtime(ledger: sqlite3.Connection) -> GateRuntime:
@@ -166,10 +173,37 @@ def intent_count(rt: RailRuntime) -> int:
     return int(rt.ledger.execute("SELECT COUNT(*) FROM intents").fetchone()[0])
 
 
+class AdmitClock:
+    """The rail worker's clock at admission, set by each test: the calls' received times are around BOUNDARY."""
+
+    def __init__(self) -> None:
+        self.at = BOUNDARY + 60_000
+
+    def __call__(self) -> int:
+        return self.at
+
+
+@pytest.fixture(autouse=True)
+def admit_clock(monkeypatch: pytest.MonkeyPatch) -> AdmitClock:
+    clock = AdmitClock()
+    monkeypatch.setattr("rail_worker.admit.now_ms", clock)
+    return clock
+
+
+def settle_intent(rt: RailRuntime, sik: str, *, at_ms: int, state: str = "APPLIED") -> None:
+    """The admitted intent's call ends in *state* at *at_ms* (what the rail worker records)."""
+    steps = {"APPLIED": ["RAIL_APPLIED"], "UNKNOWN": ["RAIL_AMBIGUOUS"]}[state]
+    with transaction(rt.ledger):
+        intents.start_attempt(rt.ledger, MERCHANT, sik, now=at_ms, lease_owner="w", lease_epoch=1,
+                              lease_expires_at=at_ms + 1000, request={})  # fmt: skip
+        for step in steps:
+            intents.transition(rt.ledger, MERCHANT, sik, Event(step), now=at_ms)
+
+
 def test_admit_answers_a_raced_repeat_with_the_previous_windows_intent(rail_rt: RailRuntime) -> None:
     first = gated(rail_rt, "r_first", BOUNDARY - 5_000)
     repeat = gated(rail_rt, "r_repeat", BOUNDARY + 10_000)  # resolved before the first call was admitted
-    assert (first.sik, repeat.sik, repeat.grace_siks[0]) == (sik_in(PREVIOUS), sik_in(CURRENT), sik_in(PREVIOUS))
+    assert (first.sik, repeat.sik, repeat.previous_sik) == (sik_in(PREVIOUS), sik_in(CURRENT), sik_in(PREVIOUS))
     admitted = admit(rail_rt, first)
     assert admitted.execute is not None and admitted.execute.sik == first.sik
     answer = admit(rail_rt, repeat)
@@ -196,7 +230,7 @@ def test_admit_creates_the_new_windows_intent_when_there_is_no_earlier_one(rail_
 
 
 def test_a_first_call_in_its_own_grace_stalled_past_the_next_boundary_is_still_one_settlement(
-    rail_rt: RailRuntime,
+    rail_rt: RailRuntime, admit_clock: AdmitClock,
 ) -> None:
     # A one-minute window (grace capped at 30 s): the first call is received 5 s into window N (inside N's own
     # grace), its Decision stalls; the agent's repeat comes 5 s into N+1 and is admitted first.
@@ -215,7 +249,127 @@ def test_a_first_call_in_its_own_grace_stalled_past_the_next_boundary_is_still_o
     first = decided("r_first", BOUNDARY + 5_000)
     repeat = decided("r_repeat", BOUNDARY + 65_000)
     assert first.sik != repeat.sik
+    admit_clock.at = BOUNDARY + 66_000  # the first call is expired by now (a 30 s bound): it moves nothing either way
     assert admit(rail_rt, repeat).execute is not None
     answer = admit(rail_rt, first)
     assert answer.execute is None and answer.outcome is not None and answer.outcome.replayed
     assert intent_count(rail_rt) == 1
+
+
+# -- past the grace: the first call still queued, or unsettled, when its repeat was received (issue 25, item 1) --
+
+
+MINUTE = 60_000
+
+
+def test_a_repeat_past_the_grace_while_the_first_call_was_still_queued_lands_on_the_first(
+    rail_rt: RailRuntime, admit_clock: AdmitClock
+) -> None:
+    # The repro: 23:55 the first call is judged and queued; the rail worker is down. 00:16 (past the 15-minute
+    # grace) the agent, told RETRY_SAME_CALL, repeats it; its gate sees no intent yet. The worker comes back.
+    first = gated(rail_rt, "r_2355", BOUNDARY - 5 * MINUTE)
+    repeat = gated(rail_rt, "r_0016", BOUNDARY + 16 * MINUTE)
+    assert (repeat.sik, repeat.previous_sik) == (sik_in(CURRENT), first.sik)
+    admit_clock.at = BOUNDARY + 30 * MINUTE
+    admitted = admit(rail_rt, first)
+    assert admitted.execute is not None
+    settle_intent(rail_rt, sik_in(PREVIOUS), at_ms=BOUNDARY + 31 * MINUTE)  # APPLIED before the repeat is admitted
+    answer = admit(rail_rt, repeat)
+    assert answer.execute is None and answer.outcome is not None
+    assert (answer.outcome.sik, answer.outcome.state, answer.outcome.replayed) == (first.sik, "APPLIED", True)
+    assert intent_count(rail_rt) == 1, "one settlement for one call and its repeat"
+
+
+def test_a_repeat_past_the_grace_of_a_first_call_unsettled_when_it_was_received_lands_on_it(
+    rail_rt: RailRuntime, admit_clock: AdmitClock
+) -> None:
+    # Admitted before midnight and still UNKNOWN when the repeat was received; APPLIED before its admission.
+    first = gated(rail_rt, "r_2355", BOUNDARY - 5 * MINUTE)
+    admit_clock.at = BOUNDARY - 4 * MINUTE
+    assert admit(rail_rt, first).execute is not None
+    settle_intent(rail_rt, first.sik or "", at_ms=BOUNDARY - 4 * MINUTE, state="UNKNOWN")
+    # The repeat's gate worker judged it from a snapshot taken before the first call was admitted (a lagging reader).
+    repeat = Decision.model_validate({**gated(rail_rt, "r_0020", BOUNDARY + 20 * MINUTE).model_dump(),
+                                      "sik": sik_in(CURRENT), "window": CURRENT})  # fmt: skip
+    with transaction(rail_rt.ledger):
+        intents.transition(rail_rt.ledger, MERCHANT, first.sik or "", Event.RECONCILE_STARTED, now=BOUNDARY)
+    with transaction(rail_rt.ledger):
+        intents.transition(rail_rt.ledger, MERCHANT, first.sik or "", Event.RECONCILE_FOUND_APPLIED,
+                           now=BOUNDARY + 25 * MINUTE)  # fmt: skip
+    admit_clock.at = BOUNDARY + 26 * MINUTE
+    answer = admit(rail_rt, repeat)
+    assert answer.outcome is not None and (answer.outcome.sik, answer.outcome.replayed) == (first.sik, True)
+    assert intent_count(rail_rt) == 1
+
+
+def test_a_repeat_past_the_grace_of_a_first_call_settled_before_it_was_received_is_a_new_settlement(
+    rail_rt: RailRuntime, admit_clock: AdmitClock
+) -> None:
+    # The other side of the rule: the first was APPLIED at 23:56, the identical call at 00:16 is the new day's.
+    first = gated(rail_rt, "r_2355", BOUNDARY - 5 * MINUTE)
+    repeat = gated(rail_rt, "r_0016", BOUNDARY + 16 * MINUTE)  # keyed before the first was admitted
+    admit_clock.at = BOUNDARY - 5 * MINUTE
+    assert admit(rail_rt, first).execute is not None
+    settle_intent(rail_rt, first.sik or "", at_ms=BOUNDARY - 4 * MINUTE)
+    admit_clock.at = BOUNDARY + 17 * MINUTE
+    answer = admit(rail_rt, repeat)
+    assert answer.execute is not None and answer.execute.sik == sik_in(CURRENT)
+    assert intent_count(rail_rt) == 2
+
+
+def test_the_gate_keys_a_repeat_past_the_grace_onto_a_first_intent_settled_only_after_it_was_received(
+    ledger: sqlite3.Connection,
+) -> None:
+    received = BOUNDARY + 16 * MINUTE
+    # Admitted after the repeat was received (the first call waited in the rail queue), APPLIED since.
+    put_intent(ledger, sik_in(PREVIOUS), "APPLIED", amount=30_000, subject="balance", tool=TOOL, now=received + 1)
+    assert settle_at(ledger, received).sik == sik_in(PREVIOUS)
+    # Admitted before, settled after the repeat was received.
+    put_intent(ledger, sik_in(PREVIOUS, amount=40_000), "UNKNOWN", amount=40_000, subject="balance", tool=TOOL,
+               now=received - 1)  # fmt: skip
+    with transaction(ledger):
+        for event, at in ((Event.RECONCILE_STARTED, received - 1), (Event.RECONCILE_FOUND_APPLIED, received + 5)):
+            intents.transition(ledger, MERCHANT, sik_in(PREVIOUS, amount=40_000), event, now=at)
+    assert settle_at(ledger, received, amount=40_000).sik == sik_in(PREVIOUS, amount=40_000)
+
+
+def test_a_full_balance_repeat_past_the_grace_lands_on_the_queued_first_whatever_the_balance_reads_now(
+    rail_rt: RailRuntime, admit_clock: AdmitClock
+) -> None:
+    gate_ledger = open_ledger(rail_rt.ledger_path, readonly=True)
+    mandate = rail_rt.mandates.require(AGENT)
+
+    def full(request_id: str, at_ms: int, balance: int) -> Decision:
+        call = proposal(request_id, received_at_ms=at_ms, settle_full_balance=True)
+        action = resolve(call, BalanceRail(balance), gate_ledger, mandate, at_ms)
+        return build_decision(action, GateContext(mandate=mandate, now_ms=at_ms, ledger=gate_ledger,
+                                                  tool_hashes=current_pins()), mandate)  # fmt: skip
+
+    first = full("r_2355", BOUNDARY - 5 * MINUTE, 200_000)
+    # More money came in meanwhile: "everything" reads higher now, so the amounts — and the SIKs — differ.
+    repeat = full("r_0016", BOUNDARY + 16 * MINUTE, 250_000)
+    assert repeat.previous_sik != first.sik
+    admit_clock.at = BOUNDARY + 30 * MINUTE
+    assert admit(rail_rt, first).execute is not None
+    settle_intent(rail_rt, first.sik or "", at_ms=BOUNDARY + 31 * MINUTE)
+    answer = admit(rail_rt, repeat)
+    assert answer.outcome is not None and (answer.outcome.sik, answer.outcome.replayed) == (first.sik, True)
+    assert intent_count(rail_rt) == 1
+    gate_ledger.close()
+
+
+def test_a_distinct_reason_past_the_grace_is_not_captured_by_the_queued_first(
+    rail_rt: RailRuntime, admit_clock: AdmitClock
+) -> None:
+    first = gated(rail_rt, "r_2355", BOUNDARY - 5 * MINUTE)
+    gate_ledger = open_ledger(rail_rt.ledger_path, readonly=True)
+    mandate = rail_rt.mandates.require(AGENT)
+    at = BOUNDARY + 16 * MINUTE
+    action = resolve(proposal("r_new", received_at_ms=at, interlock_distinct_reason="a second payout"),
+                     BalanceRail(), gate_ledger, mandate, at)  # fmt: skip
+    second = build_decision(action, GateContext(mandate=mandate, now_ms=at, ledger=gate_ledger,
+                                                tool_hashes=current_pins()), mandate)  # fmt: skip
+    gate_ledger.close()
+    admit_clock.at = BOUNDARY + 30 * MINUTE
+    assert admit(rail_rt, first).execute is not None
+    assert admit(rail_rt, second).execute is not None and intent_count(rail_rt) == 2

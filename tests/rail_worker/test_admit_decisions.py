@@ -269,6 +269,50 @@ def test_a_mandate_that_no_longer_grants_the_tool_refuses_the_call_as_not_grante
     _refused_at_admit(world, _decision(world, A), "G1_TOOL_NOT_GRANTED")
 
 
+# -- how long a Decision may wait (ADR 0009) --------------------------------------------------------------------------
+
+
+def test_a_refund_received_longer_ago_than_the_maximum_age_is_refused_and_moves_nothing(world: World) -> None:
+    max_age = world.settings.decision_max_age_ms
+    stale = _decision(world, A, tool=REFUND, request_id="req-stale", received_at_ms=T0 - max_age - 1)
+    _refused_at_admit(world, stale, "DECISION_EXPIRED", CallerAction.RETRY_SAME_CALL)
+    assert world.rail.calls == [] and _count(world, "intents") == 0
+    # At the bound it is still admitted; the repeat of the refused call is judged afresh and goes ahead.
+    at_the_bound = _decision(world, A, tool=REFUND, request_id="req-fresh", received_at_ms=T0 - max_age)
+    fresh = admit(world.runtime(), at_the_bound)
+    assert fresh.execute is not None and fresh.execute.sik == A
+
+
+def test_a_settlement_may_wait_at_most_its_window_less_the_grace(world: World) -> None:
+    # A one-day window and the 15-minute grace: a settlement Decision expires after 23 h 45 min, a refund's later.
+    bound = DAY - world.settings.settlement_window_grace_ms
+    assert bound < world.settings.decision_max_age_ms
+    _refused_at_admit(world, _decision(world, A, request_id="req-old", received_at_ms=T0 - bound - 1),
+                      "DECISION_EXPIRED", CallerAction.RETRY_SAME_CALL)  # fmt: skip
+    assert admit(world.runtime(), _decision(world, B, request_id="req-ok", received_at_ms=T0 - bound)).execute
+    refund = admit(world.runtime(), _decision(world, C, tool=REFUND, request_id="req-r", received_at_ms=T0 - bound - 1))
+    assert refund.execute is not None
+
+
+def test_an_expired_repeat_of_an_existing_intent_is_answered_with_that_intent_and_reopens_nothing(
+    world: World,
+) -> None:
+    _failed_terminal(world, A)
+    stale = _decision(world, A, request_id="req-stale", received_at_ms=T0 - DAY)
+    admission = admit(world.runtime(), stale)
+    assert admission.execute is None and admission.outcome is not None
+    assert (admission.outcome.state, admission.outcome.replayed) == ("FAILED_TERMINAL", True)
+    assert _decision_row(world, "req-stale")["reason_code"] == "DECISION_EXPIRED"
+    assert world.intent(A).state is State.FAILED_TERMINAL and len(world.rail.calls) == 1
+
+
+def test_a_decision_without_a_received_time_counts_its_age_from_when_it_was_decided(world: World) -> None:
+    # A Decision enqueued by a gate worker from before received_at_ms existed (a rolling upgrade).
+    old = _decision(world, A, tool=REFUND, request_id="req-old", decided_at_ms=T0 - DAY - 1)
+    assert old.received_at_ms is None
+    _refused_at_admit(world, old, "DECISION_EXPIRED", CallerAction.RETRY_SAME_CALL)
+
+
 # -- grace SIKs and operation_ref --------------------------------------------------------------------------------------
 
 
