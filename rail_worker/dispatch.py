@@ -17,7 +17,7 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
@@ -40,6 +40,19 @@ class _Slot:
     handed_off: bool = False  # a pool thread owns the slot now and releases it when the call is recorded
 
 
+@dataclass
+class _Claim:
+    """Who may still answer the repeats of one intent's call. The claim belongs to the call that executes
+    (ADR 0011): a thread only *enters* it before its admission (so a repeat admitted a moment after the
+    admission that creates the intent, on another thread, still finds someone to wait for), and becomes its
+    executor only once its own admission says it makes the call. Whoever leaves it last, with no call
+    running, answers what is left waiting: no repeat is left unanswered, and none waits on itself."""
+
+    admitting: int = 0  # threads whose admission on this intent has not yet said what they do
+    executing: int = 0  # threads making this intent's call (one, unless an execute job is delivered twice)
+    waiting: list[Outcome] = field(default_factory=list)  # repeats' answers as admitted, until the call is recorded
+
+
 class Dispatcher:
     def __init__(self, rt: RailRuntime, concurrency: int) -> None:
         if concurrency < 1:
@@ -50,8 +63,8 @@ class Dispatcher:
         self._pool = (ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rail-call")
                       if concurrency > 1 else None)  # fmt: skip
         self._lock = threading.Lock()
-        # Intents whose call is on a pool thread now -> request ids of repeats waiting for its recorded answer.
-        self._calls: dict[tuple[str, str], list[str]] = {}
+        # Intents whose call is being admitted or made on a pool thread now, and the repeats waiting for its answer.
+        self._calls: dict[tuple[str, str], _Claim] = {}
 
     def handle_decision(self, decision: Decision) -> str:
         """Admit a Decision and, when it authorizes an intent, make its call. Inline at concurrency 1 (the job
@@ -78,30 +91,31 @@ class Dispatcher:
         """*slot* is the call slot a pool thread owns (None inline, where the job holds it): released here
         when no call follows, else by _run once the call is recorded.
 
-        The intent is claimed *before* admission: a repeat admitted on another thread a moment later then
-        waits for this call's recorded answer, whichever of the two commits first."""
+        The thread enters the intent's claim *before* admission, so a repeat admitted on another thread a
+        moment later waits for this call's recorded answer whichever of the two commits first; it leaves the
+        claim as soon as its admission says what it does — the executor of the call, or not."""
         key = (decision.merchant_id, decision.sik) if decision.sik is not None else None
-        claimed = key is not None and self._claim(key)
+        entered = key is not None and self._enter(key)
         calls = False
         try:
             admission = admit(self.rt, decision)
             trace: Trace = {**decision.trace, "admitted": trace_now()}
             if admission.execute is None:
                 outcome = admission.outcome
-                if outcome is not None and self._pending_repeat(outcome):
-                    if self._waits_for_its_call(outcome):
-                        return "WAITING"
-                    outcome = self._read_again(outcome)  # the call it repeats may have been recorded meanwhile
+                pending = outcome if outcome is not None and self._pending_repeat(outcome) else None
+                entered = False
+                if self._after_admission(key, wait_with=pending):
+                    return "WAITING"
+                if pending is not None:
+                    outcome = self._read_again(pending)  # the call it repeats may have been recorded meanwhile
                 self._publish(outcome, trace)
                 return outcome.state if outcome else "NO_OUTCOME"
-            calls = True
             intent = admission.execute
-            landing = (intent.merchant_id, intent.sik)
-            if landing != key:  # a grace intent (ADR 0009): the call claims it, not the SIK claimed above
-                if claimed:
-                    claimed = self._release(key)  # type: ignore[arg-type]
-                return self._start(intent.merchant_id, intent.sik, decision.request_id, trace, slot)
-            self._run(intent.merchant_id, intent.sik, decision.request_id, trace, slot, answers_repeats=claimed)
+            landing = (intent.merchant_id, intent.sik)  # a grace intent (ADR 0009) may not be the SIK entered
+            entered = False
+            self._after_admission(key, executes=landing)
+            calls = True
+            self._run(intent.merchant_id, intent.sik, decision.request_id, trace, slot)
             return "DONE"
         except Exception:
             if slot is None:
@@ -110,52 +124,73 @@ class Dispatcher:
             logger.exception("admission of request %s failed", decision.request_id)
             return "FAILED"
         finally:
-            if not calls:
-                if claimed:
-                    self._release(key)  # type: ignore[arg-type]
-                if slot is not None:
-                    self._slots.release()
+            if entered:
+                self._after_admission(key)  # the admission raised: this thread makes no call and waits for none
+            if not calls and slot is not None:
+                self._slots.release()
 
     def _start(self, merchant_id: str, sik: str, request_id: str | None, trace: Trace,
                slot: _Slot | None) -> str:  # fmt: skip
         """Start the attempt, make the call, record and publish its answer. *slot* is the call slot this
         pool thread owns and releases when the call is recorded (None inline, where the job holds it)."""
-        claimed = self._claim((merchant_id, sik))  # only the call that claimed the intent answers its repeats
-        self._run(merchant_id, sik, request_id, trace, slot, answers_repeats=claimed)
+        with self._lock:
+            self._calls.setdefault((merchant_id, sik), _Claim()).executing += 1
+        self._run(merchant_id, sik, request_id, trace, slot)
         return "DONE"
 
-    def _claim(self, key: tuple[str, str]) -> bool:
+    def _enter(self, key: tuple[str, str]) -> bool:
         with self._lock:
-            if key in self._calls:
-                return False
-            self._calls[key] = []
-            return True
+            self._calls.setdefault(key, _Claim()).admitting += 1
+        return True
 
-    def _release(self, key: tuple[str, str]) -> bool:
-        """Give up a claim and answer the repeats that waited on it with what the ledger says now. Returns
-        False: the caller holds no claim any more."""
+    def _after_admission(self, key: tuple[str, str] | None, *, wait_with: Outcome | None = None,
+                         executes: tuple[str, str] | None = None) -> bool:  # fmt: skip
+        """Leave the claim entered on *key* now that the admission has said what this thread does: make the call
+        of *executes* (its claim is this thread's from now), or — for a repeat answered *wait_with* while that
+        call is still out — wait for its recorded answer. True when the repeat waits: it is answered by the
+        call that executes, or by the last thread to leave the claim. Never waits on a claim only it holds."""
         with self._lock:
-            waiting = self._calls.pop(key, [])
+            if executes is not None:
+                self._calls.setdefault(executes, _Claim()).executing += 1
+            own = self._calls[key] if key is not None else None
+            if own is not None:
+                own.admitting -= 1
+            waits = False
+            if wait_with is not None:
+                assert wait_with.intent is not None and wait_with.sik is not None
+                target = self._calls.get((wait_with.intent.merchant_id, wait_with.sik))
+                # Someone else is still on that claim (this thread has left it): the executing call, or a
+                # thread whose admission — perhaps the one that created the intent — has not said yet.
+                if target is not None and (target.executing > 0 or target.admitting > 0):
+                    target.waiting.append(wait_with)
+                    waits = True
+            orphans: list[Outcome] = []
+            if own is not None and own.admitting == 0 and own.executing == 0:
+                assert key is not None
+                del self._calls[key]
+                orphans = own.waiting
+        if orphans and key is not None:
+            self._answer_repeats(key[0], key[1], orphans)
+        return waits
+
+    def _call_recorded(self, key: tuple[str, str]) -> None:
+        """The executing call on *key* is recorded (or ended without a record): answer its repeats now."""
+        with self._lock:
+            claim = self._calls[key]
+            claim.executing -= 1
+            waiting: list[Outcome] = []
+            if claim.executing == 0:
+                waiting, claim.waiting = claim.waiting, []
+                if claim.admitting == 0:
+                    del self._calls[key]
         if waiting:
             self._answer_repeats(key[0], key[1], waiting)
-        return False
 
     @staticmethod
     def _pending_repeat(outcome: Outcome) -> bool:
         return (outcome.request_id is not None and outcome.intent is not None
                 and outcome.sik is not None and outcome.replayed
                 and outcome.state in (State.AUTHORIZED, State.IN_FLIGHT))  # fmt: skip
-
-    def _waits_for_its_call(self, outcome: Outcome) -> bool:
-        """A repeat of a call that is on a pool thread right now is answered when that call is recorded, with
-        its recorded state — not at once with IN_FLIGHT, which would only send the agent round again."""
-        assert outcome.intent is not None and outcome.sik is not None and outcome.request_id is not None
-        with self._lock:
-            waiting = self._calls.get((outcome.intent.merchant_id, outcome.sik))
-            if waiting is None:
-                return False
-            waiting.append(outcome.request_id)
-        return True
 
     def _read_again(self, outcome: Outcome) -> Outcome:
         """No call holds the intent now: it may have been recorded between the admission's read and here."""
@@ -186,8 +221,8 @@ class Dispatcher:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def _run(self, merchant_id: str, sik: str, request_id: str | None, trace: Trace, slot: _Slot | None,
-             answers_repeats: bool) -> None:  # fmt: skip
+    def _run(self, merchant_id: str, sik: str, request_id: str | None, trace: Trace, slot: _Slot | None) -> None:
+        """Make the call of an intent whose claim this thread holds as its executor, and give the claim up."""
         try:
             begun = begin_attempt(self.rt, merchant_id, sik, request_id=request_id, trace=trace)
             outcome = complete(self.rt, begun) if isinstance(begun, Started) else begun
@@ -197,19 +232,20 @@ class Dispatcher:
         finally:
             if slot is not None:
                 self._slots.release()
-            if answers_repeats:
-                self._release((merchant_id, sik))
+            self._call_recorded((merchant_id, sik))
 
-    def _answer_repeats(self, merchant_id: str, sik: str, request_ids: list[str]) -> None:
+    def _answer_repeats(self, merchant_id: str, sik: str, waiting: list[Outcome]) -> None:
+        """Answer repeats that waited for the call with what the ledger says now; when it cannot be read, each
+        with its own admission's answer (not yet definite: the caller repeats the call), never with nothing."""
         try:
             intent = self.rt.write(lambda conn: intents.get_intent(conn, merchant_id, sik))
-        except Exception:  # noqa: BLE001 - unanswered repeats are told IN_PROGRESS by the ingress and come again
-            logger.exception("could not read %s to answer %d repeats", sik, len(request_ids))
-            return
-        if intent is None:
-            return
-        for request_id in request_ids:
-            self._publish(outcome_from_intent(intent, request_id=request_id, replayed=True), {})
+        except Exception:  # noqa: BLE001 - each still gets an answer, the one its admission gave
+            logger.exception("could not read %s to answer %d repeats", sik, len(waiting))
+            intent = None
+        for outcome in waiting:
+            if intent is not None:
+                outcome = outcome_from_intent(intent, request_id=outcome.request_id, replayed=True)
+            self._publish(outcome, {})
 
     def _publish(self, outcome: Outcome | None, trace: Trace) -> None:
         if outcome is None or outcome.request_id is None:

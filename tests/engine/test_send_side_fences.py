@@ -523,7 +523,8 @@ def test_a_repeat_of_a_call_still_in_flight_is_answered_with_its_recorded_outcom
     assert out.wait(10)
     repeat = _decision(world, "Q" * 32).model_copy(update={"request_id": "the-repeat"})
     dispatcher.handle_decision(repeat)  # admitted on a pool thread
-    waiting = lambda: any("the-repeat" in ids for ids in dispatcher._calls.values())  # noqa: E731
+    waiting = lambda: any(o.request_id == "the-repeat" for claim in list(dispatcher._calls.values())  # noqa: E731
+                          for o in claim.waiting)  # fmt: skip
     deadline = time.monotonic() + 10
     while not waiting() and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -542,16 +543,17 @@ def test_a_repeat_admitted_just_before_the_call_is_recorded_gets_the_recorded_an
     # The race: the repeat's admission reads IN_FLIGHT, then the call is recorded and lets go of the intent
     # before the repeat can wait on it. The repeat must read again, not publish the IN_FLIGHT it read.
     rt, dispatcher, out, release = _dispatcher_with_a_held_call(world, monkeypatch)
-    real_wait = dispatcher._waits_for_its_call
+    real_after = dispatcher._after_admission
 
-    def late(outcome: Any) -> bool:
-        release.set()  # the call comes back now, between the repeat's read and its wait
-        deadline = time.monotonic() + 10
-        while dispatcher._calls and time.monotonic() < deadline:
-            time.sleep(0.005)
-        return real_wait(outcome)
+    def late(key: Any, **how: Any) -> bool:
+        if how.get("wait_with") is not None:
+            release.set()  # the call comes back now, between the repeat's read and its wait
+            deadline = time.monotonic() + 10
+            while any(c.executing for c in list(dispatcher._calls.values())) and time.monotonic() < deadline:
+                time.sleep(0.005)
+        return real_after(key, **how)
 
-    monkeypatch.setattr(dispatcher, "_waits_for_its_call", late)
+    monkeypatch.setattr(dispatcher, "_after_admission", late)
     assert dispatcher.handle_decision(_decision(world, "R" * 32)) == "DISPATCHED"
     assert out.wait(10)
     dispatcher.handle_decision(_decision(world, "R" * 32).model_copy(update={"request_id": "the-late-repeat"}))
