@@ -17,6 +17,7 @@ CONFIGURED = {
     "INTERLOCK_RECONCILE_MIN_DELAY_MS": "2500",
     "INTERLOCK_LEASE_TTL_MS": "20000",
     "INTERLOCK_SETTLEMENT_WINDOW_GRACE_MS": "600000",
+    "INTERLOCK_DECISION_MAX_AGE_MS": "3600000",
 }
 
 
@@ -40,6 +41,8 @@ def test_status_prints_each_bound_with_its_value_and_meaning(tmp_path: Path, mon
     assert "=2500 ms: " in delay and "lists lag" in delay
     assert "=20000 ms: " in bounds["INTERLOCK_LEASE_TTL_MS"] and "abandoned" in bounds["INTERLOCK_LEASE_TTL_MS"]
     assert "=600000 ms: " in bounds["INTERLOCK_SETTLEMENT_WINDOW_GRACE_MS"]
+    assert "=3600000 ms: " in bounds["INTERLOCK_DECISION_MAX_AGE_MS"]
+    assert "DECISION_EXPIRED" in bounds["INTERLOCK_DECISION_MAX_AGE_MS"]
 
 
 def test_status_json_carries_the_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
