@@ -95,7 +95,9 @@ class Dispatcher:
         moment later waits for this call's recorded answer whichever of the two commits first; it leaves the
         claim as soon as its admission says what it does — the executor of the call, or not."""
         key = (decision.merchant_id, decision.sik) if decision.sik is not None else None
-        entered = key is not None and self._enter(key)
+        entered = key is not None
+        if key is not None:
+            self._enter(key)
         calls = False
         try:
             admission = admit(self.rt, decision)
@@ -138,10 +140,9 @@ class Dispatcher:
         self._run(merchant_id, sik, request_id, trace, slot)
         return "DONE"
 
-    def _enter(self, key: tuple[str, str]) -> bool:
+    def _enter(self, key: tuple[str, str]) -> None:
         with self._lock:
             self._calls.setdefault(key, _Claim()).admitting += 1
-        return True
 
     def _after_admission(self, key: tuple[str, str] | None, *, wait_with: Outcome | None = None,
                          executes: tuple[str, str] | None = None) -> bool:  # fmt: skip
