@@ -18,9 +18,10 @@ ENV_PREFIX = "INTERLOCK_"
 # ADR 0009. 15 min covers the longest a caller may still hold a RETRY_SAME_CALL for its first call: the
 # ingress wait (15 s) plus reconciliation up to INTERLOCK_RECONCILE_MAX_AGE_MS (10 min), with margin.
 DEFAULT_SETTLEMENT_GRACE_MS = 900_000
-# ADR 0009: a call not admitted within a day of being received is refused at admission (nothing moves). A
-# settlement's Decision is held to less: its window less the grace (rail_worker/grace.py says why).
-DEFAULT_DECISION_MAX_AGE_MS = 86_400_000
+# ADR 0009: a call not admitted within two days of being received is refused at admission (nothing moves): the
+# calls queued through a rail worker outage of up to a day still run once it is back (their agents were told to
+# repeat them, and the repeats land on them). A settlement's is held to its window (rail_worker/grace.py).
+DEFAULT_DECISION_MAX_AGE_MS = 172_800_000
 
 
 class Settings(BaseSettings):
@@ -69,7 +70,8 @@ class Settings(BaseSettings):
     decision_max_age_ms: int = Field(
         default=DEFAULT_DECISION_MAX_AGE_MS, gt=0,
         description="how long after the ingress received a money call its Decision may still be admitted; an older "
-        "one is refused (DECISION_EXPIRED, nothing moved); a settlement's at most its window less the grace",
+        "one is refused (DECISION_EXPIRED, nothing moved); a settlement's only until the end of the window after the "
+        "one it was received in",
     )  # fmt: skip
     shard: str = Field(default="0", pattern=r"^[A-Za-z0-9_-]{1,32}$", description="ledger shard served")
     shards: Path | None = Field(default=None, description="path of the shard map YAML (SPEC §15; unset: one shard)")

@@ -62,7 +62,7 @@ _BOUNDS: tuple[tuple[str, str], ...] = (
     ("settlement_window_grace_ms", "a settlement repeated this soon after its window's boundary lands on the "
                                    "previous window's intent (ADR 0009)"),
     ("decision_max_age_ms", "a call not admitted this long after it was received moves nothing (DECISION_EXPIRED); "
-                            "a settlement's at most its window less the grace (ADR 0009)"),
+                            "a settlement's only until the end of the window after its own (ADR 0009)"),
 )  # fmt: skip
 
 

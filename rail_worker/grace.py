@@ -16,7 +16,7 @@ import sqlite3
 from interlock.config import Settings
 from interlock.mandate import Mandate
 from interlock.messages import Decision
-from interlock.sik import SETTLEMENT_SUBJECT, compute_sik, in_window_grace, window_grace_ms
+from interlock.sik import SETTLEMENT_SUBJECT, compute_sik, in_window_grace
 from ledger import intents
 from ledger.intents import Intent
 from ledger.queries import earlier_full_request
@@ -32,19 +32,17 @@ def received_at(decision: Decision) -> int:
     return decision.received_at_ms if decision.received_at_ms is not None else decision.decided_at_ms
 
 
-def max_age_ms(decision: Decision, mandate: Mandate | None, settings: Settings) -> int:
-    """How long after its call was received a Decision may still be admitted. A settlement's is at most its
-    window less the grace: a first call admitted later than that could still be unsettled when a repeat falls
-    two windows after it, where no SIK links the two (only the adjacent windows are looked up)."""
-    bound = settings.decision_max_age_ms
-    window_ms = mandate.window_ms(decision.tool) if mandate is not None else None
-    if window_ms is not None:
-        bound = min(bound, window_ms - window_grace_ms(window_ms, settings.settlement_window_grace_ms))
-    return bound
-
-
 def expired(decision: Decision, mandate: Mandate | None, settings: Settings, now: int) -> bool:
-    return now - received_at(decision) > max_age_ms(decision, mandate, settings)
+    """Whether the Decision waited too long to be admitted: more than INTERLOCK_DECISION_MAX_AGE_MS since its call
+    was received, or — a settlement — past the end of the window after the one it was received in. SIKs link a
+    call only to the adjacent windows, so a first call still unadmitted when its repeat is received is then
+    always in the repeat's window or the one before (where the repeat's previous_sik finds it), and a first
+    call stalled behind its repeat is always in the window before the repeat's (its grace_siks find it)."""
+    received = received_at(decision)
+    if now - received > settings.decision_max_age_ms:
+        return True
+    window_ms = mandate.window_ms(decision.tool) if mandate is not None else None
+    return window_ms is not None and now // window_ms > received // window_ms + 1
 
 
 def same_call_intent(conn: sqlite3.Connection, decision: Decision, mandate: Mandate | None,

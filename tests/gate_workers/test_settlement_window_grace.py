@@ -249,7 +249,7 @@ def test_a_first_call_in_its_own_grace_stalled_past_the_next_boundary_is_still_o
     first = decided("r_first", BOUNDARY + 5_000)
     repeat = decided("r_repeat", BOUNDARY + 65_000)
     assert first.sik != repeat.sik
-    admit_clock.at = BOUNDARY + 66_000  # the first call is expired by now (a 30 s bound): it moves nothing either way
+    admit_clock.at = BOUNDARY + 66_000  # in the window after the first call's: not yet expired
     assert admit(rail_rt, repeat).execute is not None
     answer = admit(rail_rt, first)
     assert answer.execute is None and answer.outcome is not None and answer.outcome.replayed

@@ -283,14 +283,17 @@ def test_a_refund_received_longer_ago_than_the_maximum_age_is_refused_and_moves_
     assert fresh.execute is not None and fresh.execute.sik == A
 
 
-def test_a_settlement_may_wait_at_most_its_window_less_the_grace(world: World) -> None:
-    # A one-day window and the 15-minute grace: a settlement Decision expires after 23 h 45 min, a refund's later.
-    bound = DAY - world.settings.settlement_window_grace_ms
-    assert bound < world.settings.decision_max_age_ms
-    _refused_at_admit(world, _decision(world, A, request_id="req-old", received_at_ms=T0 - bound - 1),
+def test_a_settlement_waits_only_until_the_end_of_the_window_after_its_own(world: World) -> None:
+    # One-day windows: a settlement received in the window before yesterday's is expired, however few hours ago
+    # that was; one received yesterday still goes ahead today (its repeats, and a stalled first call, are in
+    # adjacent windows). A refund of the same age is admitted: it has no window, only the maximum age.
+    midnight = T0 - T0 % DAY
+    two_back = midnight - DAY - 1  # the last ms of the window before yesterday's
+    assert T0 - two_back < world.settings.decision_max_age_ms
+    _refused_at_admit(world, _decision(world, A, request_id="req-old", received_at_ms=two_back),
                       "DECISION_EXPIRED", CallerAction.RETRY_SAME_CALL)  # fmt: skip
-    assert admit(world.runtime(), _decision(world, B, request_id="req-ok", received_at_ms=T0 - bound)).execute
-    refund = admit(world.runtime(), _decision(world, C, tool=REFUND, request_id="req-r", received_at_ms=T0 - bound - 1))
+    assert admit(world.runtime(), _decision(world, B, request_id="req-ok", received_at_ms=two_back + 1)).execute
+    refund = admit(world.runtime(), _decision(world, C, tool=REFUND, request_id="req-r", received_at_ms=two_back))
     assert refund.execute is not None
 
 
@@ -298,7 +301,7 @@ def test_an_expired_repeat_of_an_existing_intent_is_answered_with_that_intent_an
     world: World,
 ) -> None:
     _failed_terminal(world, A)
-    stale = _decision(world, A, request_id="req-stale", received_at_ms=T0 - DAY)
+    stale = _decision(world, A, request_id="req-stale", received_at_ms=T0 - 2 * DAY)
     admission = admit(world.runtime(), stale)
     assert admission.execute is None and admission.outcome is not None
     assert (admission.outcome.state, admission.outcome.replayed) == ("FAILED_TERMINAL", True)
@@ -308,7 +311,8 @@ def test_an_expired_repeat_of_an_existing_intent_is_answered_with_that_intent_an
 
 def test_a_decision_without_a_received_time_counts_its_age_from_when_it_was_decided(world: World) -> None:
     # A Decision enqueued by a gate worker from before received_at_ms existed (a rolling upgrade).
-    old = _decision(world, A, tool=REFUND, request_id="req-old", decided_at_ms=T0 - DAY - 1)
+    decided = T0 - world.settings.decision_max_age_ms - 1
+    old = _decision(world, A, tool=REFUND, request_id="req-old", decided_at_ms=decided)
     assert old.received_at_ms is None
     _refused_at_admit(world, old, "DECISION_EXPIRED", CallerAction.RETRY_SAME_CALL)
 
