@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from interlock import strict_yaml
 from interlock.errors import ConfigError
 
 _AGENT_ID = re.compile(r"^[A-Za-z0-9_]{1,64}$")
@@ -47,13 +46,16 @@ class TokenTable:
     @classmethod
     def load(cls, path: Path) -> TokenTable:
         try:
-            data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"INTERLOCK_AGENT_TOKENS={path}: cannot read ({exc.strerror or exc})",
                               variable="INTERLOCK_AGENT_TOKENS") from None  # fmt: skip
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"INTERLOCK_AGENT_TOKENS={path}: not valid YAML ({exc})",
-                              variable="INTERLOCK_AGENT_TOKENS") from None  # fmt: skip
+        try:
+            # Strict: an agent listed twice is refused. PyYAML would keep the last entry silently, so the
+            # reviewed file could name one token while another one authenticates as that agent.
+            data: Any = strict_yaml.load(text, str(path))[1]
+        except strict_yaml.YamlProblem as exc:
+            raise ConfigError(f"INTERLOCK_AGENT_TOKENS={exc}", variable="INTERLOCK_AGENT_TOKENS") from None
         return cls.parse(data, source=str(path))
 
     @classmethod

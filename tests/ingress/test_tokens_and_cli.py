@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -63,6 +64,28 @@ def test_the_token_table_maps_only_exact_tokens_to_agents() -> None:
 def test_a_malformed_tokens_file_is_a_config_error(data: object) -> None:
     with pytest.raises(ConfigError):
         TokenTable.parse(data)
+
+
+def test_an_agent_listed_twice_in_the_tokens_file_is_refused_naming_the_line(tmp_path: Path) -> None:
+    # PyYAML keeps the last entry: the reviewed first token would silently stop working and the second,
+    # perhaps someone else's, would authenticate as this agent.
+    path = tmp_path / "tokens.yaml"
+    path.write_text("agents:\n"
+                    f"  a1: {{token_sha256: {token_sha256('t-reviewed')}}}\n"
+                    f"  a2: {{token_sha256: {token_sha256('t-two')}}}\n"
+                    f"  a1: {{token_sha256: {token_sha256('t-other')}}}\n")  # fmt: skip
+    with pytest.raises(ConfigError) as refused:
+        TokenTable.load(path)
+    assert refused.value.variable == "INTERLOCK_AGENT_TOKENS"
+    assert f"{path}:4" in str(refused.value) and "duplicate key 'a1'" in str(refused.value)
+
+
+def test_a_tokens_file_that_is_not_yaml_is_a_config_error_naming_it(tmp_path: Path) -> None:
+    path = tmp_path / "tokens.yaml"
+    path.write_text("agents: {a1: [\n")
+    with pytest.raises(ConfigError) as refused:
+        TokenTable.load(path)
+    assert str(path) in str(refused.value) and "not valid YAML" in str(refused.value)
 
 
 def test_the_stdio_ingress_refuses_to_start_for_an_agent_without_a_mandate(env: dict[str, str]) -> None:
