@@ -27,11 +27,12 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from ingress.admission import MoneyCallSlots
 from interlock.config import Settings
 from interlock.errors import ConfigError
 from interlock.mandate import Mandate, MandateStore
 from interlock.queues import TRACE_ENV, gates_queue, rq_queue
-from interlock.shards import Shard, ShardMap, load_shard_map
+from interlock.shards import ShardMap, load_shard_map
 from rails.base import RAIL_MCP_UPSTREAM, Rail, make_rail
 from rails.upstream_manifest import ManifestCache, ToolLister
 
@@ -41,10 +42,15 @@ T = TypeVar("T")
 
 # ASGI scope key under which the HTTP bearer middleware records the authenticated agent.
 AGENT_SCOPE_KEY = "interlock.agent_id"
-# Blocking work (Redis, SQLite, the rail's REST client) runs in threads; a waiting money call holds one
-# for up to INTERLOCK_OUTCOME_WAIT_MS, so the pool is sized for many concurrent waits, not for CPU.
-MAX_BLOCKING_CALLS = 256
+# Blocking work (Redis, SQLite, the rail's REST client) runs in threads. A money call holds one for its enqueue
+# and then its wait (up to INTERLOCK_OUTCOME_WAIT_MS): those run on a limiter of INTERLOCK_INGRESS_MAX_MONEY_CALLS
+# threads, which admission (ingress.admission) never oversubscribes; reads, interlock_status and the proxy's
+# pass-through share a second one of OTHER_BLOCKING_CALLS, so neither kind can hold up the other.
+OTHER_BLOCKING_CALLS = 64
 QUEUE_SOCKET_TIMEOUT_S = 5.0
+# Enqueues are one short round trip each: a small pool serves them, and a burst waits for a free connection
+# (up to the socket timeout) rather than failing with "Too many connections".
+QUEUE_POOL_SIZE = 32
 
 
 @dataclass(frozen=True)
@@ -70,12 +76,14 @@ class ShardRoute:
     _gates: Any = field(default=None, repr=False)
 
     @classmethod
-    def connect(cls, name: str, url: str, ledger: Path | None, outcome_wait_ms: int) -> ShardRoute:
+    def connect(cls, name: str, url: str, ledger: Path | None, settings: Settings) -> ShardRoute:
         # One retry, no backoff: enough to replace a pooled connection Redis dropped on restart, short
         # enough that "Redis is down" is answered at once instead of after a backoff ladder.
-        queue_redis = _redis(url, socket_timeout=QUEUE_SOCKET_TIMEOUT_S)
-        # BLPOP blocks for up to the outcome deadline; the socket timeout must outlast it.
-        wait_redis = _redis(url, socket_timeout=outcome_wait_ms / 1000 + QUEUE_SOCKET_TIMEOUT_S)
+        queue_redis = _redis(url, socket_timeout=QUEUE_SOCKET_TIMEOUT_S, pool_size=QUEUE_POOL_SIZE)
+        # BLPOP blocks for up to the outcome deadline; the socket timeout must outlast it. One connection per
+        # wait the ingress admits (all of them may be for this shard's merchants), so a wait never lacks one.
+        wait_redis = _redis(url, socket_timeout=settings.outcome_wait_ms / 1000 + QUEUE_SOCKET_TIMEOUT_S,
+                            pool_size=settings.ingress_max_money_calls)  # fmt: skip
         return cls(name, ledger, queue_redis, wait_redis)
 
     def gates_queue(self) -> Any:
@@ -97,16 +105,17 @@ class Ingress:
         self.shard_map: ShardMap | None = None
         if settings.shards is not None:
             self.shard_map = load_shard_map(settings.shards)
-            self.routes = {s.name: _connect(s, settings.outcome_wait_ms) for s in self.shard_map.shards}
+            self.routes = {s.name: ShardRoute.connect(s.name, s.redis_url, s.ledger, settings)
+                           for s in self.shard_map.shards}  # fmt: skip
         else:
             url = settings.require("redis_url")
-            self.routes = {settings.shard: ShardRoute.connect(settings.shard, url, settings.ledger,
-                                                              settings.outcome_wait_ms)}  # fmt: skip
+            self.routes = {settings.shard: ShardRoute.connect(settings.shard, url, settings.ledger, settings)}
         self._rail: Rail | None = None
         # Proxy mode (INTERLOCK_RAIL=mcp-upstream): list and pass through the upstream's tools (ingress.proxy).
         self.proxy = settings.rail == RAIL_MCP_UPSTREAM
         self._manifest: ManifestCache | None = None
-        self._limiter: anyio.CapacityLimiter | None = None
+        self.money_slots = MoneyCallSlots(settings.agent_max_money_calls, settings.ingress_max_money_calls)
+        self._limiters: dict[bool, anyio.CapacityLimiter] = {}
         # Benchmarking only: finished call traces are kept by a thread of their own, off the answer's path.
         tracing = os.environ.get(TRACE_ENV, "") not in ("", "0")
         self.tracer = ThreadPoolExecutor(1, thread_name_prefix="trace") if tracing else None
@@ -151,10 +160,14 @@ class Ingress:
             self._manifest = ManifestCache(rail, ttl_ms=self.settings.upstream_manifest_ttl_ms)
         return self._manifest
 
-    async def blocking(self, fn: Callable[..., T], *args: Any) -> T:
-        if self._limiter is None:
-            self._limiter = anyio.CapacityLimiter(MAX_BLOCKING_CALLS)
-        return await anyio.to_thread.run_sync(fn, *args, limiter=self._limiter)
+    async def blocking(self, fn: Callable[..., T], *args: Any, money: bool = False) -> T:
+        """Run *fn* in a worker thread: a money call's enqueue and wait (`money=True`, under a slot of
+        self.money_slots) on their own limiter, everything else on the other."""
+        limiter = self._limiters.get(money)
+        if limiter is None:  # made on first use: a CapacityLimiter belongs to the running event loop
+            size = self.settings.ingress_max_money_calls if money else OTHER_BLOCKING_CALLS
+            limiter = self._limiters[money] = anyio.CapacityLimiter(size)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=limiter)
 
     def close(self) -> None:
         if self.tracer is not None:
@@ -165,14 +178,14 @@ class Ingress:
             self._rail.close()
 
 
-def _connect(shard: Shard, outcome_wait_ms: int) -> ShardRoute:
-    return ShardRoute.connect(shard.name, shard.redis_url, shard.ledger, outcome_wait_ms)
-
-
-def _redis(url: str, *, socket_timeout: float) -> redis.Redis:
+def _redis(url: str, *, socket_timeout: float, pool_size: int) -> redis.Redis:
+    # A blocking pool: past pool_size a command waits (up to QUEUE_SOCKET_TIMEOUT_S) for a connection to be
+    # given back instead of failing at once with "Too many connections" (redis-py's default pool is 100).
     try:
-        return redis.Redis.from_url(
-            url, socket_connect_timeout=2, socket_timeout=socket_timeout, retry=Retry(NoBackoff(), 1)
-        )
+        pool = redis.BlockingConnectionPool.from_url(
+            url, max_connections=pool_size, timeout=QUEUE_SOCKET_TIMEOUT_S,
+            socket_connect_timeout=2, socket_timeout=socket_timeout, retry=Retry(NoBackoff(), 1),
+        )  # fmt: skip
+        return redis.Redis.from_pool(pool)
     except ValueError as exc:
         raise ConfigError(f"REDIS_URL={url!r} is not a Redis URL: {exc}", variable="REDIS_URL") from None

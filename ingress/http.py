@@ -18,6 +18,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import resource
 import socket
 from collections.abc import Sequence
 from typing import Any
@@ -27,17 +28,24 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ingress.app import AGENT_SCOPE_KEY, Ingress
+from ingress.app import AGENT_SCOPE_KEY, QUEUE_POOL_SIZE, Ingress
 from ingress.frames import MAX_MESSAGE_BYTES, refusal
+from ingress.http_guard import ConnectionGuard
 from ingress.server import build_server
+from ingress.sessions import streamable_http_app
 from ingress.tokens import TokenTable
-from interlock.errors import InterlockError
+from interlock.config import Settings
+from interlock.errors import ConfigError, InterlockError
 
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
+# Connections the kernel queues before they are accepted; accepted ones are what INTERLOCK_HTTP_MAX_CONNECTIONS caps.
+LISTEN_BACKLOG = 128
 WELL_KNOWN_PREFIX = "/.well-known/"
 TOO_LARGE = {"error": "payload_too_large", "detail": f"the body exceeds {MAX_MESSAGE_BYTES} bytes"}
+# uvicorn's default: an idle kept-alive connection is closed after 5 s (and first in line at the connection cap).
+KEEP_ALIVE_S = 5
 NO_OAUTH = "OAuth is not configured on this server; send a static token as `Authorization: Bearer <token>`"
 
 
@@ -158,9 +166,33 @@ async def _answer(send: Send, status: int, body: dict[str, Any], headers: Sequen
 
 
 def build_app(ingress: Ingress, tokens: TokenTable, host: str) -> ASGIApp:
-    server = build_server(ingress)
-    app = server.streamable_http_app(streamable_http_path=MCP_PATH, host=host)
+    settings = ingress.settings
+    app = streamable_http_app(build_server(ingress), path=MCP_PATH, host=host,
+                              max_sessions=settings.http_max_sessions, per_agent=settings.http_agent_max_sessions,
+                              idle_timeout_s=settings.http_session_idle_ms / 1000)  # fmt: skip
     return BearerAuth(app, tokens)
+
+
+def reserve_file_descriptors(settings: Settings, shards: int) -> int:
+    """Make sure the process may open every socket its limits allow, raising the soft RLIMIT_NOFILE up to
+    the hard one if needed; refuse to start when even that is too few (else the ingress would fail to
+    accept an agent's connection, or to reach Redis, at exactly the moment it is busiest)."""
+    # Per shard: the wait pool (one connection per admitted wait) and the queue pool; then the ledger files,
+    # the rail client, logs and the listening socket.
+    needed = settings.http_max_connections + shards * (settings.ingress_max_money_calls + QUEUE_POOL_SIZE) + 64
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return needed
+    if hard != resource.RLIM_INFINITY and hard < needed:
+        raise ConfigError(
+            f"the ingress's limits need {needed} file descriptors (INTERLOCK_HTTP_MAX_CONNECTIONS="
+            f"{settings.http_max_connections}, INTERLOCK_INGRESS_MAX_MONEY_CALLS={settings.ingress_max_money_calls}"
+            f" on {shards} shard(s)) but this process may open only {hard} (ulimit -n); lower those or raise the "
+            "limit",
+            variable="INTERLOCK_HTTP_MAX_CONNECTIONS",
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+    return needed
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -177,16 +209,23 @@ def bind(host: str, port: int) -> socket.socket:
         if exc.errno == errno.EADDRINUSE:
             raise InterlockError(f"port {port} on {host} is already in use; choose another with --port") from None
         raise InterlockError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(128)
+    sock.listen(LISTEN_BACKLOG)
     sock.set_inheritable(True)
     return sock
 
 
 def serve_http(ingress: Ingress, tokens: TokenTable, host: str, port: int) -> None:
+    settings = ingress.settings
+    reserve_file_descriptors(settings, len(ingress.routes))
     sock = bind(host, port)
     actual_port = sock.getsockname()[1]
     app = build_app(ingress, tokens, host)
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False)
-    logger.info("ingress listening on http://%s:%d%s (%d agent tokens)", host, actual_port, MCP_PATH,
-                len(tokens.digests))  # fmt: skip
+    guard = ConnectionGuard(settings.http_max_connections, settings.http_header_timeout_ms / 1000,
+                            settings.http_body_timeout_ms / 1000)  # fmt: skip
+    # ws="none": the ingress serves no WebSocket, so an Upgrade is never handed to a protocol without our limits.
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, http=guard.protocol(),
+                            ws="none", timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip
+    logger.info("ingress listening on http://%s:%d%s (%d agent tokens; at most %d connections, %d sessions, %d per "
+                "agent)", host, actual_port, MCP_PATH, len(tokens.digests), settings.http_max_connections,
+                settings.http_max_sessions, settings.http_agent_max_sessions)  # fmt: skip
     uvicorn.Server(config).run(sockets=[sock])

@@ -71,11 +71,22 @@ async def call_money_tool(
         received_at_ms=now_ms(),
         trace=trace,
     )
-    route = ingress.route(caller.merchant_id)  # the merchant's shard: its Redis for the proposal and the outcome
+    refusal = ingress.money_slots.take(caller.agent_id)  # before anything is recorded: a refusal records nothing
+    if refusal is not None:
+        logger.warning("money call %s by %s refused: %s", tool, caller.agent_id, results.error_body(refusal))
+        return refusal
     try:
-        await ingress.blocking(_enqueue, route, proposal)
+        return await _propose_and_wait(ingress, caller.merchant_id, proposal)
+    finally:
+        ingress.money_slots.give_back(caller.agent_id)
+
+
+async def _propose_and_wait(ingress: Ingress, merchant_id: str, proposal: Proposal) -> CallToolResult:
+    route = ingress.route(merchant_id)  # the merchant's shard: its Redis for the proposal and the outcome
+    try:
+        await ingress.blocking(_enqueue, route, proposal, money=True)
     except redis.RedisError as exc:
-        logger.error("cannot enqueue proposal %s for %s on shard %s: %s", proposal.request_id, caller.agent_id,
+        logger.error("cannot enqueue proposal %s for %s on shard %s: %s", proposal.request_id, proposal.agent_id,
                      route.name, exc)  # fmt: skip
         return results.error(
             "QUEUE_UNAVAILABLE",
@@ -84,8 +95,8 @@ async def call_money_tool(
             CallerAction.RETRY_SAME_CALL,
         )
     failpoint("ingress.after_enqueue")
-    logger.info("proposal %s enqueued: agent=%s tool=%s shard=%s", proposal.request_id, caller.agent_id, tool,
-                route.name)  # fmt: skip
+    logger.info("proposal %s enqueued: agent=%s tool=%s shard=%s", proposal.request_id, proposal.agent_id,
+                proposal.tool, route.name)  # fmt: skip
 
     outcome = await _wait(ingress, route, proposal.request_id)
     if outcome is None:
@@ -149,7 +160,7 @@ async def _wait(ingress: Ingress, route: ShardRoute, request_id: str) -> Outcome
     """The first recorded outcome, or None. The proposal is already on the queue, so a failure here is
     'not known yet' (IN_PROGRESS), never an error: something may have been recorded."""
     try:
-        return await ingress.blocking(_wait_blocking, ingress, route, request_id)
+        return await ingress.blocking(_wait_blocking, ingress, route, request_id, money=True)
     except redis.RedisError as exc:
         logger.warning("lost Redis while waiting for the outcome of %s: %s", request_id, exc)
     except ValidationError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from interlock.errors import ConfigError
@@ -79,6 +79,40 @@ class Settings(BaseSettings):
     merchant_id: str | None = Field(default=None, description="trusted merchant id (else the mandate's)")
     agent_tokens: Path | None = Field(default=None, description="YAML of agent token hashes for HTTP ingress")
     outcome_wait_ms: int = Field(default=15_000, gt=0, description="how long the ingress waits for an outcome")
+    # What one client may hold of the ingress (ADR 0015, docs/ingress.md "Limits"): every agent needs a socket, a
+    # session and a Redis connection to wait on, so none may take them all.
+    agent_max_money_calls: int = Field(
+        default=16, ge=1, le=4096,
+        description="money calls one agent may have waiting for their outcome at once; one more is refused "
+        "(AGENT_CALL_LIMIT, nothing recorded)",
+    )  # fmt: skip
+    ingress_max_money_calls: int = Field(
+        default=200, ge=1, le=4096,
+        description="money calls the ingress keeps waiting at once for all agents (each holds a Redis connection "
+        "of its shard's wait pool, sized to this); one more is refused (INGRESS_BUSY, nothing recorded)",
+    )  # fmt: skip
+    http_max_connections: int = Field(
+        default=400, ge=2, le=65_536,
+        description="open HTTP connections; a new one past it closes the connection that has waited longest "
+        "without sending a request (or is refused 503 when every connection is serving one)",
+    )  # fmt: skip
+    http_header_timeout_ms: int = Field(
+        default=10_000, ge=100, le=300_000,
+        description="time a connection has to send a request's headers (from its opening or its previous answer)",
+    )  # fmt: skip
+    http_body_timeout_ms: int = Field(
+        default=15_000, ge=100, le=300_000, description="time a request has to send its body once its headers are in"
+    )
+    http_max_sessions: int = Field(default=1024, ge=1, le=100_000, description="MCP sessions open at once, all agents")
+    http_agent_max_sessions: int = Field(
+        default=8, ge=1, le=10_000,
+        description="MCP sessions one agent may hold; a new one closes that agent's oldest idle session "
+        "(refused 503 when all are busy)",
+    )  # fmt: skip
+    http_session_idle_ms: int = Field(
+        default=120_000, ge=1000, le=86_400_000,
+        description="an MCP session with no request in flight (and no open GET stream) for this long is closed",
+    )  # fmt: skip
     kill_at: str | None = Field(default=None, description="failpoint name at which to SIGKILL (chaos only)")
     console_token: str | None = Field(default=None, description="token that unlocks the operator web console")
     approvers: Path | None = Field(
@@ -87,6 +121,18 @@ class Settings(BaseSettings):
     approver_token: str | None = Field(
         default=None, description="the approver's own token, for `interlock holds approve/reject` (else a prompt)"
     )
+
+    @model_validator(mode="after")
+    def _one_client_cannot_take_everything(self) -> Settings:
+        # A per-client cap at or above the total would let one agent hold all of it: keep room for another.
+        for one, total in (("agent_max_money_calls", "ingress_max_money_calls"),
+                           ("http_agent_max_sessions", "http_max_sessions")):  # fmt: skip
+            if getattr(self, one) * 2 > getattr(self, total):
+                raise ValueError(
+                    f"{env_name(one)}={getattr(self, one)} must be at most half of {env_name(total)}="
+                    f"{getattr(self, total)}, so that one agent cannot take all of it"
+                )
+        return self
 
     def require(self, name: str) -> Any:
         """Return setting *name* or raise ConfigError naming the environment variable to set."""
@@ -112,7 +158,10 @@ def load_settings(**overrides: Any) -> Settings:
     except ValidationError as exc:
         problems = []
         for err in exc.errors():
-            name = str(err["loc"][0]) if err["loc"] else "?"
+            if not err["loc"]:  # a check across settings: its message names the variables
+                problems.append(str(err["msg"]).removeprefix("Value error, "))
+                continue
+            name = str(err["loc"][0])
             problems.append(f"{env_name(name)}: {err['msg']} (got {err.get('input')!r})")
         first = str(exc.errors()[0]["loc"][0]) if exc.errors() and exc.errors()[0]["loc"] else None
         raise ConfigError(

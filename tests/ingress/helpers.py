@@ -3,6 +3,7 @@ TEST RESPONDER that stands in for the gate and rail workers over the real queue/
 
 from __future__ import annotations
 
+import resource
 import socket
 import subprocess
 import sys
@@ -121,14 +122,19 @@ class TestResponder(threading.Thread):
 class HttpIngress:
     """`interlock ingress --http` as a real subprocess on 127.0.0.1, stopped by its pid."""
 
-    def __init__(self, env: dict[str, str], port: int, log_path: Path) -> None:
+    def __init__(self, env: dict[str, str], port: int, log_path: Path, *, fd_limit: int | None = None) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}/mcp"
         self.log_path = log_path
         self._log = log_path.open("w")
+
+        def limit_files() -> None:  # in the child: `ulimit -n fd_limit`, soft and hard
+            if fd_limit is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (fd_limit, fd_limit))
+
         self.proc = subprocess.Popen(
             [*INGRESS_CMD, "--http", "--host", "127.0.0.1", "--port", str(port)],
-            env=env, cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT,
+            env=env, cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=limit_files,
         )  # fmt: skip
 
     def wait_ready(self, timeout: float = 20.0) -> None:
