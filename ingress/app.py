@@ -27,7 +27,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from ingress.admission import MoneyCallSlots
+from ingress.admission import money_slots, other_slots
 from interlock.config import Settings
 from interlock.errors import ConfigError
 from interlock.mandate import Mandate, MandateStore
@@ -114,7 +114,8 @@ class Ingress:
         # Proxy mode (INTERLOCK_RAIL=mcp-upstream): list and pass through the upstream's tools (ingress.proxy).
         self.proxy = settings.rail == RAIL_MCP_UPSTREAM
         self._manifest: ManifestCache | None = None
-        self.money_slots = MoneyCallSlots(settings.agent_max_money_calls, settings.ingress_max_money_calls)
+        self.money_slots = money_slots(settings.agent_max_money_calls, settings.ingress_max_money_calls)
+        self.other_slots = other_slots(settings.agent_max_other_calls)
         self._limiters: dict[bool, anyio.CapacityLimiter] = {}
         # Benchmarking only: finished call traces are kept by a thread of their own, off the answer's path.
         tracing = os.environ.get(TRACE_ENV, "") not in ("", "0")

@@ -54,6 +54,12 @@ def build_server(ingress: Ingress) -> Server[Any]:
         if caller is None:
             # The HTTP middleware answers 401 before this; reaching here means no identity: refuse.
             return results.error("UNAUTHENTICATED", "no agent identity on this call", CallerAction.DO_NOT_RETRY)
+        # A money call takes its slot in ingress.money (the proxy's money tools too); every other call here.
+        slots = None if params.name in MONEY_TOOLS else ingress.other_slots
+        refusal = None if slots is None else slots.take(caller.agent_id)
+        if refusal is not None:
+            logger.warning("tool call %s by %s refused: %s", params.name, caller.agent_id, results.error_body(refusal))
+            return refusal
         try:
             return await dispatch(ingress, caller, params.name, params.arguments, params.meta)
         except Exception:
@@ -63,6 +69,9 @@ def build_server(ingress: Ingress) -> Server[Any]:
                 "Interlock hit an internal error on this call; repeating the same call is safe and will not pay twice",
                 CallerAction.RETRY_SAME_CALL,
             )
+        finally:
+            if slots is not None:
+                slots.give_back(caller.agent_id)
 
     return Server(
         "interlock",

@@ -91,6 +91,11 @@ class Settings(BaseSettings):
         description="money calls the ingress keeps waiting at once for all agents (each holds a Redis connection "
         "of its shard's wait pool, sized to this); one more is refused (INGRESS_BUSY, nothing recorded)",
     )  # fmt: skip
+    agent_max_other_calls: int = Field(
+        default=16, ge=1, le=32,
+        description="read, interlock_status and pass-through calls one agent may have in flight at once (they share "
+        "64 threads); one more is refused (AGENT_CALL_LIMIT)",
+    )  # fmt: skip
     http_max_connections: int = Field(
         default=400, ge=2, le=65_536,
         description="open HTTP connections; a new one past it closes the connection that has waited longest "

@@ -31,6 +31,37 @@ def test_defaults_and_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
     assert settings.redis_url == "redis://127.0.0.1:6390/0"
 
 
+def test_the_ingress_limits_have_their_documented_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load_settings()
+    assert (settings.agent_max_money_calls, settings.ingress_max_money_calls, settings.agent_max_other_calls) == (
+        16, 200, 16)  # fmt: skip
+    assert (settings.http_max_connections, settings.http_header_timeout_ms, settings.http_body_timeout_ms) == (
+        400, 10_000, 15_000)  # fmt: skip
+    assert (settings.http_max_sessions, settings.http_agent_max_sessions, settings.http_session_idle_ms) == (
+        1024, 8, 120_000)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"INTERLOCK_AGENT_MAX_MONEY_CALLS": "150"}, "INTERLOCK_AGENT_MAX_MONEY_CALLS=150"),
+        ({"INTERLOCK_INGRESS_MAX_MONEY_CALLS": "20"}, "INTERLOCK_INGRESS_MAX_MONEY_CALLS=20"),
+        ({"INTERLOCK_HTTP_AGENT_MAX_SESSIONS": "600"}, "INTERLOCK_HTTP_MAX_SESSIONS=1024"),
+        ({"INTERLOCK_HTTP_HEADER_TIMEOUT_MS": "0"}, "INTERLOCK_HTTP_HEADER_TIMEOUT_MS"),
+        ({"INTERLOCK_HTTP_MAX_CONNECTIONS": "lots"}, "INTERLOCK_HTTP_MAX_CONNECTIONS"),
+        ({"INTERLOCK_AGENT_MAX_OTHER_CALLS": "64"}, "INTERLOCK_AGENT_MAX_OTHER_CALLS"),
+    ],
+)
+def test_an_ingress_limit_that_lets_one_agent_take_everything_is_refused_naming_it(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], named: str
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(ConfigError) as refused:
+        load_settings()
+    assert named in str(refused.value)
+
+
 def test_failpoint_is_a_no_op_unless_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("INTERLOCK_KILL_AT", "rail.before_wal")
     failpoint("rail.after_wal_before_call")  # a different point: nothing happens
