@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 import h11
@@ -49,7 +48,7 @@ class ConnectionGuard:
         # Connections waiting for a request's headers, in the order they started waiting (dicts keep it).
         self.waiting: dict[GuardedH11Protocol, None] = {}
         self.closed: dict[str, int] = {}
-        self._reported_at = 0.0
+        self._report: asyncio.TimerHandle | None = None
 
     def protocol(self) -> type[GuardedH11Protocol]:
         """The uvicorn `http` protocol class that applies this guard."""
@@ -57,15 +56,18 @@ class ConnectionGuard:
 
     def count(self, why: str) -> None:
         self.closed[why] = self.closed.get(why, 0) + 1
-        now = time.monotonic()
-        if now - self._reported_at >= REPORT_EVERY_S:
-            self._reported_at = now
-            logger.warning("HTTP connections closed by the ingress's limits since the last report: %s (%d open, "
-                           "limit %d)", self.summary(), len(self.open), self.max_connections)  # fmt: skip
-            self.closed = {}
+        if self._report is None:  # the first in a while is said now, the rest summed up REPORT_EVERY_S later
+            self._say()
 
-    def summary(self) -> str:
-        return ", ".join(f"{n} {why}" for why, n in sorted(self.closed.items()))
+    def _say(self) -> None:
+        self._report = None
+        if not self.closed:
+            return  # a quiet spell: the next one closed is said at once
+        summary = ", ".join(f"{n} {why}" for why, n in sorted(self.closed.items()))
+        logger.warning("HTTP connections closed by the ingress's limits: %s (%d open, limit %d)", summary,
+                       len(self.open), self.max_connections)  # fmt: skip
+        self.closed = {}
+        self._report = asyncio.get_running_loop().call_later(REPORT_EVERY_S, self._say)
 
 
 class GuardedH11Protocol(H11Protocol):

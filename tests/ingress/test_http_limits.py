@@ -247,3 +247,17 @@ def test_a_session_with_nothing_in_flight_is_closed_after_the_idle_timeout(
     wait_until(lambda: f"Session {session_id} idle timeout" in server.log(), timeout=60, what="the idle timeout")
     assert not session_works(server, "agent_a", session_id)
     assert initialize(server, "agent_a").status_code == 200
+
+
+def test_an_ingress_whose_limits_do_not_fit_its_file_descriptors_refuses_to_start(
+    agents_env: dict[str, str], tmp_path: Path
+) -> None:
+    # 400 connections + 232 Redis connections cannot fit in `ulimit -n 300`: it would fail to accept an agent
+    # (or to reach Redis) exactly when busiest, so it says so at start instead.
+    server = HttpIngress(agents_env, free_port(), tmp_path / "ingress-http.log", fd_limit=300)
+    try:
+        assert server.proc.wait(timeout=60) == 2
+        log = server.log()
+        assert "INTERLOCK_HTTP_MAX_CONNECTIONS=400" in log and "may open only 300" in log, log
+    finally:
+        server.stop()
