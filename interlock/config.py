@@ -82,12 +82,12 @@ class Settings(BaseSettings):
     # What one client may hold of the ingress (ADR 0015, docs/ingress.md "Limits"): every agent needs a socket, a
     # session and a Redis connection to wait on, so none may take them all.
     agent_max_money_calls: int = Field(
-        default=16, ge=1, le=4096,
+        default=64, ge=1, le=4096,
         description="money calls one agent may have waiting for their outcome at once; one more is refused "
         "(AGENT_CALL_LIMIT, nothing recorded)",
     )  # fmt: skip
     ingress_max_money_calls: int = Field(
-        default=200, ge=1, le=4096,
+        default=256, ge=1, le=4096,
         description="money calls the ingress keeps waiting at once for all agents (each holds a Redis connection "
         "of its shard's wait pool, sized to this); one more is refused (INGRESS_BUSY, nothing recorded)",
     )  # fmt: skip

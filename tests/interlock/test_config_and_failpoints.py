@@ -34,7 +34,7 @@ def test_defaults_and_redis_url(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_the_ingress_limits_have_their_documented_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     settings = load_settings()
     assert (settings.agent_max_money_calls, settings.ingress_max_money_calls, settings.agent_max_other_calls) == (
-        16, 200, 16)  # fmt: skip
+        64, 256, 16)  # fmt: skip
     assert (settings.http_max_connections, settings.http_header_timeout_ms, settings.http_body_timeout_ms) == (
         400, 10_000, 15_000)  # fmt: skip
     assert (settings.http_max_sessions, settings.http_agent_max_sessions, settings.http_session_idle_ms) == (
@@ -45,7 +45,7 @@ def test_the_ingress_limits_have_their_documented_defaults(monkeypatch: pytest.M
     ("env", "named"),
     [
         ({"INTERLOCK_AGENT_MAX_MONEY_CALLS": "150"}, "INTERLOCK_AGENT_MAX_MONEY_CALLS=150"),
-        ({"INTERLOCK_INGRESS_MAX_MONEY_CALLS": "20"}, "INTERLOCK_INGRESS_MAX_MONEY_CALLS=20"),
+        ({"INTERLOCK_INGRESS_MAX_MONEY_CALLS": "100"}, "INTERLOCK_INGRESS_MAX_MONEY_CALLS=100"),
         ({"INTERLOCK_HTTP_AGENT_MAX_SESSIONS": "600"}, "INTERLOCK_HTTP_MAX_SESSIONS=1024"),
         ({"INTERLOCK_HTTP_HEADER_TIMEOUT_MS": "0"}, "INTERLOCK_HTTP_HEADER_TIMEOUT_MS"),
         ({"INTERLOCK_HTTP_MAX_CONNECTIONS": "lots"}, "INTERLOCK_HTTP_MAX_CONNECTIONS"),
