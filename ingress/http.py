@@ -40,8 +40,11 @@ from interlock.errors import ConfigError, InterlockError
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
-# Connections the kernel queues before they are accepted; accepted ones are what INTERLOCK_HTTP_MAX_CONNECTIONS caps.
-LISTEN_BACKLOG = 128
+# The listen queue, and also (asyncio uses the one number for both) how many connections one pass of the event
+# loop accepts before any of them reaches the guard: under a flood about three passes' worth are open beyond
+# INTERLOCK_HTTP_MAX_CONNECTIONS until the guard closes them (uvicorn's default of 2048 let a burst of
+# half-sent requests hit EMFILE before the cap could act).
+LISTEN_BACKLOG = 64
 WELL_KNOWN_PREFIX = "/.well-known/"
 TOO_LARGE = {"error": "payload_too_large", "detail": f"the body exceeds {MAX_MESSAGE_BYTES} bytes"}
 # uvicorn's default: an idle kept-alive connection is closed after 5 s (and first in line at the connection cap).
@@ -179,7 +182,8 @@ def reserve_file_descriptors(settings: Settings, shards: int) -> int:
     accept an agent's connection, or to reach Redis, at exactly the moment it is busiest)."""
     # Per shard: the wait pool (one connection per admitted wait) and the queue pool; then the ledger files,
     # the rail client, logs and the listening socket.
-    needed = settings.http_max_connections + shards * (settings.ingress_max_money_calls + QUEUE_POOL_SIZE) + 64
+    needed = (settings.http_max_connections + 3 * LISTEN_BACKLOG
+              + shards * (settings.ingress_max_money_calls + QUEUE_POOL_SIZE) + 64)  # fmt: skip
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= needed:
         return needed
@@ -224,7 +228,7 @@ def serve_http(ingress: Ingress, tokens: TokenTable, host: str, port: int) -> No
                             settings.http_body_timeout_ms / 1000)  # fmt: skip
     # ws="none": the ingress serves no WebSocket, so an Upgrade is never handed to a protocol without our limits.
     config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, http=guard.protocol(),
-                            ws="none", timeout_keep_alive=KEEP_ALIVE_S)  # fmt: skip
+                            ws="none", timeout_keep_alive=KEEP_ALIVE_S, backlog=LISTEN_BACKLOG)  # fmt: skip
     logger.info("ingress listening on http://%s:%d%s (%d agent tokens; at most %d connections, %d sessions, %d per "
                 "agent)", host, actual_port, MCP_PATH, len(tokens.digests), settings.http_max_connections,
                 settings.http_max_sessions, settings.http_agent_max_sessions)  # fmt: skip
