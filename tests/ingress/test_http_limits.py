@@ -95,14 +95,14 @@ def closed_by_server(sock: socket.socket) -> bool:
 def test_half_sent_requests_cannot_lock_an_agent_out_and_are_closed(
     agents_env: dict[str, str], tmp_path: Path, stopper: list[HttpIngress]
 ) -> None:
-    # 12 connections' worth of sockets at most, 160 file descriptors for the whole process (`ulimit -n 160`):
-    # before the fix 200 half-sent requests took every descriptor and the agent's connection was never accepted.
-    server = start(agents_env, tmp_path, fd_limit=160, INTERLOCK_HTTP_MAX_CONNECTIONS="12",
+    # 12 connections at most, 400 file descriptors for the whole process (`ulimit -n 400`): before the fix 450
+    # half-sent requests took every descriptor and the agent's connection was never accepted.
+    server = start(agents_env, tmp_path, fd_limit=400, INTERLOCK_HTTP_MAX_CONNECTIONS="12",
                    INTERLOCK_INGRESS_MAX_MONEY_CALLS="8", INTERLOCK_AGENT_MAX_MONEY_CALLS="4",
                    INTERLOCK_HTTP_HEADER_TIMEOUT_MS="1500", INTERLOCK_HTTP_BODY_TIMEOUT_MS="1500")  # fmt: skip
     stopper.append(server)
     attackers = []
-    for n in range(200):
+    for n in range(450):
         sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
         if n % 2:  # never finishes its headers, never authenticates
             sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")
