@@ -1,4 +1,4 @@
-"""How many tool calls one agent may have in flight at once, and money calls in all (ADR 0015).
+"""How many tool calls one agent may have in flight at once, and money calls in all (ADR 0017).
 
 A waiting money call holds a Redis connection (BLPOP on its outcome) and a worker thread for up to
 INTERLOCK_OUTCOME_WAIT_MS. Without a cap one agent's burst took every connection of the pool, and the next

@@ -1,4 +1,4 @@
-"""MCP sessions over HTTP, capped per agent (ADR 0015).
+"""MCP sessions over HTTP, capped per agent (ADR 0017).
 
 The SDK's session manager has one cap for the whole process (10,000 by default) and a 30-minute idle
 timeout, so one agent opening sessions it never closes refuses every other agent's `initialize` (503)

@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     merchant_id: str | None = Field(default=None, description="trusted merchant id (else the mandate's)")
     agent_tokens: Path | None = Field(default=None, description="YAML of agent token hashes for HTTP ingress")
     outcome_wait_ms: int = Field(default=15_000, gt=0, description="how long the ingress waits for an outcome")
-    # What one client may hold of the ingress (ADR 0015, docs/ingress.md "Limits"): every agent needs a socket, a
+    # What one client may hold of the ingress (ADR 0017, docs/ingress.md "Limits"): every agent needs a socket, a
     # session and a Redis connection to wait on, so none may take them all.
     agent_max_money_calls: int = Field(
         default=64, ge=1, le=4096,

@@ -1,4 +1,4 @@
-"""What one HTTP client may hold of the ingress (ADR 0015): sockets, outcome waits, sessions.
+"""What one HTTP client may hold of the ingress (ADR 0017): sockets, outcome waits, sessions.
 
 Real processes: redis-server and `interlock ingress --http`, with the limits lowered through their settings so
 each attack fits in seconds; the TEST RESPONDER stands in for the gate and rail workers. No timing assertions:
