@@ -28,14 +28,14 @@ PREFETCH = 4
 @click.option("--burst", is_flag=True, help="exit when the queue is empty")
 @click.option("--name", default=None, help="worker name (default: RQ's)")
 def gate_worker_command(burst: bool, name: str | None) -> None:
-    """Evaluate proposals from queue "gates" and send decisions to the rail worker."""
+    """Evaluate proposals from this shard's queue ("gates", "gates:<shard>") and send decisions to the rail worker."""
     settings = load_settings()
     try:
         runtime = GateRuntime.from_settings(settings)
     except PurposeModelUnavailable as exc:
         raise click.ClickException(f"gate worker not started: {exc}") from exc
     install_runtime(runtime)
-    queue = rq_queue(gates_queue(), runtime.redis)
+    queue = rq_queue(gates_queue(settings.shard), runtime.redis)
     # Prefetch stays small: a proposal taken here waits for this worker's pool while another worker may idle.
     concurrency = settings.gate_concurrency
     worker = LeanWorker([queue], connection=runtime.redis, serializer=JSONSerializer, name=name,

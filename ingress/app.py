@@ -89,7 +89,7 @@ class ShardRoute:
     def gates_queue(self) -> Any:
         """The RQ queue proposals go to, built once rather than on every call."""
         if self._gates is None:
-            self._gates = rq_queue(gates_queue(), self.queue_redis)
+            self._gates = rq_queue(gates_queue(self.name), self.queue_redis)
         return self._gates
 
     def close(self) -> None:

@@ -45,6 +45,17 @@ EXPLANATIONS: dict[str, str] = {
         "The rail could not be read just now (an outage, not a refusal). Nothing was paid; repeating the "
         "same call is safe and will not pay twice."
     ),
+    "SHARD_NOT_OWNER": (
+        "This call reached a shard of Interlock that no longer serves (or never served) this merchant: it was "
+        "routed by an out-of-date shard map, or waited in a queue while the merchant moved. Nothing was "
+        "recorded and nothing was paid. Repeating the same call is safe; it succeeds once the ingress routes "
+        "by the current map (an operator restarts it after `interlock shards apply`)."
+    ),
+    "SHARD_MAP_STALE": (
+        "The shard that received this call holds a different shard map from the one its ledger accepted, so it "
+        "admits nothing until an operator restarts it with the applied map. Nothing was recorded and nothing "
+        "was paid. Repeating the same call is safe and will not pay twice."
+    ),
 }
 
 

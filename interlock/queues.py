@@ -1,8 +1,10 @@
 """Every Redis key and queue name, in one place, under one `interlock:` namespace.
 
-Names are built from a shard id (SPEC §15). Each shard has its own Redis, so the names need not differ
-between shards; they do anyway, so that a process pointed at the wrong Redis finds an empty queue rather
-than another shard's work. Which shard a merchant's calls go to is the shard map's (interlock/shards.py).
+Every queue name and per-shard key carries the shard id (SPEC §15). Each shard has its own Redis (the map
+refuses two shards on one), and the names differ anyway, so that a process pointed at the wrong Redis finds
+an empty queue rather than another shard's work: a gate worker of shard s1 never takes a proposal routed to
+s0. The default shard ("0", a deployment without a map) keeps the historical bare names. Which shard a
+merchant's calls go to is the shard map's (interlock/shards.py).
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ NAMESPACE = "interlock"
 DEFAULT_SHARD = "0"
 
 
-def gates_queue() -> str:
-    # Each shard's gate workers serve its own Redis, so one name is enough.
-    return "gates"
+def gates_queue(shard: str = DEFAULT_SHARD) -> str:
+    return "gates" if shard == DEFAULT_SHARD else f"gates:{shard}"
+
+
+def shard_queues(shard: str = DEFAULT_SHARD) -> tuple[str, ...]:
+    """Every RQ queue a shard's actors consume: what `interlock shards apply` reads before a merchant moves."""
+    return (gates_queue(shard), rail_queue(shard))
 
 
 def rail_queue(shard: str = DEFAULT_SHARD) -> str:

@@ -11,19 +11,27 @@ file lists the shards in. Without a map there is one shard (INTERLOCK_SHARD, RED
       s1: {redis_url: "redis://10.0.0.6:6379/0", ledger: /var/lib/interlock/s1.sqlite3}
     merchants:            # optional explicit assignments: merchant_id -> shard
       acme_retail: s1
+    epoch: 3              # written by `interlock shards apply`; absent means 0
 
 A relative ledger path is relative to the map file's directory. Changing where a merchant lands (an
-assignment, or adding a shard, which moves hashed merchants) is checked by `interlock shards check`.
+assignment, or adding a shard, which moves hashed merchants) is checked by `interlock shards check` and made by
+`interlock shards apply`, which records the map's ownership (epoch, digest, shards, assignments) in every
+shard's ledger: the rail worker admits a merchant's money only where that record says it lives (ADR 0014).
+Two shards never share a Redis: the same server spelled two ways (`localhost` and `127.0.0.1`, a default
+port or db written out or not) is refused.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
 
 import yaml
 
@@ -45,10 +53,42 @@ class Shard:
 
 
 @dataclass(frozen=True)
+class Ownership:
+    """Which shard owns which merchant, and nothing else: what a shard's ledger records of a map (the Redis
+    URLs and ledger paths are where to reach a shard, and may be spelled differently on each host)."""
+
+    epoch: int
+    names: tuple[str, ...]  # sorted
+    merchants: Mapping[str, str] = field(default_factory=dict)
+
+    def shard_of(self, merchant_id: str) -> str:
+        assigned = self.merchants.get(merchant_id)
+        return assigned if assigned is not None else hashed_shard(merchant_id, self.names)
+
+    def to_json(self) -> str:
+        body = {"epoch": self.epoch, "shards": list(self.names), "merchants": dict(sorted(self.merchants.items()))}
+        return json.dumps(body, sort_keys=True, separators=(",", ":"))
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.to_json().encode("utf-8")).hexdigest()
+
+    @classmethod
+    def from_json(cls, text: str) -> Ownership:
+        body = json.loads(text)
+        return cls(int(body["epoch"]), tuple(sorted(body["shards"])), dict(body["merchants"]))
+
+
+@dataclass(frozen=True)
 class ShardMap:
     shards: tuple[Shard, ...]  # sorted by name: the order the hash indexes
     merchants: Mapping[str, str] = field(default_factory=dict)
     source: str = "<shard map>"
+    epoch: int = 0  # raised by every `interlock shards apply`; the ledgers record the one they accepted
+
+    @property
+    def ownership(self) -> Ownership:
+        return Ownership(self.epoch, tuple(self.names), dict(self.merchants))
 
     @property
     def names(self) -> list[str]:
@@ -74,6 +114,8 @@ class ShardMap:
                                            for s in self.shards}}  # fmt: skip
         if self.merchants:
             body["merchants"] = dict(sorted(self.merchants.items()))
+        if self.epoch:
+            body["epoch"] = self.epoch
         return yaml.safe_dump(body, sort_keys=False, width=1000)
 
 
@@ -116,10 +158,14 @@ def parse_shard_map(text: str, *, source: str = "<shard map>", base_dir: Path | 
     data = _load_yaml(text, source)
     if not isinstance(data, dict) or "shards" not in data:
         raise ConfigError(f"{source}: a shard map is a YAML mapping with a `shards:` section", variable=SHARDS_ENV)
-    unknown = sorted(set(data) - {"shards", "merchants"})
+    unknown = sorted(set(data) - {"shards", "merchants", "epoch"})
     if unknown:
         raise ConfigError(f"{source}: unknown section(s) {', '.join(map(str, unknown))} "
-                          "(a shard map has `shards:` and `merchants:`)", variable=SHARDS_ENV)  # fmt: skip
+                          "(a shard map has `shards:`, `merchants:` and `epoch:`)", variable=SHARDS_ENV)  # fmt: skip
+    epoch = data.get("epoch", 0)
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+        raise ConfigError(f"{source}: `epoch:` must be a whole number >= 0 (interlock shards apply raises it)",
+                          variable=SHARDS_ENV)  # fmt: skip
     raw_shards = data["shards"]
     if not isinstance(raw_shards, dict) or not raw_shards:
         raise ConfigError(f"{source}: `shards:` must map at least one shard name to its redis_url and ledger",
@@ -131,6 +177,13 @@ def parse_shard_map(text: str, *, source: str = "<shard map>", base_dir: Path | 
         if other != shard.name:
             raise ConfigError(f"{source}: shards {other!r} and {shard.name!r} share the ledger {shard.ledger}; "
                               "each shard's intents live in its own ledger", variable=SHARDS_ENV)  # fmt: skip
+    seen_redis: dict[tuple[str, ...], str] = {}
+    for shard in shards:
+        other = seen_redis.setdefault(redis_identity(shard.redis_url), shard.name)
+        if other != shard.name:
+            # One Redis would hold both shards' queues: either shard's workers could take the other's calls.
+            raise ConfigError(f"{source}: shards {other!r} and {shard.name!r} share one Redis ({shard.redis_url}); "
+                              "each shard has its own Redis (SPEC §15)", variable=SHARDS_ENV)  # fmt: skip
     names = {s.name for s in shards}
     raw_merchants = data.get("merchants") or {}
     if not isinstance(raw_merchants, dict):
@@ -141,7 +194,35 @@ def parse_shard_map(text: str, *, source: str = "<shard map>", base_dir: Path | 
             raise ConfigError(f"{source}: merchant {merchant!r} is assigned to shard {shard_name!r}, which the map "
                               f"does not define (shards: {', '.join(sorted(names))})", variable=SHARDS_ENV)  # fmt: skip
         merchants[str(merchant)] = str(shard_name)
-    return ShardMap(tuple(sorted(shards, key=lambda s: s.name)), merchants, source)
+    return ShardMap(tuple(sorted(shards, key=lambda s: s.name)), merchants, source, epoch)
+
+
+_LOOPBACK = "loopback"
+
+
+def redis_identity(url: str) -> tuple[str, ...]:
+    """The server and database a redis URL reaches, so that two spellings of one compare equal: host
+    case-folded, every loopback address (`localhost`, 127.0.0.1, ::1) one host, port 6379 and db 0 when
+    left out, the db read from the path or `?db=`. A unix socket is its path and db."""
+    parts = urlsplit(url)
+    query = dict(p.split("=", 1) for p in parts.query.split("&") if "=" in p)
+    if parts.scheme == "unix":
+        return ("unix", str(Path(unquote(parts.path)).resolve()), str(int(query.get("db", "0") or 0)))
+    host = (parts.hostname or "localhost").lower()
+    try:
+        if host == "localhost" or ipaddress.ip_address(host).is_loopback:
+            host = _LOOPBACK
+    except ValueError:
+        pass  # a name, compared as spelled (case-folded)
+    try:
+        port = parts.port or 6379
+    except ValueError:
+        raise ConfigError(f"redis_url {url!r} has an invalid port", variable=SHARDS_ENV) from None
+    path_db = parts.path.strip("/")
+    db = path_db or query.get("db", "0") or "0"
+    if not db.isdigit():
+        raise ConfigError(f"redis_url {url!r}: the database must be a number", variable=SHARDS_ENV)
+    return ("tcp", host, str(port), str(int(db)))
 
 
 def _shard(name: str, spec: Any, source: str, base_dir: Path | None) -> Shard:

@@ -162,3 +162,16 @@ CREATE TABLE IF NOT EXISTS leases (
     heartbeat_at INTEGER NOT NULL,
     expires_at   INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
+
+-- The shard map this ledger's shard last accepted (SPEC §15, ADR 0014): one row, written by
+-- `interlock shards apply` under the write lock with an audit record. ownership_json is the map's
+-- ownership (epoch, shard names, explicit assignments), enough to compute any merchant's shard; the
+-- rail worker admits a merchant's money only when it says `shard` owns it. No row: no map accepted yet.
+CREATE TABLE IF NOT EXISTS shard_ownership (
+    name           TEXT    NOT NULL PRIMARY KEY CHECK (name = 'accepted'),
+    shard          TEXT    NOT NULL,
+    epoch          INTEGER NOT NULL CHECK (epoch >= 0),
+    digest         TEXT    NOT NULL,
+    ownership_json TEXT    NOT NULL,
+    accepted_at    INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;

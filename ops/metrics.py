@@ -81,7 +81,7 @@ def _queue_depths(source: ShardSource) -> Iterator[Metric]:
     if source.redis is None:
         return
     depth = GaugeMetricFamily("interlock_queue_depth", "jobs waiting on each queue", labels=["queue", "shard"])
-    names = {"gates": gates_queue(), "rail": rail_queue(source.shard)}
+    names = {"gates": gates_queue(source.shard), "rail": rail_queue(source.shard)}
     try:
         for label, name in names.items():
             depth.add_metric([label, source.shard], rq_queue(name, source.redis).count)

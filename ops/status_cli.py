@@ -76,7 +76,8 @@ def _queue_depths(redis_url: str | None, shard: str) -> dict[str, Any]:
         return {"error": "REDIS_URL is not set"}
     try:
         client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=5)
-        depths: dict[str, Any] = {name: rq_queue(name, client).count for name in (gates_queue(), rail_queue(shard))}
+        names = (gates_queue(shard), rail_queue(shard))
+        depths: dict[str, Any] = {name: rq_queue(name, client).count for name in names}
         depths["reconcile_hints"] = client.llen(reconcile_hint_key(shard))
         return depths
     except redis.RedisError as exc:

@@ -57,6 +57,8 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
     leases.assert_holder(conn, rt.current_lease(), now=now)
     if intents.decision_exists(conn, decision.request_id):
         return _redelivered(rt, conn, decision)
+    if (not_owner := _not_this_shards(rt, conn, decision, now)) is not None:
+        return not_owner
     if decision.sik is None or decision.terms is None:
         _record(conn, decision, now, verdict=decision.verdict, reason=decision.reason_code)
         return Admission(_unkeyed(decision), None)
@@ -130,6 +132,23 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
     if intent.state is State.AUTHORIZED:
         return Admission(None, intent)
     return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=False), None)
+
+
+def _not_this_shards(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision, now: int) -> Admission | None:
+    """Ownership is fenced where money is admitted (SPEC §15): a merchant the map this ledger accepted gives another
+    shard — moved while this Decision waited here, or routed by a stale map — is refused before anything is recorded
+    as an intent. The decision is recorded (audit); the repeat, through an ingress holding the applied map, reaches
+    the merchant's shard and is safe to make."""
+    reason = rt.ownership_fence().refusal(conn, decision.merchant_id)
+    if reason is None:
+        return None
+    logger.warning("request %s: merchant %s refused on shard %s (%s)", decision.request_id, decision.merchant_id,
+                   rt.settings.shard, reason)  # fmt: skip
+    _record(conn, decision, now, verdict=Verdict.BLOCK, reason=reason)
+    return Admission(Outcome(
+        request_id=decision.request_id, state="BLOCKED", sik=decision.sik, intent=None, rail_entity_id=None,
+        reason_code=reason, caller_action=CallerAction.RETRY_SAME_CALL, replayed=False,
+    ), None)  # fmt: skip
 
 
 def _outside_task(conn: sqlite3.Connection, decision: Decision, sik: str, now: int) -> str | None:

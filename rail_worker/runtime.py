@@ -23,6 +23,7 @@ from interlock.queues import rail_unrecorded_key, reconcile_hint_key
 from ledger.db import open_ledger, transaction
 from ledger.leases import Lease
 from rail_worker.evidence import SendStop, Unrecorded
+from rail_worker.ownership import OwnershipFence
 from rail_worker.writer import LedgerWriter
 from rails.base import Rail, make_rail
 
@@ -48,6 +49,8 @@ class RailRuntime:
     unrecorded: Unrecorded = field(default_factory=Unrecorded)
     # With calls in flight on several threads, one writer owns the ledger connection (group commit).
     writer: LedgerWriter | None = None
+    # Which merchants this shard may admit (SPEC §15); built from the settings on first use when not given.
+    fence: OwnershipFence | None = None
 
     @classmethod
     def build(cls, settings: Settings, redis_client: Redis) -> RailRuntime:
@@ -66,12 +69,17 @@ class RailRuntime:
         return cls(
             settings=settings, ledger_path=ledger_path, ledger=open_ledger(ledger_path),
             mandates=MandateStore.from_settings(settings), rail=rail, redis=redis_client, owner=owner_id("rail"),
+            fence=OwnershipFence.load(settings.shard, settings.shards),
         )  # fmt: skip
 
     @property
     def send_stop(self) -> SendStop:
         """Set when no request may leave: the lease is lost, or a rail answer is not yet durable (ADR 0005)."""
         return SendStop(self.lease_lost, self.unrecorded)
+    def ownership_fence(self) -> OwnershipFence:
+        if self.fence is None:
+            self.fence = OwnershipFence.load(self.settings.shard, self.settings.shards)
+        return self.fence
 
     def current_lease(self) -> Lease:
         assert self.lease is not None, "the rail worker has not taken its lease"

@@ -16,7 +16,7 @@ from interlock.clock import owner_id
 from interlock.config import load_settings
 from interlock.errors import AuditChainBroken
 from interlock.mandate import MandateStore
-from interlock.queues import gates_queue, rail_queue, reconcile_hint_key, rq_queue
+from interlock.queues import reconcile_hint_key, rq_queue, shard_queues
 from interlock.redis_conn import connect
 from ledger import audit
 from ledger.db import open_ledger
@@ -100,7 +100,7 @@ def _wait_for_hints(client: redis.Redis, shard: str, timeout_s: float) -> int:
 
 def _clean_rq_registries(client: redis.Redis, shard: str) -> None:
     """Move jobs of SIGKILLed workers out of STARTED so they do not sit there for minutes (SPEC §9)."""
-    for name in (gates_queue(), rail_queue(shard)):
+    for name in shard_queues(shard):
         try:
             clean_registries(rq_queue(name, client))
         except redis.RedisError as exc:
