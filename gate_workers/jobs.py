@@ -34,6 +34,7 @@ from interlock.queues import ADMIT_JOB, rail_queue, rq_queue
 from interlock.redis_conn import connect
 from interlock.shards import ShardMap, load_shard_map
 from interlock.tools import current_pins
+from ledger import ownership
 from ledger.db import open_ledger
 from ledger.queries import SETTLEMENT_TOOL
 from rails.base import RAIL_MCP_UPSTREAM, make_rail
@@ -167,9 +168,15 @@ def check_route(rt: GateRuntime, proposal: Proposal) -> None:
     """Refuse a proposal whose merchant the map puts on another shard (SPEC §15: its intents live in exactly
     one ledger). Nothing is decided or enqueued for it; the job fails, visibly, and the caller's wait ends
     in IN_PROGRESS — the repeat of the call, through a correctly configured ingress, is safe."""
-    if rt.shard_map is None:
+    # The map this shard's ledger accepted (`interlock shards apply`) is newer than any file read at start, so a
+    # gate worker follows a move without a restart; the rail worker's admission is the authoritative check.
+    accepted = ownership.accepted(rt.reader())
+    if accepted is not None:
+        home = accepted.ownership.shard_of(proposal.merchant_id)
+    elif rt.shard_map is not None:
+        home = rt.shard_map.shard_of(proposal.merchant_id)
+    else:
         return
-    home = rt.shard_map.shard_of(proposal.merchant_id)
     if home != rt.settings.shard:
         raise MisroutedCall(f"request {proposal.request_id}: merchant {proposal.merchant_id} belongs to shard {home}, "
                             f"not to this shard {rt.settings.shard}; an ingress routes by a stale or different map",

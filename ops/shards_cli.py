@@ -1,4 +1,5 @@
-"""`interlock shards check|apply NEW_MAP`: changing the shard map without splitting a merchant (SPEC §15).
+"""`interlock shards check [NEW_MAP]` and `apply NEW_MAP`: changing the shard map without splitting a merchant
+(SPEC §15, ADR 0014).
 
 A merchant's intents live in exactly one shard's ledger, and the SIK deduplicates a repeated call only
 against that ledger. So a map change that moves a merchant is refused while the merchant:
@@ -7,12 +8,15 @@ against that ledger. So a map change that moves a merchant is refused while the 
   shard — that intent is owned by that shard's rail worker and reconciler until it settles; or
 * has any intent at all in its current shard — its history would stay behind, and a repeat of an earlier
   call on the new shard would not be recognised. Carrying history between ledgers is not built; pin the
-  merchant to its current shard in the new map instead (the refusal prints the line to add).
+  merchant to its current shard in the new map instead (the refusal prints the line to add); or
+* has anything in a shard's Redis — a proposal or Decision queued, taken by a worker, scheduled, or a
+  reconcile hint: a call still on its way to its first answer.
 
-So the moves this allows are of merchants with no intents yet — which covers the usual change, adding a
-shard: pin every existing merchant the new hash would move, and new merchants spread by hash. `apply` runs
-the same check and, when it passes, replaces the map file; restart the ingress (it reads the map at start)
-with no traffic for the moving merchants in between, then run `check` again.
+`apply` runs the same check, then records the new map's ownership (its epoch, raised by one, and digest) in
+every shard's ledger, each under its write lock and re-checked there, and only then replaces the map file.
+From that commit on each rail worker admits only the merchants the map gives its shard (rail_worker.ownership:
+SHARD_NOT_OWNER), so a Decision that slipped into the old shard's queue after the check is refused, not paid.
+`check` without NEW_MAP compares every ledger with the current map.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import click
@@ -28,8 +32,11 @@ import click
 from interlock.config import load_settings
 from interlock.errors import ConfigError
 from interlock.shards import ShardMap, load_shard_map, parse_shard_map
+from ledger import ownership
 from ledger.db import open_ledger
 from ledger.states import SETTLED
+from ops.shard_apply import apply_ownership, installed_text, ledger_epochs
+from ops.shard_queues import UNREADABLE, RedisUnreadable, queued
 
 
 @dataclass(frozen=True)
@@ -39,9 +46,14 @@ class Move:
     target: str
     not_definite: dict[str, int] = field(default_factory=dict)  # state -> count, in the source shard
     settled: int = 0
+    queued: tuple[str, ...] = ()  # what a shard's Redis holds for it ("s0: rail:s0 queued")
 
     @property
     def refusal(self) -> str | None:
+        if self.queued:
+            return (f"merchant {self.merchant_id} would move {self.source} -> {self.target} but a shard's Redis still "
+                    f"holds work for it ({'; '.join(self.queued)}); let it drain (are {self.source}'s gate and rail "
+                    "workers running?) and check again")
         if self.not_definite:
             states = ", ".join(f"{state} {count}" for state, count in sorted(self.not_definite.items()))
             return (f"merchant {self.merchant_id} would move {self.source} -> {self.target} but has intents not "
@@ -53,15 +65,19 @@ class Move:
         return None
 
 
-def plan_moves(current: ShardMap, new: ShardMap) -> list[Move]:
-    """Every merchant the new map puts elsewhere: those with intents in any current ledger, and every
-    merchant either map names explicitly."""
+def plan_moves(current: ShardMap, new: ShardMap,
+               in_redis: dict[str, dict[str, list[str]]] | None = None) -> list[Move]:  # fmt: skip
+    """Every merchant the new map puts elsewhere: those with intents in any current ledger or work in any
+    shard's Redis (*in_redis*: shard -> merchant -> places), and every merchant either map names explicitly."""
     found: dict[str, dict[str, dict[str, int]]] = {}  # shard -> merchant -> state -> count
     for shard in current.shards:
         found[shard.name] = _intents_by_merchant(shard.ledger)
+    in_redis = in_redis or {}
     merchants = set(current.merchants) | set(new.merchants)
     for per_merchant in found.values():
         merchants |= set(per_merchant)
+    for per_queue in in_redis.values():
+        merchants |= set(per_queue) - {UNREADABLE}
     moves = []
     for merchant in sorted(merchants):
         source, target = current.shard_of(merchant), new.shard_of(merchant)
@@ -70,7 +86,11 @@ def plan_moves(current: ShardMap, new: ShardMap) -> list[Move]:
         states = found.get(source, {}).get(merchant, {})
         not_definite = {s: n for s, n in states.items() if s not in SETTLED}
         settled = sum(n for s, n in states.items() if s in SETTLED)
-        moves.append(Move(merchant, source, target, not_definite, settled))
+        # Work for the merchant in any shard's Redis (a stale ingress may have routed it anywhere), and any job
+        # nobody can attribute, which may be this merchant's.
+        held = tuple(f"{shard}: {', '.join(places)}" for shard, per in sorted(in_redis.items())
+                     for m, places in sorted(per.items()) if m in (merchant, UNREADABLE))  # fmt: skip
+        moves.append(Move(merchant, source, target, not_definite, settled, held))
     return moves
 
 
@@ -107,24 +127,92 @@ def ledger_changes(current: ShardMap, new: ShardMap) -> list[str]:
     return problems
 
 
-def _check(current_path: Path, new_path: Path, *, install_at: Path | None = None) -> bool:
+def _redis_work(current: ShardMap) -> tuple[dict[str, dict[str, list[str]]], list[str]]:
+    """What every current shard's Redis holds, per merchant; a Redis that cannot be read is a problem (nothing
+    can be said of what it holds)."""
+    found, problems = {}, []
+    for shard in current.shards:
+        try:
+            found[shard.name] = queued(shard)
+        except RedisUnreadable as exc:
+            problems.append(f"{exc}; a merchant moves only when its shard's queues are known to hold nothing for it")
+    return found, problems
+
+
+@dataclass(frozen=True)
+class Plan:
+    new: ShardMap  # with the epoch it is applied under
+    moves: list[Move]
+    problems: list[str]
+
+
+def plan(current: ShardMap, new: ShardMap) -> Plan:
+    moves = plan_moves(current, new)
+    problems: list[str] = []
+    if moves:  # the queues matter only to a merchant that moves
+        in_redis, unreadable = _redis_work(current)
+        moves, problems = plan_moves(current, new, in_redis), unreadable
+    problems = [*ledger_changes(current, new), *problems, *(m.refusal for m in moves if m.refusal is not None)]
+    floor = max([current.epoch, *ledger_epochs(current, new).values()])
+    epoch = new.epoch or floor + 1
+    if epoch <= floor:
+        problems.append(f"the new map says epoch {new.epoch}, but the current map or a shard's ledger is at epoch "
+                        f"{floor}; leave `epoch:` out (apply sets {floor + 1}) or raise it")  # fmt: skip
+    return Plan(replace(new, epoch=epoch), moves, problems)
+
+
+def _check(current_path: Path, new_path: Path, *, install_at: Path | None = None) -> Plan | None:
     current, new = load_shard_map(current_path), load_shard_map(new_path)
     if install_at is not None:  # relative ledger paths are read from where the file will live
         new = parse_shard_map(new_path.read_text(encoding="utf-8"), source=str(new_path),
                               base_dir=install_at.resolve().parent)  # fmt: skip
-    moves = plan_moves(current, new)
-    refused = [m for m in moves if m.refusal is not None]
-    problems = [*ledger_changes(current, new), *(m.refusal for m in refused if m.refusal is not None)]
-    for problem in problems:
+    result = plan(current, new)
+    for problem in result.problems:
         click.echo(f"refused: {problem}", err=True)
-    if problems:
-        click.echo(f"map change refused: {len(refused)} of {len(moves)} moving merchant(s) cannot move"
-                   + (", and a shard's ledger would change" if len(problems) > len(refused) else ""), err=True)
-        return False
-    for move in moves:
-        click.echo(f"moves: {move.merchant_id} {move.source} -> {move.target} (no intents yet)")
-    click.echo(f"map change allowed: {len(moves)} merchant(s) move, none with intents")
-    return True
+    if result.problems:
+        refused = sum(m.refusal is not None for m in result.moves)
+        click.echo(f"map change refused: {refused} of {len(result.moves)} moving merchant(s) cannot move"
+                   + (", and more (above)" if len(result.problems) > refused else ""), err=True)  # fmt: skip
+        return None
+    for move in result.moves:
+        click.echo(f"moves: {move.merchant_id} {move.source} -> {move.target} (no intents, nothing queued)")
+    click.echo(f"map change allowed: {len(result.moves)} merchant(s) move, none with intents or queued work; "
+               f"it would be applied as epoch {result.new.epoch}")  # fmt: skip
+    return result
+
+
+def check_ledgers(current: ShardMap) -> list[str]:
+    """Every shard's ledger against the current map: it accepted this map (epoch and digest), it belongs to
+    its shard, and every merchant with intents in it is one the map gives that shard."""
+    problems = []
+    digest = current.ownership.digest
+    for shard in current.shards:
+        if not shard.ledger.exists():
+            click.echo(f"shard {shard.name}: no ledger yet at {shard.ledger}")
+            continue
+        conn = open_ledger(shard.ledger, readonly=True)
+        try:
+            accepted = ownership.accepted(conn)
+            by_merchant = _intents_by_merchant(shard.ledger)
+        finally:
+            conn.close()
+        if accepted is None:
+            problems.append(f"shard {shard.name}: its ledger has accepted no shard map; record this one with "
+                            f"`interlock shards apply {current.source}`")  # fmt: skip
+        elif accepted.shard != shard.name:
+            problems.append(f"shard {shard.name}: its ledger {shard.ledger} belongs to shard {accepted.shard}")
+        elif accepted.digest != digest:
+            problems.append(f"shard {shard.name}: its ledger accepted epoch {accepted.epoch} (digest "
+                            f"{accepted.digest[:12]}), the map is epoch {current.epoch} (digest {digest[:12]}); "
+                            "apply the map, or restore the map file the ledgers accepted")  # fmt: skip
+        else:
+            click.echo(f"shard {shard.name}: ledger accepted this map (epoch {accepted.epoch}, digest {digest[:12]})")
+        for merchant, states in sorted(by_merchant.items()):
+            home = current.shard_of(merchant)
+            if home != shard.name:
+                problems.append(f"merchant {merchant} has {sum(states.values())} intent(s) in shard {shard.name}'s "
+                                f"ledger but the map gives it shard {home}: pin it back to {shard.name}")  # fmt: skip
+    return problems
 
 
 @click.group("shards")
@@ -133,11 +221,20 @@ def shards_group() -> None:
 
 
 @shards_group.command("check")
-@click.argument("new_map", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("new_map", required=False, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--current", type=click.Path(path_type=Path), help="current map (default: $INTERLOCK_SHARDS)")
-def check_command(new_map: Path, current: Path | None) -> None:
-    """Say which merchants NEW_MAP moves; exit 1 if any of them cannot move (SPEC §15)."""
-    if not _check(_current(current), new_map):
+def check_command(new_map: Path | None, current: Path | None) -> None:
+    """Say which merchants NEW_MAP moves; exit 1 if any of them cannot move (SPEC §15). Without NEW_MAP, check
+    every shard's ledger against the current map; exit 1 on any disagreement."""
+    if new_map is None:
+        problems = check_ledgers(load_shard_map(_current(current)))
+        for problem in problems:
+            click.echo(f"problem: {problem}", err=True)
+        click.echo(f"ledgers {'disagree with' if problems else 'agree with'} the map", err=bool(problems))
+        if problems:
+            sys.exit(1)
+        return
+    if _check(_current(current), new_map) is None:
         sys.exit(1)
 
 
@@ -145,11 +242,25 @@ def check_command(new_map: Path, current: Path | None) -> None:
 @click.argument("new_map", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--current", type=click.Path(path_type=Path), help="current map (default: $INTERLOCK_SHARDS)")
 def apply_command(new_map: Path, current: Path | None) -> None:
-    """Check, then replace the current map file with NEW_MAP (atomically); restart the ingress to route by it."""
+    """Check; record NEW_MAP (epoch raised) in every shard's ledger; then replace the current map file with it."""
     path = _current(current)
-    if not _check(path, new_map, install_at=path):
+    result = _check(path, new_map, install_at=path)
+    if result is None:
+        sys.exit(1)
+    refused = apply_ownership(load_shard_map(path), result.new, [(m.merchant_id, m.source) for m in result.moves])
+    if refused:
+        for problem in refused:
+            click.echo(f"refused: {problem}", err=True)
+        click.echo("map change refused under the ledgers' write locks: no ledger and no file changed", err=True)
         sys.exit(1)
     staged = path.with_name(path.name + ".new")
-    staged.write_text(new_map.read_text(encoding="utf-8"), encoding="utf-8")
+    staged.write_text(installed_text(new_map.read_text(encoding="utf-8"), result.new), encoding="utf-8")
     os.replace(staged, path)
-    click.echo(f"applied: {path} now holds {new_map}; restart the ingress to route by it")
+    click.echo(f"applied: epoch {result.new.epoch} (digest {result.new.ownership.digest[:12]}) recorded in the "
+               f"ledgers of {', '.join(result.new.names)}; {path} now holds {new_map}")  # fmt: skip
+    click.echo("restart now: every ingress (it routes by the map it read at start; until then the moved merchants' "
+               "calls are refused SHARD_NOT_OWNER or answered IN_PROGRESS, never paid twice)")
+    click.echo("no restart needed: gate workers and rail workers follow the map their shard's ledger accepted; a rail "
+               "worker started with another INTERLOCK_SHARDS file refuses every call (SHARD_MAP_STALE) until it is "
+               "restarted with this one")
+    click.echo("then: `interlock shards check` (no NEW_MAP) compares every ledger with the map")
