@@ -105,3 +105,46 @@ def test_interlock_shards_pointing_at_a_missing_file_says_so(tmp_path: Path) -> 
 def test_asking_for_a_shard_the_map_does_not_have_names_the_ones_it_has() -> None:
     with pytest.raises(ConfigError, match=r"no shard named 's7' \(the map has s0, s1, s2\)"):
         parse_shard_map(MAP).get("s7")
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("redis://127.0.0.1:7000/0", "redis://127.0.0.1:7000/0"),
+    ("redis://localhost:7000/0", "redis://127.0.0.1:7000/0"),
+    ("redis://LOCALHOST:7000", "redis://[::1]:7000/0"),
+    ("redis://127.0.0.1", "redis://127.0.0.1:6379/0"),
+    ("redis://127.0.0.1:6379/", "redis://localhost:6379?db=0"),
+    ("redis://:secret@10.0.0.5:6379/2", "rediss://10.0.0.5:6379/2"),
+    ("redis://cache.internal:6379/0", "redis://CACHE.internal/0"),
+    ("unix:///run/redis.sock", "unix:///run/../run/redis.sock?db=0"),
+])  # fmt: skip
+def test_two_shards_on_one_redis_are_refused_however_the_url_spells_it(first: str, second: str) -> None:
+    text = (f"shards:\n  s0: {{redis_url: '{first}', ledger: s0.sqlite3}}\n"
+            f"  s1: {{redis_url: '{second}', ledger: s1.sqlite3}}\n")
+    with pytest.raises(ConfigError, match=r"shards 's0' and 's1' share one Redis"):
+        parse_shard_map(text, source="shards.yaml")
+
+
+@pytest.mark.parametrize(("first", "second"), [
+    ("redis://127.0.0.1:7000/0", "redis://127.0.0.1:7001/0"),
+    ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/1"),
+    ("redis://127.0.0.1", "redis://localhost/3"),
+    ("redis://10.0.0.5:6379/0", "redis://10.0.0.6:6379/0"),
+])  # fmt: skip
+def test_shards_on_different_servers_or_databases_are_accepted(first: str, second: str) -> None:
+    text = (f"shards:\n  s0: {{redis_url: '{first}', ledger: s0.sqlite3}}\n"
+            f"  s1: {{redis_url: '{second}', ledger: s1.sqlite3}}\n")
+    assert parse_shard_map(text).names == ["s0", "s1"]
+
+
+def test_the_epoch_is_read_and_the_ownership_digest_ignores_where_shards_are_reached() -> None:
+    assert parse_shard_map(MAP).epoch == 0
+    here = parse_shard_map(MAP + "epoch: 4\n")
+    elsewhere = parse_shard_map(MAP.replace("127.0.0.1", "10.1.1.1").replace("/abs/", "/mnt/") + "epoch: 4\n")
+    assert here.epoch == 4 and here.ownership.digest == elsewhere.ownership.digest
+    assert here.ownership.digest != parse_shard_map(MAP + "epoch: 5\n").ownership.digest
+    assert here.ownership.digest != parse_shard_map(MAP.replace("acme: s2", "acme: s1") + "epoch: 4\n").ownership.digest
+    again = type(here.ownership).from_json(here.ownership.to_json())
+    assert again == here.ownership and again.shard_of("acme") == "s2"
+    assert all(again.shard_of(f"m{i}") == here.shard_of(f"m{i}") for i in range(50))
+    with pytest.raises(ConfigError, match="`epoch:` must be a whole number"):
+        parse_shard_map(MAP + "epoch: -1\n")

@@ -25,10 +25,10 @@ from tests.ledger.test_audit import tamper
 @pytest.fixture
 def shard_map(tmp_path: Path) -> Path:
     """Two shards, a (2 APPLIED) and b (1 APPLIED, 1 UNKNOWN); their Redis servers are not running."""
-    down = f"redis://127.0.0.1:{free_port()}/0"
+    down = f"redis://127.0.0.1:{free_port()}"  # two databases of one server: two Redis (a map refuses one for both)
     path = tmp_path / "shards.yaml"
-    path.write_text(f"shards:\n  a: {{redis_url: '{down}', ledger: a.sqlite3}}\n"
-                    f"  b: {{redis_url: '{down}', ledger: b.sqlite3}}\n")  # fmt: skip
+    path.write_text(f"shards:\n  a: {{redis_url: '{down}/0', ledger: a.sqlite3}}\n"
+                    f"  b: {{redis_url: '{down}/1', ledger: b.sqlite3}}\n")  # fmt: skip
     for name, states in (("a", ["APPLIED", "APPLIED"]), ("b", ["APPLIED", "UNKNOWN"])):
         conn = open_ledger(tmp_path / f"{name}.sqlite3")
         try:
