@@ -55,10 +55,10 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
     now = now_ms()  # under the write lock, like every time this worker writes
     # Fence: a superseded or expired rail worker admits nothing (it may not even be the one to execute).
     leases.assert_holder(conn, rt.current_lease(), now=now)
+    if (not_owner := _not_this_shards(rt, conn, decision, now)) is not None:
+        return not_owner  # first: a redelivered Decision of a merchant this shard does not own is refused again
     if intents.decision_exists(conn, decision.request_id):
         return _redelivered(rt, conn, decision)
-    if (not_owner := _not_this_shards(rt, conn, decision, now)) is not None:
-        return not_owner
     if decision.sik is None or decision.terms is None:
         _record(conn, decision, now, verdict=decision.verdict, reason=decision.reason_code)
         return Admission(_unkeyed(decision), None)
@@ -144,7 +144,8 @@ def _not_this_shards(rt: RailRuntime, conn: sqlite3.Connection, decision: Decisi
         return None
     logger.warning("request %s: merchant %s refused on shard %s (%s)", decision.request_id, decision.merchant_id,
                    rt.settings.shard, reason)  # fmt: skip
-    _record(conn, decision, now, verdict=Verdict.BLOCK, reason=reason)
+    if not intents.decision_exists(conn, decision.request_id):  # a redelivery is refused again, recorded once
+        _record(conn, decision, now, verdict=Verdict.BLOCK, reason=reason)
     return Admission(Outcome(
         request_id=decision.request_id, state="BLOCKED", sik=decision.sik, intent=None, rail_entity_id=None,
         reason_code=reason, caller_action=CallerAction.RETRY_SAME_CALL, replayed=False,

@@ -77,6 +77,7 @@ def test_a_decision_that_waited_while_its_merchant_moved_is_refused_with_nothing
     rt = runtime(world, OwnershipFence("s0"))  # a rail worker started without the map, as deploy/sharded.py does
     accept(world, "s0", 1, home="s1")  # `shards apply` moved the merchant to s1 while this Decision was queued on s0
     refused(world, rt, "req-queued-before-the-move", SHARD_NOT_OWNER)
+    refused(world, rt, "req-queued-before-the-move", SHARD_NOT_OWNER)  # redelivered: refused again, recorded once
     accept(world, "s0", 2, home="s0")  # moved back: this shard owns it again
     admission = admit(rt, decision(world, "req-after-moving-back"))
     assert admission.execute is not None  # admitted and AUTHORIZED: the fence let the owner's call through
