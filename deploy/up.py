@@ -35,6 +35,7 @@ from deploy.supervise import Program, SupervisorConf, interlock, write_conf
 from interlock.clock import now_ms
 from interlock.errors import InterlockError, LedgerError
 from interlock.ports import free_port, port_in_use
+from interlock.queues import gates_queue
 from interlock.shards import hashed_shard
 
 logger = logging.getLogger(__name__)
@@ -331,7 +332,7 @@ def _shard_not_ready(plan: ShardPlan, gate_workers: int) -> str | None:
         conn.close()
     if lease is None or lease.expires_at <= now_ms():
         return "the rail worker's lease"
-    if sum(1 for w in workers if "gates" in w.queue_names()) < gate_workers:
+    if sum(1 for w in workers if gates_queue(plan.name) in w.queue_names()) < gate_workers:
         return f"{gate_workers} gate workers to register"
     return None
 

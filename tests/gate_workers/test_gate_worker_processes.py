@@ -13,7 +13,7 @@ from rq.serializers import JSONSerializer
 
 from deploy.redis_server import EmbeddedRedis
 from interlock.messages import Decision, Proposal, Verdict
-from interlock.queues import GATE_JOB, gates_queue, rail_queue, rq_queue
+from interlock.queues import DEFAULT_SHARD, GATE_JOB, gates_queue, rail_queue, rq_queue
 from ledger.db import open_ledger
 from sandbox.testing import SandboxProcess
 from tests.mandates import AGENT, EXAMPLE, MERCHANT
@@ -29,11 +29,11 @@ def env_for(tmp_path: Path, redis_server: EmbeddedRedis, rail: SandboxProcess) -
             **rail.rail_env()}  # fmt: skip
 
 
-def enqueue(client: redis.Redis, payment_id: str, amount: int) -> str:
+def enqueue(client: redis.Redis, payment_id: str, amount: int, shard: str = DEFAULT_SHARD) -> str:
     request_id = f"req{next(_ids)}"
     p = Proposal(request_id=request_id, agent_id=AGENT, merchant_id=MERCHANT, tool="create_refund",
                  arguments={"payment_id": payment_id, "amount": amount}, received_at_ms=1)  # fmt: skip
-    rq_queue(gates_queue(), client).enqueue(GATE_JOB, p.to_json(), job_id=f"proposal-{request_id}")
+    rq_queue(gates_queue(shard), client).enqueue(GATE_JOB, p.to_json(), job_id=f"proposal-{request_id}")
     return request_id
 
 

@@ -35,7 +35,7 @@ def test_a_proposal_for_a_merchant_of_another_shard_is_refused_and_nothing_is_de
     worker = Proc([*INTERLOCK, "gate-worker"], shard_env(tmp_path, redis_server, rail_sandbox, "mine"),
                   tmp_path / "gw.log")  # fmt: skip
     with running(worker):
-        request_id = enqueue(redis_client, "pay_GUARD001", 1000)
+        request_id = enqueue(redis_client, "pay_GUARD001", 1000, shard="mine")  # on shard mine's own queue
         job = wait_until(lambda: (j := Job.fetch(f"proposal-{request_id}", connection=redis_client,
                                                  serializer=JSONSerializer)).is_failed and j, timeout=60,
                          what="the misrouted proposal's job to fail")  # fmt: skip

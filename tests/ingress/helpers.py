@@ -21,7 +21,7 @@ from rq.serializers import JSONSerializer
 from ingress.results import error_body
 from interlock.messages import CallerAction, IntentTerms, Outcome, Proposal
 from interlock.outcomes import publish
-from interlock.queues import gates_queue, rq_queue
+from interlock.queues import DEFAULT_SHARD, gates_queue, rq_queue
 from tests.procs import wait_until  # noqa: F401 - re-exported for the ingress tests
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,8 +49,9 @@ def queued_proposals(client: redis.Redis) -> list[Proposal]:
     return [Proposal.from_json(job.args[0]) for job in queue.get_jobs()]
 
 
-def gates_queue_length(client: redis.Redis) -> int:
-    return int(rq_queue(gates_queue(), client).count)
+def gates_queue_length(client: redis.Redis, *shards: str) -> int:
+    """Proposals waiting on the gates queue of each of *shards* (default: the default shard) in this Redis."""
+    return sum(int(rq_queue(gates_queue(shard), client).count) for shard in shards or (DEFAULT_SHARD,))
 
 
 def stdio_client_for(env: dict[str, str], errlog: IO[str]) -> Client:
@@ -84,8 +85,10 @@ class TestResponder(threading.Thread):
 
     __test__ = False  # not a pytest test class
 
-    def __init__(self, redis_url: str, answer: Callable[[Proposal], Outcome] = applied_outcome) -> None:
+    def __init__(self, redis_url: str, answer: Callable[[Proposal], Outcome] = applied_outcome,
+                 shard: str = DEFAULT_SHARD) -> None:  # fmt: skip
         super().__init__(daemon=True)
+        self.shard = shard
         self.client = redis.Redis.from_url(redis_url)
         self.answer = answer
         self.proposals: list[Proposal] = []
@@ -95,7 +98,7 @@ class TestResponder(threading.Thread):
         from rq import Queue
         from rq.exceptions import DequeueTimeout
 
-        queue = rq_queue(gates_queue(), self.client)
+        queue = rq_queue(gates_queue(self.shard), self.client)
         while not self._stop_event.is_set():
             try:
                 popped = Queue.dequeue_any([queue], timeout=1, connection=self.client, serializer=JSONSerializer)

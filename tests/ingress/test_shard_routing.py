@@ -52,14 +52,14 @@ def sharded_env(env: dict[str, str], redis_server: EmbeddedRedis, second_redis: 
 async def test_a_money_call_is_enqueued_and_answered_on_its_merchants_shard_only(
     sharded_env, errlog, redis_server: EmbeddedRedis, second_redis: EmbeddedRedis, rclient
 ) -> None:
-    with TestResponder(second_redis.url) as responder:
+    with TestResponder(second_redis.url, shard="b") as responder:  # shard b's own queue, gates:b
         async with stdio_client_for(sharded_env, errlog) as client:
             result = await client.call_tool("create_refund", {"payment_id": "pay_29QQoUBi66xm2f", "amount": 1000})
     assert not result.is_error, result
     [proposal] = responder.proposals
     assert proposal.merchant_id == DEMO_MERCHANT
     assert result.structured_content == applied_outcome(proposal).structured()
-    assert gates_queue_length(rclient) == 0  # shard a's Redis never saw it
+    assert gates_queue_length(rclient, "a", "b") == 0  # shard a's Redis never saw it
 
 
 async def test_interlock_status_reads_the_merchants_shard_ledger_and_no_other(sharded_env, errlog,
@@ -86,4 +86,4 @@ async def test_a_shard_whose_redis_is_down_answers_retry_and_touches_no_other(
         result = await client.call_tool("create_refund", {"payment_id": "pay_29QQoUBi66xm2f", "amount": 1000})
     body = error_of(result)
     assert body["caller_action"] == "RETRY_SAME_CALL"
-    assert gates_queue_length(rclient) == 0  # never re-routed to another shard
+    assert gates_queue_length(rclient, "a", "b") == 0  # never re-routed to another shard
