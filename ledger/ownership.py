@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from interlock.shards import Ownership
 from ledger import audit
 from ledger.db import require_transaction
-from ledger.states import UNSETTLED
 
 ACCEPTED_KIND = "SHARD_MAP_ACCEPTED"
 
@@ -67,7 +66,3 @@ def intents_by_state(conn: sqlite3.Connection, merchant_id: str) -> dict[str, in
     """How many intents *merchant_id* has here, per state (a merchant with any may not leave: ADR 0014)."""
     rows = conn.execute("SELECT state, COUNT(*) FROM intents WHERE merchant_id = ? GROUP BY state", (merchant_id,))
     return {str(state): int(count) for state, count in rows}
-
-
-def not_definite(states: dict[str, int]) -> dict[str, int]:
-    return {s: n for s, n in states.items() if s in {u.value for u in UNSETTLED}}
