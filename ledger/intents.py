@@ -442,6 +442,12 @@ def decision_exists(conn: sqlite3.Connection, request_id: str) -> bool:
     return conn.execute("SELECT 1 FROM decisions WHERE request_id = ?", (request_id,)).fetchone() is not None
 
 
+def decision_reason(conn: sqlite3.Connection, request_id: str) -> str | None:
+    """The reason code recorded for *request_id*'s decision (None when it was never decided)."""
+    row = conn.execute("SELECT reason_code FROM decisions WHERE request_id = ?", (request_id,)).fetchone()
+    return None if row is None else str(row[0])
+
+
 def record_finding(
     conn: sqlite3.Connection,
     *,

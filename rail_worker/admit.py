@@ -24,6 +24,7 @@ from ledger.queries import applied_since, money_committed_for_subject
 from ledger.states import Event, State
 from ledger.views import outcome_from_intent
 from rail_worker import grace
+from rail_worker.ownership import SHARD_MAP_STALE, SHARD_NOT_OWNER
 from rail_worker.runtime import RailRuntime
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ _REOPENABLE = frozenset({State.FAILED_TERMINAL, State.CONFIRMED_NOT_APPLIED})
 _TRANSIENT_REASONS = frozenset({"G2_RAIL_UNAVAILABLE"})
 G2_STALE_READ = "G2_STALE_RAIL_READ"
 # Refused at admission with nothing recorded but the decision: the repeat of the same call is judged afresh.
-_RETRYABLE_REFUSALS = frozenset({G2_STALE_READ, grace.DECISION_EXPIRED})
+_RETRYABLE_REFUSALS = frozenset({G2_STALE_READ, grace.DECISION_EXPIRED, SHARD_NOT_OWNER, SHARD_MAP_STALE})
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,16 +229,20 @@ def _redelivered(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) 
         intent = grace.same_call_intent(conn, decision, rt.mandates.get(decision.agent_id),
                                         rt.settings.settlement_window_grace_ms)  # fmt: skip
     if intent is None:
-        return Admission(_unkeyed(decision), None)
+        # Refused the first time: answer with the refusal that was recorded (admission may have refused what the
+        # gate allowed, e.g. DECISION_EXPIRED or a limit), and with the same caller action.
+        return Admission(_unkeyed(decision, intents.decision_reason(conn, decision.request_id)), None)
     return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=True), None)
 
 
-def _unkeyed(decision: Decision) -> Outcome:
-    """A refusal with no intent behind it: the referent never resolved, so there is nothing to key."""
-    transient = decision.reason_code in _TRANSIENT_REASONS
+def _unkeyed(decision: Decision, reason: str | None = None) -> Outcome:
+    """A refusal with no intent behind it: the referent never resolved (nothing to key), or a redelivery of a
+    refused Decision (*reason*: the refusal recorded for it)."""
+    reason = reason or decision.reason_code
+    transient = reason in _TRANSIENT_REASONS or reason in _RETRYABLE_REFUSALS
     return Outcome(
         request_id=decision.request_id, state="BLOCKED", sik=None, intent=None, rail_entity_id=None,
-        reason_code=decision.reason_code,
+        reason_code=reason,
         caller_action=CallerAction.RETRY_SAME_CALL if transient else CallerAction.DO_NOT_RETRY, replayed=False,
     )  # fmt: skip
 

@@ -283,6 +283,18 @@ def test_a_refund_received_longer_ago_than_the_maximum_age_is_refused_and_moves_
     assert fresh.execute is not None and fresh.execute.sik == A
 
 
+def test_a_redelivered_decision_refused_at_admission_is_answered_with_the_recorded_refusal(world: World) -> None:
+    # The gate allowed it; admission refused it (it waited too long). A second delivery of the same Decision is
+    # answered with what was recorded — DECISION_EXPIRED, repeat the call — not with the gate's verdict.
+    stale = _decision(world, A, tool=REFUND, request_id="req-stale",
+                      received_at_ms=T0 - world.settings.decision_max_age_ms - 1)  # fmt: skip
+    _refused_at_admit(world, stale, "DECISION_EXPIRED", CallerAction.RETRY_SAME_CALL)
+    again = admit(world.runtime(), stale)
+    assert again == Admission(_outcome("req-stale", "BLOCKED", None, None, reason="DECISION_EXPIRED",
+                                       action=CallerAction.RETRY_SAME_CALL), None)  # fmt: skip
+    assert _count(world, "decisions") == 1 and _count(world, "intents") == 0 and world.rail.calls == []
+
+
 def test_a_settlement_waits_only_until_the_end_of_the_window_after_its_own(world: World) -> None:
     # One-day windows: a settlement received in the window before yesterday's is expired, however few hours ago
     # that was; one received yesterday still goes ahead today (its repeats, and a stalled first call, are in
