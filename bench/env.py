@@ -85,6 +85,7 @@ class ScenarioStack:
         self.mcp_url = ""
         self.control: SandboxControl | None = None
         self.kill_landed: bool | None = None
+        self.merchant_id = ""  # the mandate's, once start() wrote it
 
     def start(self) -> ScenarioStack:
         stack, scenario = self.stack, self.scenario
@@ -100,7 +101,9 @@ class ScenarioStack:
                               "INTERLOCK_RAIL_TIMEOUT_MS": "2000"})  # fmt: skip
         changes = {**scenario.mandate_changes, **self.mandate_extra,
                    **(binding_required() if self.task_binding else {})}  # fmt: skip
-        mandate = write_mandate(self.data / "mandate.yaml", mandate_data(changes, pins))
+        data = mandate_data(changes, pins)
+        self.merchant_id = str(data["merchant_id"])  # the audience the harness's ticket names (SPEC §10 v2)
+        mandate = write_mandate(self.data / "mandate.yaml", data)
         tokens = self.data / "tokens.yaml"
         tokens.write_text(f"agents:\n  {AGENT}: {{token_sha256: {token_sha256(TOKEN)}}}\n", encoding="utf-8")
         stack.env["INTERLOCK_MANDATE"] = str(mandate)

@@ -84,6 +84,7 @@ def action_of(case: Case) -> ResolvedAction:
     task = None
     if case.task_purpose is not None:
         task = VerifiedTask(Task(task_id=f"task-{case.id}", expires_at=2**62, purpose=case.task_purpose,
+                                 audience={"merchant_id": MERCHANT, "agent_ids": [AGENT]},  # type: ignore[arg-type]
                                  grants={case.tool: {}}), digest="0" * 64, signer="bench")  # type: ignore[dict-item]  # fmt: skip
     if case.tool == "create_refund":
         pid = f"pay_{case.id}"

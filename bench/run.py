@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.agent import CallRecord, NaiveAgent
-from bench.env import TOKEN, ScenarioStack
+from bench.env import AGENT, TOKEN, ScenarioStack
 from bench.metrics import ModeRun, Moved
 from bench.scenario import Scenario
 from bench.ticket import payment_details, ticket_meta
@@ -63,7 +63,8 @@ def run_mode(env: ScenarioStack, mode: str, seed: int) -> ModeRun:
 
     gated = mode != "direct"
     # The task mode's harness attaches the scenario's signed ticket to every call, as a ticketing integration would.
-    meta = ticket_meta(scenario, payments, customers, f"{scenario.id}-{mode}") if mode == TASK_MODE else None
+    meta = ticket_meta(scenario, payments, customers, f"{scenario.id}-{mode}", merchant_id=env.merchant_id,
+                       agent_id=AGENT) if mode == TASK_MODE else None  # fmt: skip
     nanny = env.nanny() if gated and scenario.kill else nullcontext()
     with nanny:
         calls = asyncio.run(_drive(env, mode, payments, before_step, meta))

@@ -35,8 +35,9 @@ def payment_details(payment_id: str, customer: str) -> dict[str, str]:
 
 
 def ticket_meta(scenario: Scenario, payments: Mapping[str, list[str]], customers: Mapping[str, str],
-                task_id: str) -> dict[str, Any] | None:  # fmt: skip
-    """The signed `_meta` block for this run's ticket, or None when the scenario's task names no referent."""
+                task_id: str, *, merchant_id: str, agent_id: str) -> dict[str, Any] | None:  # fmt: skip
+    """The signed `_meta` block for this run's ticket, or None when the scenario's task names no referent.
+    The ticket names its audience (SPEC §10 v2): this stack's merchant and the one agent it drives."""
     if scenario.ticket is None:
         return None
 
@@ -57,5 +58,6 @@ def ticket_meta(scenario: Scenario, payments: Mapping[str, list[str]], customers
             grant["max_amount_minor"] = ticket.max_amount_minor
         grants[tool] = grant
     # The ticket's own words travel with it: G5, when a mandate turns it on, compares the call with them.
-    task = {"task_id": task_id, "expires_at": now_ms() + TICKET_TTL_MS, "grants": grants, "purpose": scenario.task}
+    task = {"task_id": task_id, "expires_at": now_ms() + TICKET_TTL_MS, "grants": grants, "purpose": scenario.task,
+            "audience": {"merchant_id": merchant_id, "agent_ids": [agent_id]}}  # fmt: skip
     return sign_task(task, _KEY, SIGNER)

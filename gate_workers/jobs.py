@@ -278,7 +278,9 @@ def _task_fields(action: ResolvedAction) -> dict[str, Any]:
         return {}
     grant = task.grant(action.tool)
     return {"task_id": task.task_id, "task_digest": task.digest, "task_expires_at": task.task.expires_at,
-            "task_ceiling_minor": grant.max_amount_minor if grant is not None else None}  # fmt: skip
+            "task_ceiling_minor": grant.max_amount_minor if grant is not None else None, "task_signer": task.signer,
+            "task_merchant_id": task.audience.merchant_id,
+            "task_agent_ids": list(task.audience.agent_ids)}  # fmt: skip
 
 
 def _rail_basis(action: ResolvedAction) -> int | None:

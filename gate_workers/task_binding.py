@@ -2,7 +2,8 @@
 
 The mandate says what the agent may ever do; the task says what this person asked for now. With the
 mandate's `task_binding: off` a task is ignored; `optional` enforces one when present; `required` refuses
-a money call without one. Every check here only narrows: a task can never allow what the mandate refuses.
+a money call without one. A task names its audience (v2): another merchant's or agent's call cannot use it.
+Every check here only narrows: a task can never allow what the mandate refuses.
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def bind_task(action: ResolvedAction, proposal: Proposal, mandate: Mandate | Non
     checked = verify_task(proposal.task, proposal.task_sig, mandate.task_signers, now_ms)
     if isinstance(checked, TaskProblem):
         return replace(action, task_problem=checked)
+    # The audience (SPEC §10 v2): the trusted identity the ingress stamped, never anything the call says.
+    wrong = checked.audience_problem(proposal.merchant_id, proposal.agent_id)
+    if wrong is not None:
+        return replace(action, task_problem=wrong)
     return replace(action, task=checked)
 
 
@@ -67,9 +72,8 @@ def task_value(action: ResolvedAction, ctx: GateContext) -> GateResult | None:
         return block(CUSTOMER_MISMATCH, task_customer_id=grant.customer_id, task_id=task_id,
                      payment_customer_id=payment.customer_id if payment is not None else None)  # fmt: skip
     if grant.max_amount_minor is not None:
-        ceiling = check_task_ceiling(ctx.ledger, merchant_id=action.merchant_id, task_id=task_id, tool=action.tool,
-                                     sik=action.sik, amount_minor=action.amount_minor,
-                                     ceiling_minor=grant.max_amount_minor)  # fmt: skip
+        ceiling = check_task_ceiling(ctx.ledger, signer=task.signer, task_id=task_id, sik=action.sik,
+                                     amount_minor=action.amount_minor, ceiling_minor=grant.max_amount_minor)
         if ceiling.verdict is not Verdict.ALLOW:
             return ceiling
     return None

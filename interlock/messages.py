@@ -116,11 +116,16 @@ class Decision(_Message):
     rail_basis_minor: int | None = None
     rail_read_at_ms: int | None = None
     # The verified task this call is bound to (SPEC §10): recorded on the decision and the intent; the rail worker
-    # re-asserts its expiry and its ceiling on the sum moved or in motion under task_id inside the admit transaction.
+    # re-asserts its audience (v2: the merchant and agents it names), its expiry and its ceiling on the sum moved or
+    # in motion under (task_signer, task_id) inside the admit transaction. A Decision with a task_id and no
+    # audience (a gate worker from before v2) is refused there.
     task_id: str | None = None
     task_digest: str | None = None
     task_ceiling_minor: int | None = None
     task_expires_at: int | None = None
+    task_signer: str | None = None
+    task_merchant_id: str | None = None
+    task_agent_ids: list[str] | None = None
     decided_at_ms: int
     trace: Trace = Field(default_factory=dict)
 

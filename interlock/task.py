@@ -5,11 +5,14 @@ payment, order or customer, and how much in total, until when. The harness (the 
 host — never the model) puts the task in the tool call's `_meta["interlock/task"]` and a detached Ed25519
 signature in `_meta["interlock/task_sig"]`:
 
-    {"signer": "<signer_id>", "sig": base64(Ed25519(b"interlock-task-v1\\n" + RFC 8785 JSON of the task))}
+    {"signer": "<signer_id>", "sig": base64(Ed25519(b"interlock-task-v2\\n" + RFC 8785 JSON of the task))}
 
 by a key the mandate lists under `task_signers` (base64 of the raw 32-byte public key). The signature covers
 the task exactly as received (its canonical JSON), so any language with an RFC 8785 encoder can produce it;
 `task_digest` is the sha256 hex of those same canonical bytes and is what the ledger and the audit log record.
+A v2 task names its audience inside the signed object — `audience: {merchant_id, agent_ids}` — so one merchant's
+ticket cannot be presented by another merchant's agent (issue 25, item 5; ADR 0013). A v1 task (no audience) is
+refused with a message saying to re-sign it as v2.
 Verification is a value, never an exception: a VerifiedTask, or a TaskProblem with a stable reason code.
 """
 
@@ -17,20 +20,21 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, field_validator
 
 from interlock.canonical import canonical_json, sha256_hex
 from interlock.tools import TOOLS
 
 TASK_META_KEY = "interlock/task"
 TASK_SIG_META_KEY = "interlock/task_sig"
-TASK_SIGNING_CONTEXT = b"interlock-task-v1\n"  # domain separation: a task signature is never a mandate's
+# Domain separation (a task signature is never a mandate's) and the wire version: v2 carries the audience.
+TASK_SIGNING_CONTEXT = b"interlock-task-v2\n"
 
 # Reason codes of a task that cannot be trusted (G1); each is BLOCK and nothing reaches the rail.
 TASK_MALFORMED = "G1_TASK_MALFORMED"
@@ -39,6 +43,11 @@ TASK_BAD_SIGNATURE = "G1_TASK_BAD_SIGNATURE"
 TASK_EXPIRED = "G1_TASK_EXPIRED"
 TASK_REQUIRED = "G1_TASK_REQUIRED"
 TOOL_NOT_IN_TASK = "G1_TOOL_NOT_IN_TASK"
+# A task whose audience is not this call's merchant and agent — or that names none (v1): at the gate and at admit.
+TASK_WRONG_AUDIENCE = "G1_TASK_WRONG_AUDIENCE"
+V1_TASK_ERROR = ("a v1 task names no audience, so any merchant's agent could present it: re-sign it as v2, with "
+                 "audience {merchant_id, agent_ids} inside the signed object and the signed bytes starting "
+                 "b\"interlock-task-v2\\n\" (interlock task sign --merchant M --agent A)")  # fmt: skip
 # ... and of a call outside the task's grant (G2), re-asserted at admit for the ceiling.
 SUBJECT_NOT_IN_TASK = "G2_SUBJECT_NOT_IN_TASK"
 ORDER_MISMATCH = "G2_ORDER_MISMATCH"
@@ -62,9 +71,26 @@ class TaskGrant(_Strict):
     max_amount_minor: Annotated[StrictInt, Field(ge=1)] | None = None
 
 
+class TaskAudience(_Strict):
+    """Who may present the task: exactly one merchant (so all its money is in one shard's ledger, where its
+    ceiling is counted) and the agents of that merchant it is for."""
+
+    merchant_id: RailId
+    agent_ids: list[RailId] = Field(min_length=1, max_length=64)
+
+    @field_validator("agent_ids")
+    @classmethod
+    def _distinct(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("lists an agent twice")
+        return value
+
+
 class Task(_Strict):
     task_id: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
     expires_at: Annotated[StrictInt, Field(ge=0)]
+    # None only in a v1 task, which verify_task refuses before it trusts anything else in it.
+    audience: TaskAudience | None = None
     grants: dict[str, TaskGrant] = Field(min_length=1)
     # What the person asked for, in words: G5 compares the call with it too when the mandate turns G5 on.
     purpose: str | None = Field(default=None, min_length=1, max_length=500)
@@ -82,14 +108,38 @@ class VerifiedTask:
     def task_id(self) -> str:
         return self.task.task_id
 
+    @property
+    def audience(self) -> TaskAudience:
+        assert self.task.audience is not None  # verify_task refuses a task without one
+        return self.task.audience
+
     def grant(self, tool: str) -> TaskGrant | None:
         return self.task.grants.get(tool)
+
+    def audience_problem(self, merchant_id: str, agent_id: str) -> TaskProblem | None:
+        """Why *agent_id* of *merchant_id* may not present this task, or None when the audience names both."""
+        return audience_problem(self.audience.merchant_id, self.audience.agent_ids, merchant_id, agent_id,
+                                task_id=self.task_id, signer=self.signer)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
 class TaskProblem:
     reason_code: str
     detail: dict[str, Any] = field(default_factory=dict)
+
+
+def audience_problem(
+    audience_merchant: str | None, audience_agents: Sequence[str] | None, merchant_id: str, agent_id: str, *,
+    task_id: str, signer: str | None,
+) -> TaskProblem | None:
+    """The audience rule (SPEC §10 v2), shared by the gate and the admitting transaction."""
+    if audience_merchant is None or not audience_agents:
+        return TaskProblem(TASK_WRONG_AUDIENCE, {"error": V1_TASK_ERROR, "task_id": task_id, "signer": signer})
+    if audience_merchant != merchant_id or agent_id not in audience_agents:
+        return TaskProblem(TASK_WRONG_AUDIENCE, {"task_id": task_id, "signer": signer, "merchant_id": merchant_id,
+                                                 "agent_id": agent_id, "audience_merchant_id": audience_merchant,
+                                                 "audience_agent_ids": list(audience_agents)})  # fmt: skip
+    return None
 
 
 def signing_bytes(task: Mapping[str, Any]) -> bytes:
@@ -128,6 +178,9 @@ def verify_task(
     ):  # fmt: skip
         return TaskProblem(TASK_MALFORMED, {"error": 'interlock/task_sig must be {"signer": ..., "sig": ...}'})
     signer = raw_sig["signer"]
+    if raw_task.get("audience") is None:
+        # Refused before the signature is even checked: whatever it says, a v1 task is bound to no one.
+        return TaskProblem(TASK_WRONG_AUDIENCE, {"error": V1_TASK_ERROR, "task_version": 1, "signer": signer[:64]})
     public = signers.get(signer)
     if public is None:
         return TaskProblem(TASK_UNKNOWN_SIGNER, {"signer": signer[:64], "known": sorted(signers)})
@@ -163,14 +216,20 @@ def _safe_digest(raw_task: Mapping[str, Any]) -> str | None:
         return None
 
 
-def new_task(task_id: str, expires_at: int, tool: str, *, subjects: list[str] | None = None,
+def new_task(task_id: str, expires_at: int, tool: str, *, merchant_id: str | None = None,
+             agent_ids: Sequence[str] | None = None, subjects: list[str] | None = None,
              order_id: str | None = None, customer_id: str | None = None,
              max_amount_minor: int | None = None, purpose: str | None = None) -> dict[str, Any]:  # fmt: skip
-    """A one-tool task as plain JSON data (absent fields left out), validated before anyone signs it."""
+    """A one-tool task as plain JSON data (absent fields left out), validated before anyone signs it.
+
+    Without *merchant_id* and *agent_ids* it has no audience — the v1 shape, which verify_task refuses; kept
+    so a test can show that refusal. Every producer of real tasks names both."""
     grant = {"subjects": subjects, "order_id": order_id, "customer_id": customer_id,
              "max_amount_minor": max_amount_minor}  # fmt: skip
-    task = {"task_id": task_id, "expires_at": expires_at,
-            "grants": {tool: {k: v for k, v in grant.items() if v is not None}}}  # fmt: skip
+    task: dict[str, Any] = {"task_id": task_id, "expires_at": expires_at,
+                            "grants": {tool: {k: v for k, v in grant.items() if v is not None}}}  # fmt: skip
+    if merchant_id is not None or agent_ids is not None:
+        task["audience"] = {"merchant_id": merchant_id, "agent_ids": list(agent_ids or [])}
     if purpose is not None:
         task["purpose"] = purpose
     Task.model_validate(task)  # raises ValidationError naming the field

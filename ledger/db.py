@@ -64,11 +64,15 @@ _ADDED_COLUMNS = {
     ("intent_attempts", "lease_expires_at"): "INTEGER", ("intent_attempts", "sent_at"): "INTEGER",
     ("intents", "task_id"): "TEXT", ("intents", "task_digest"): "TEXT", ("intents", "task_ceiling_minor"): "INTEGER",
     ("decisions", "task_id"): "TEXT", ("decisions", "task_digest"): "TEXT",
+    ("intents", "task_signer"): "TEXT", ("decisions", "task_signer"): "TEXT",
 }  # fmt: skip
 # Indexes over added columns: created after the columns exist (schema.sql runs first, on an old file too).
 _ADDED_INDEXES = (
     # The task ceiling (SPEC §10) sums a task's intents inside the serial admission transaction.
-    "CREATE INDEX IF NOT EXISTS intents_by_task ON intents (merchant_id, task_id) WHERE task_id IS NOT NULL",
+    # Per (task_signer, task_id) across merchants and tools since task v2 (issue 25, item 5; ADR 0013); the
+    # per-merchant index it replaces goes.
+    "DROP INDEX IF EXISTS intents_by_task",
+    "CREATE INDEX IF NOT EXISTS intents_by_signed_task ON intents (task_id, task_signer) WHERE task_id IS NOT NULL",
 )
 
 

@@ -64,6 +64,7 @@ class Intent:
     task_id: str | None = None
     task_digest: str | None = None
     task_ceiling_minor: int | None = None
+    task_signer: str | None = None
 
     @classmethod
     def from_row(cls, row: sqlite3.Row) -> Intent:
@@ -123,19 +124,20 @@ def insert_intent(
     task_id: str | None = None,
     task_digest: str | None = None,
     task_ceiling_minor: int | None = None,
+    task_signer: str | None = None,
 ) -> Intent | None:
     """Insert a PROPOSED intent. Returns None when (merchant_id, sik) already exists (I1: the PK decides)."""
     require_transaction(conn)
     cur = conn.execute(
         """INSERT INTO intents (merchant_id, sik, tool, subject_id, amount_minor, currency, params_hash, params_json,
                                 state, agent_id, mandate_id, mandate_hash, operation_ref, distinct_reason,
-                                first_seen_at, updated_at, task_id, task_digest, task_ceiling_minor)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'PROPOSED', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                first_seen_at, updated_at, task_id, task_digest, task_ceiling_minor, task_signer)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'PROPOSED', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (merchant_id, sik) DO NOTHING""",
         (
             merchant_id, sik, tool, subject_id, amount_minor, currency, params_hash,
             canonical_json(params).decode("utf-8"), agent_id, mandate_id, mandate_hash, operation_ref,
-            distinct_reason, now, now, task_id, task_digest, task_ceiling_minor,
+            distinct_reason, now, now, task_id, task_digest, task_ceiling_minor, task_signer,
         ),
     )  # fmt: skip
     if cur.rowcount == 0:
@@ -147,6 +149,8 @@ def insert_intent(
     }  # fmt: skip
     if task_id is not None:  # only then: the records of calls without a task keep their shape
         payload.update(task_id=task_id, task_digest=task_digest, task_ceiling_minor=task_ceiling_minor)
+        if task_signer is not None:  # v2 tasks: the ceiling's key is (task_signer, task_id)
+            payload["task_signer"] = task_signer
     audit.append(conn, "INTENT_PROPOSED", payload, now)
     return require_intent(conn, merchant_id, sik)
 
@@ -415,6 +419,7 @@ def record_decision(
     now: int,
     task_id: str | None = None,
     task_digest: str | None = None,
+    task_signer: str | None = None,
 ) -> bool:
     """Record a gate decision once per request_id; False when this request was already decided
     (a redelivered Decision). Race-free because the caller holds BEGIN IMMEDIATE."""
@@ -427,13 +432,15 @@ def record_decision(
     }  # fmt: skip
     if task_id is not None:  # the task this call was bound to (SPEC §10); absent otherwise
         payload.update(task_id=task_id, task_digest=task_digest)
+        if task_signer is not None:
+            payload["task_signer"] = task_signer
     seq = audit.append(conn, "DECISION", payload, now)
     conn.execute(
         """INSERT INTO decisions (request_id, merchant_id, sik, agent_id, mandate_hash, verdict, reason_code,
-                                  results_json, decided_at, audit_seq, task_id, task_digest)
-           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                                  results_json, decided_at, audit_seq, task_id, task_digest, task_signer)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
         (request_id, merchant_id, sik, agent_id, mandate_hash, verdict, reason_code,
-         canonical_json(results).decode("utf-8"), now, seq, task_id, task_digest),
+         canonical_json(results).decode("utf-8"), now, seq, task_id, task_digest, task_signer),
     )  # fmt: skip
     return True
 

@@ -12,7 +12,7 @@ import sqlite3
 from interlock.fees import FeeRate
 from interlock.mandate import Mandate
 from interlock.messages import Verdict
-from interlock.task import EXCEEDS_TASK_CEILING
+from interlock.task import EXCEEDS_TASK_CEILING, TASK_WRONG_AUDIENCE, V1_TASK_ERROR
 from interlock.verdicts import GateResult, allow, block
 from ledger.intents import Intent
 from ledger.queries import SETTLEMENT_TOOL, fees_in_window, money_under_task, window_usage
@@ -59,13 +59,14 @@ def check_limits(
 
 
 def check_task_ceiling(
-    conn: sqlite3.Connection, *, merchant_id: str, task_id: str, tool: str, sik: str, amount_minor: int,
-    ceiling_minor: int,
+    conn: sqlite3.Connection, *, signer: str | None, task_id: str, sik: str, amount_minor: int, ceiling_minor: int,
 ) -> GateResult:
-    """BLOCK when this call plus everything else bound to the same task (APPLIED or still able to move) would
-    pass the task's max_amount_minor: a refund split into in-limit calls is still one refund (seed A-10).
-    Advisory in the gate (G2), authoritative in the rail worker's admit transaction, like G3."""
-    counted = money_under_task(conn, merchant_id, task_id, tool, exclude_sik=sik)
+    """BLOCK when this call plus everything else bound to the same signed task (APPLIED or still able to move)
+    would pass the task's max_amount_minor: a refund split into in-limit calls is still one refund (seed A-10),
+    and the count is per (signer, task_id) across merchants, agents and tools (SPEC §10 v2), so presenting the
+    ticket elsewhere starts from what it already moved. Advisory in the gate (G2), authoritative in the rail
+    worker's admit transaction, like G3."""
+    counted = money_under_task(conn, signer, task_id, exclude_sik=sik)
     if counted + amount_minor > ceiling_minor:
         return block(EXCEEDS_TASK_CEILING, task_id=task_id, counted_minor=counted, amount_minor=amount_minor,
                      max_amount_minor=ceiling_minor)  # fmt: skip
@@ -99,9 +100,13 @@ def reassert(conn: sqlite3.Connection, intent: Intent, mandate: Mandate | None, 
                           now_ms=now_ms, rate=rate)  # fmt: skip
     if limits.verdict is not Verdict.ALLOW:
         return limits
+    if intent.task_id is not None and intent.task_signer is None:
+        # Admitted under a v1 task (no audience, before the signer was recorded): released or retried now, it is
+        # judged by today's rule, which refuses a task bound to no one.
+        return block(TASK_WRONG_AUDIENCE, task_id=intent.task_id, error=V1_TASK_ERROR)
     if intent.task_id is not None and intent.task_ceiling_minor is not None:
-        ceiling = check_task_ceiling(conn, merchant_id=intent.merchant_id, task_id=intent.task_id, tool=intent.tool,
-                                     sik=intent.sik, amount_minor=intent.amount_minor,
+        ceiling = check_task_ceiling(conn, signer=intent.task_signer, task_id=intent.task_id, sik=intent.sik,
+                                     amount_minor=intent.amount_minor,
                                      ceiling_minor=intent.task_ceiling_minor)  # fmt: skip
         if ceiling.verdict is not Verdict.ALLOW:
             return ceiling

@@ -57,15 +57,17 @@ def applied_since(
     return int(row[0])
 
 
-def money_under_task(conn: sqlite3.Connection, merchant_id: str, task_id: str, tool: str, *, exclude_sik: str) -> int:
-    """Minor units of *tool*'s other intents bound to *task_id* that moved or may still move (what G3 counts):
-    the sum a task's max_amount_minor caps, however many calls it was split into (SPEC §10)."""
+def money_under_task(conn: sqlite3.Connection, signer: str | None, task_id: str, *, exclude_sik: str) -> int:
+    """Minor units of the other intents bound to *task_id* as signed by *signer* that moved or may still move
+    (what G3 counts): the sum a task's max_amount_minor caps, however many calls it was split into, across every
+    merchant, agent and tool in this ledger (SPEC §10 v2). An intent recorded before the signer was (a v1 task,
+    task_signer NULL) counts against every signer's task of that id: over-counting refuses, never pays."""
     marks, states = _placeholders(COUNTS_AGAINST_LIMITS)
     row = conn.execute(
-        f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents INDEXED BY intents_by_task
-            WHERE merchant_id = ? AND task_id = ? AND task_id IS NOT NULL AND tool = ? AND sik <> ?
+        f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents INDEXED BY intents_by_signed_task
+            WHERE task_id = ? AND task_id IS NOT NULL AND (task_signer = ? OR task_signer IS NULL) AND sik <> ?
               AND state IN ({marks})""",
-        (merchant_id, task_id, tool, exclude_sik, *states),
+        (task_id, signer, exclude_sik, *states),
     ).fetchone()
     return int(row[0])
 

@@ -28,6 +28,7 @@ CREATE TABLE IF NOT EXISTS intents (
     task_id            TEXT,                -- the harness-signed task this intent is bound to (SPEC §10)
     task_digest        TEXT,                -- sha256 of the task's canonical JSON, as signed
     task_ceiling_minor INTEGER,             -- the task's max_amount_minor for this tool: a cap on the sum under task_id
+    task_signer        TEXT,                -- who signed the task: its ceiling counts per (task_signer, task_id)
     first_seen_at      INTEGER NOT NULL,
     updated_at         INTEGER NOT NULL,
     PRIMARY KEY (merchant_id, sik)          -- I1: at most one intent per (merchant_id, sik)
@@ -89,7 +90,8 @@ CREATE TABLE IF NOT EXISTS decisions (
     decided_at   INTEGER NOT NULL,
     audit_seq    INTEGER,
     task_id      TEXT,
-    task_digest  TEXT
+    task_digest  TEXT,
+    task_signer  TEXT
 ) STRICT;
 
 CREATE INDEX IF NOT EXISTS decisions_by_intent ON decisions (merchant_id, sik);

@@ -16,7 +16,7 @@ from interlock.clock import now_ms
 from interlock.errors import KeyConflict
 from interlock.mandate import REFUND_TOOL, Mandate
 from interlock.messages import CallerAction, Decision, IntentTerms, Outcome, Verdict
-from interlock.task import TASK_EXPIRED
+from interlock.task import TASK_EXPIRED, TASK_WRONG_AUDIENCE, audience_problem
 from ledger import intents, leases
 from ledger.intents import Intent
 from ledger.limits import check_limits, check_task_ceiling, reassert
@@ -121,6 +121,7 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
         agent_id=decision.agent_id, mandate_id=decision.mandate_id or "", mandate_hash=decision.mandate_hash or "",
         operation_ref=decision.operation_ref, distinct_reason=decision.distinct_reason, now=now,
         task_id=decision.task_id, task_digest=decision.task_digest, task_ceiling_minor=decision.task_ceiling_minor,
+        task_signer=decision.task_signer,
     )  # fmt: skip
     assert intent is not None  # we hold the write lock and saw no row
     _bind_ref(conn, decision, decision.sik, now)  # only now: a refused call must not burn the ref
@@ -158,14 +159,29 @@ def _outside_task(conn: sqlite3.Connection, decision: Decision, sik: str, now: i
     bound to its task_id — counted under the write lock — still fits its ceiling with this call, so calls split
     from one refund and racing through different gate workers can never pass it together."""
     assert decision.task_id is not None and decision.terms is not None
+    wrong = _task_audience_problem(decision)
+    if wrong is not None:
+        return wrong
     if decision.task_expires_at is not None and now >= decision.task_expires_at:
         return TASK_EXPIRED
     if decision.task_ceiling_minor is None:
         return None
-    ceiling = check_task_ceiling(conn, merchant_id=decision.merchant_id, task_id=decision.task_id,
-                                 tool=decision.tool, sik=sik, amount_minor=decision.terms.amount_minor,
+    ceiling = check_task_ceiling(conn, signer=decision.task_signer, task_id=decision.task_id, sik=sik,
+                                 amount_minor=decision.terms.amount_minor,
                                  ceiling_minor=decision.task_ceiling_minor)  # fmt: skip
     return None if ceiling.verdict is Verdict.ALLOW else ceiling.reason_code
+
+
+def _task_audience_problem(decision: Decision) -> str | None:
+    """The task's audience again (SPEC §10 v2): the merchant and agent this Decision is admitted for are the ones
+    the signed task names. A Decision without an audience or signer (a v1 task a gate worker from before v2
+    let through) is refused like a v1 task at the gate."""
+    assert decision.task_id is not None
+    if decision.task_signer is None:
+        return TASK_WRONG_AUDIENCE
+    wrong = audience_problem(decision.task_merchant_id, decision.task_agent_ids, decision.merchant_id,
+                             decision.agent_id, task_id=decision.task_id, signer=decision.task_signer)  # fmt: skip
+    return None if wrong is None else wrong.reason_code
 
 
 def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str) -> str | None:
@@ -194,7 +210,7 @@ def _record(conn: object, decision: Decision, now: int, *, verdict: Verdict, rea
         request_id=decision.request_id, merchant_id=decision.merchant_id, sik=decision.sik or "",
         agent_id=decision.agent_id, mandate_hash=decision.mandate_hash or "", verdict=verdict.value,
         reason_code=reason, results=[r.model_dump(mode="json") for r in decision.results], now=now,
-        task_id=decision.task_id, task_digest=decision.task_digest,
+        task_id=decision.task_id, task_digest=decision.task_digest, task_signer=decision.task_signer,
     )  # fmt: skip
 
 

@@ -32,7 +32,8 @@ def _engine(engine_factory: Callable[..., Engine], tmp_path: Path, **changes: An
 
 
 def task_meta(tool: str = "create_refund", **grant: Any) -> dict[str, Any]:
-    task = new_task(f"ticket-{next(_ids)}x{now_ms()}", now_ms() + 3_600_000, tool, **grant)
+    task = new_task(f"ticket-{next(_ids)}x{now_ms()}", now_ms() + 3_600_000, tool, merchant_id=MERCHANT,
+                    agent_ids=[AGENT], **grant)
     return sign_task(task, KEY, "ticketing")
 
 

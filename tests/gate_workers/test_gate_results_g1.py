@@ -18,7 +18,7 @@ from interlock.messages import Verdict
 from interlock.task import TASK_BAD_SIGNATURE, Task, TaskProblem, VerifiedTask, new_task, public_key_b64
 from interlock.verdicts import GateResult
 from tests.gate_workers.factories import NOW, context, refund_action
-from tests.mandates import make_mandate
+from tests.mandates import AGENT, MERCHANT, make_mandate
 
 A, B = Verdict.ALLOW, Verdict.BLOCK
 ISSUED, EXPIRES = NOW - 1_000, NOW + 1_000
@@ -31,7 +31,7 @@ def bound(binding: str) -> Mandate:
 
 
 def with_task(action: ResolvedAction, tool: str) -> ResolvedAction:
-    task = Task.model_validate(new_task("ticket-7", NOW + 3_600_000, tool))
+    task = Task.model_validate(new_task("ticket-7", NOW + 3_600_000, tool, merchant_id=MERCHANT, agent_ids=[AGENT]))
     return replace(action, task=VerifiedTask(task=task, digest="d" * 64, signer="ticketing"))
 
 

@@ -17,7 +17,7 @@ from interlock.task import Task, VerifiedTask, new_task
 from interlock.verdicts import GateResult
 from tests.gate_workers.factories import NOW, context, payment, refund_action, settlement_action
 from tests.ledger.helpers import put_intent
-from tests.mandates import make_mandate
+from tests.mandates import AGENT, MERCHANT, make_mandate
 
 A, H, B = Verdict.ALLOW, Verdict.HOLD, Verdict.BLOCK
 BIG = payment(amount=900_000)  # room for the mandate's range (100 .. 500000) to be the limit that binds
@@ -152,7 +152,8 @@ def test_without_a_mandate_there_is_no_value_range(ledger: sqlite3.Connection) -
 
 
 def _bound(action: ResolvedAction, ceiling: int) -> ResolvedAction:
-    task = Task.model_validate(new_task("ticket-1", NOW + 3_600_000, "create_refund", max_amount_minor=ceiling))
+    task = Task.model_validate(new_task("ticket-1", NOW + 3_600_000, "create_refund", merchant_id=MERCHANT,
+                                        agent_ids=[AGENT], max_amount_minor=ceiling))
     return replace(action, task=VerifiedTask(task=task, digest="d" * 64, signer="ticketing"))
 
 

@@ -19,7 +19,7 @@ from interlock.messages import Verdict
 from interlock.task import Task, VerifiedTask, new_task
 from interlock.verdicts import GateResult
 from tests.gate_workers.factories import NOW, context, refund_action
-from tests.mandates import make_mandate
+from tests.mandates import AGENT, MERCHANT, make_mandate
 
 A, H, B = Verdict.ALLOW, Verdict.HOLD, Verdict.BLOCK
 MANDATE_PURPOSE = "Demo: refund duplicate customer charges up to Rs 5,000 and settle the balance instantly"
@@ -43,7 +43,8 @@ def on(mode: str = "hold", min_similarity: float = 0.5) -> Any:
 
 
 def with_task(action: ResolvedAction, purpose: str | None) -> ResolvedAction:
-    task = Task.model_validate(new_task("ticket-9", NOW + 3_600_000, "create_refund", purpose=purpose))
+    task = Task.model_validate(new_task("ticket-9", NOW + 3_600_000, "create_refund", merchant_id=MERCHANT,
+                                        agent_ids=[AGENT], purpose=purpose))
     return replace(action, task=VerifiedTask(task=task, digest="d" * 64, signer="ticketing"))
 
 

@@ -47,7 +47,7 @@ def mine(amount: int = 500_000, pid: str = "pay_MINE1") -> Payment:
 def meta(tool: str = "create_refund", *, key: Ed25519PrivateKey = KEY, expires_at: int | None = None,
          task_id: str = "ticket-4711", **grant: Any) -> dict[str, Any]:  # fmt: skip
     grant = {"subjects": ["pay_MINE1"], **grant}
-    task = new_task(task_id, expires_at or now_ms() + 3_600_000, tool, **grant)
+    task = new_task(task_id, expires_at or now_ms() + 3_600_000, tool, merchant_id=MERCHANT, agent_ids=[AGENT], **grant)
     return sign_task(task, key, "ticketing")
 
 
@@ -223,3 +223,58 @@ def test_interlock_status_shows_the_task_a_call_was_bound_to(rail_rt: RailRuntim
     status = _lookup(rail_rt.ledger_path, MERCHANT, bound.sik, None)
     assert status["task"] == {"task_id": "ticket-4711", "task_digest": bound.task_digest}
     assert "task" not in _lookup(rail_rt.ledger_path, MERCHANT, unbound.sik, None)
+
+
+# -- the audience (issue 25 item 5: one merchant's ticket, replayed by another merchant's agent) -------------------
+
+OTHER_MERCHANT, OTHER_AGENT = "acc_OTHER00001", "agent_other"
+
+
+def decided_for(rt: RailRuntime, mandate: Mandate, amount: int, task_meta: dict[str, Any]) -> Decision:
+    """What a gate worker decides for *mandate*'s agent presenting *task_meta* (its trusted identity stamped)."""
+    request_id = f"req_{next(_ids)}"
+    action = replace(refund_action(amount, pay=mine(), agent_id=mandate.agent_id, merchant_id=mandate.merchant_id),
+                     request_id=request_id)
+    proposal = Proposal(request_id=request_id, agent_id=mandate.agent_id, merchant_id=mandate.merchant_id,
+                        tool=action.tool, arguments=action.arguments, task=task_meta[TASK_META_KEY],
+                        task_sig=task_meta[TASK_SIG_META_KEY], received_at_ms=now_ms())  # fmt: skip
+    now = now_ms()
+    return build_decision(bind_task(action, proposal, mandate, now), context(rt.ledger, mandate, now=now), mandate)
+
+
+def test_another_merchants_agent_cannot_spend_a_task_signed_for_merchant_a(rail_rt: RailRuntime) -> None:
+    mine_m = task_mandate()
+    theirs = task_mandate(agent_id=OTHER_AGENT, merchant_id=OTHER_MERCHANT, mandate_id="mnd_other")
+    rail_rt.mandates = MandateStore({AGENT: mine_m, OTHER_AGENT: theirs})
+    ticket = meta(max_amount_minor=100_000)  # for merchant A's agent: refund pay_MINE1, at most Rs 1,000 in total
+    first = decided_for(rail_rt, mine_m, 100_000, ticket)
+    assert first.verdict is A and admit(rail_rt, first).execute is not None
+    replayed = decided_for(rail_rt, theirs, 100_000, ticket)
+    assert (replayed.verdict, replayed.reason_code) == (B, "G1_TASK_WRONG_AUDIENCE")
+    refused = admit(rail_rt, replayed).outcome
+    assert refused is not None and (refused.state, refused.reason_code) == ("BLOCKED", "G1_TASK_WRONG_AUDIENCE")
+    # The money outcome: Rs 1,000 under the Rs 1,000 ticket, all of it merchant A's.
+    rows = rail_rt.ledger.execute("SELECT merchant_id, SUM(amount_minor) FROM intents GROUP BY merchant_id")
+    assert [tuple(r) for r in rows] == [(MERCHANT, 100_000)]
+
+
+def test_a_gate_that_let_a_wrong_audience_through_is_refused_at_admit(rail_rt: RailRuntime) -> None:
+    mine_m = task_mandate()
+    theirs = task_mandate(agent_id=OTHER_AGENT, merchant_id=OTHER_MERCHANT, mandate_id="mnd_other")
+    rail_rt.mandates = MandateStore({AGENT: mine_m, OTHER_AGENT: theirs})
+    allowed = decided_for(rail_rt, mine_m, 50_000, meta(max_amount_minor=100_000))
+    # The same verified task fields on a Decision for merchant B's agent (a gate worker with the check missing).
+    forged = decided_for(rail_rt, theirs, 50_000, meta()).model_copy(update={
+        k: getattr(allowed, k) for k in ("task_id", "task_digest", "task_ceiling_minor", "task_expires_at",
+                                         "task_signer", "task_merchant_id", "task_agent_ids")
+    } | {"verdict": A, "reason_code": "ALLOWED"})  # fmt: skip
+    refused = admit(rail_rt, forged).outcome
+    assert refused is not None and (refused.state, refused.reason_code) == ("BLOCKED", "G1_TASK_WRONG_AUDIENCE")
+
+
+def test_a_v1_task_is_refused_at_the_gate_with_a_message_to_re_sign_it(ledger: Any) -> None:
+    v1 = new_task("ticket-v1", now_ms() + 3_600_000, "create_refund", subjects=["pay_MINE1"])  # no audience
+    decision = decided(ledger, task_mandate(), refund(50_000), sign_task(v1, KEY, "ticketing"))
+    assert (decision.verdict, decision.reason_code) == (B, "G1_TASK_WRONG_AUDIENCE")
+    detail = next(r.detail for r in decision.results if r.reason_code == "G1_TASK_WRONG_AUDIENCE")
+    assert "re-sign it as v2" in detail["error"]

@@ -12,7 +12,8 @@ from tests.ingress.helpers import TestResponder, error_of, gates_queue_length, s
 
 pytestmark = pytest.mark.anyio
 
-BLOCK = sign_task(new_task("ticket-4711", 2_000_000_000_000, "create_refund", subjects=["pay_1"],
+BLOCK = sign_task(new_task("ticket-4711", 2_000_000_000_000, "create_refund", merchant_id="acc_DEMO000001",
+                           agent_ids=["agent_demo"], subjects=["pay_1"],
                            max_amount_minor=189900), Ed25519PrivateKey.generate(), "ticketing")  # fmt: skip
 
 

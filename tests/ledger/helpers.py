@@ -34,8 +34,8 @@ _PATHS = {
 def put_intent(conn: sqlite3.Connection, sik: str, state: str, *, amount: int, subject: str = "pay_T0001",
                tool: str = "create_refund", merchant_id: str = "acc_DEMO000001", agent_id: str = "agent_demo",
                now: int = 1, currency: str = "INR", params: dict | None = None, task_id: str | None = None,
-               task_ceiling_minor: int | None = None) -> intents.Intent:
-    """An intent driven through the real transition function into *state*."""
+               task_ceiling_minor: int | None = None, task_signer: str | None = "ticketing") -> intents.Intent:
+    """An intent driven through the real transition function into *state* (*task_signer* only with a task_id)."""
     from ledger.states import Event
 
     with transaction(conn):
@@ -44,7 +44,7 @@ def put_intent(conn: sqlite3.Connection, sik: str, state: str, *, amount: int, s
             currency=currency, params=params or {"amount": amount}, params_hash="ph", agent_id=agent_id,
             mandate_id="mnd", mandate_hash="mh", operation_ref=None, distinct_reason=None, now=now,
             task_id=task_id, task_digest=None if task_id is None else f"digest-{task_id}",
-            task_ceiling_minor=task_ceiling_minor,
+            task_ceiling_minor=task_ceiling_minor, task_signer=task_signer if task_id is not None else None,
         )  # fmt: skip
         for step in _PATHS[state]:
             if step == "ATTEMPT_STARTED":

@@ -525,7 +525,7 @@ def test_a_decision_is_recorded_once_with_its_audit_seq(ledger: sqlite3.Connecti
     assert [dict(r) for r in ledger.execute("SELECT * FROM decisions")] == [{
         "request_id": "req-1", "merchant_id": M, "sik": SIK, "agent_id": "agent_k", "mandate_hash": "mhash",
         "verdict": "HOLD", "reason_code": "G4_HOLD", "results_json": '[{"gate":"G4","verdict":"HOLD"}]',
-        "decided_at": T0 + 3, "audit_seq": 2, "task_id": None, "task_digest": None,
+        "decided_at": T0 + 3, "audit_seq": 2, "task_id": None, "task_digest": None, "task_signer": None,
     }]  # fmt: skip
     assert records(ledger, 1) == [(2, T0 + 3, "DECISION", DECISION)]
     assert decide(ledger, verdict="ALLOW") is False  # a redelivered decision

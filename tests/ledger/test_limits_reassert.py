@@ -8,7 +8,7 @@ import sqlite3
 from typing import Any
 
 from interlock.fees import FeeRate
-from interlock.task import EXCEEDS_TASK_CEILING
+from interlock.task import EXCEEDS_TASK_CEILING, TASK_WRONG_AUDIENCE
 from interlock.verdicts import allow, block
 from ledger.db import transaction
 from ledger.intents import Intent, finish_attempt
@@ -138,6 +138,14 @@ def test_a_task_without_a_ceiling_for_the_tool_caps_nothing(ledger: sqlite3.Conn
     intent = held(ledger, amount=1000, task_id="task_1")
     put_intent(ledger, "A" * 32, "APPLIED", amount=400_000, task_id="task_1")
     assert reassert(ledger, intent, mandate, now_ms=NOW, rate=RATE).reason_code == "REASSERTED"
+
+
+def test_an_intent_held_under_a_v1_task_is_refused_at_release(ledger: sqlite3.Connection) -> None:
+    # Admitted before task v2 (no audience, no signer recorded): released now, today's rule refuses it.
+    mandate = make_mandate(NO_LIMITS)
+    intent = held(ledger, amount=1000, task_id="task_1", task_signer=None)
+    check = reassert(ledger, intent, mandate, now_ms=NOW, rate=RATE)
+    assert check.reason_code == TASK_WRONG_AUDIENCE and "re-sign it as v2" in check.detail["error"]
 
 
 def test_a_ceiling_without_a_task_caps_nothing(ledger: sqlite3.Connection) -> None:

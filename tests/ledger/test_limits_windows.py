@@ -172,14 +172,13 @@ def _task_intents(conn: sqlite3.Connection) -> None:
     put_intent(conn, "B" * 32, "HELD", amount=200, task_id=TASK, task_ceiling_minor=1000, subject="pay_B")
     put_intent(conn, "X" * 32, "BLOCKED", amount=300, task_id=TASK, task_ceiling_minor=1000)  # refused: not counted
     put_intent(conn, "T" * 32, "APPLIED", amount=900, task_id="task_2", task_ceiling_minor=1000)
-    put_intent(conn, "S" * 32, "APPLIED", amount=900, task_id=TASK, tool=SETTLE, subject="balance")
-    put_intent(conn, "M" * 32, "APPLIED", amount=900, task_id=TASK, merchant_id="acc_OTHER00001")
+    put_intent(conn, "Z" * 32, "APPLIED", amount=900, task_id=TASK, task_signer="another_harness")  # its own ticket
     put_intent(conn, OWN, "AUTHORIZED", amount=401, task_id=TASK, task_ceiling_minor=1000)
 
 
 def ceiling(conn: sqlite3.Connection, amount: int) -> GateResult:
-    return check_task_ceiling(conn, merchant_id=MERCHANT, task_id=TASK, tool="create_refund", sik=OWN,
-                              amount_minor=amount, ceiling_minor=1000)  # fmt: skip
+    return check_task_ceiling(conn, signer="ticketing", task_id=TASK, sik=OWN, amount_minor=amount,
+                              ceiling_minor=1000)  # fmt: skip
 
 
 def test_a_task_ceiling_is_reached_exactly_and_one_minor_unit_over_is_blocked(ledger: sqlite3.Connection) -> None:
@@ -188,3 +187,21 @@ def test_a_task_ceiling_is_reached_exactly_and_one_minor_unit_over_is_blocked(le
                                          max_amount_minor=1000)  # fmt: skip
     assert ceiling(ledger, 401) == block(EXCEEDS_TASK_CEILING, task_id=TASK, counted_minor=600, amount_minor=401,
                                          max_amount_minor=1000)  # fmt: skip
+
+
+def test_a_task_ceiling_counts_every_merchant_and_tool_under_one_signed_task(ledger: sqlite3.Connection) -> None:
+    # Issue 25 item 5: the ceiling is the signed ticket's, not one merchant's or one tool's — money another
+    # merchant's agent or a settlement moved under the same (signer, task_id) is counted too.
+    put_intent(ledger, "A" * 32, "APPLIED", amount=400, task_id=TASK, task_ceiling_minor=1000)
+    put_intent(ledger, "M" * 32, "APPLIED", amount=300, task_id=TASK, merchant_id="acc_OTHER00001",
+               agent_id="agent_other", task_ceiling_minor=1000)  # fmt: skip
+    put_intent(ledger, "S" * 32, "UNKNOWN", amount=200, task_id=TASK, tool=SETTLE, subject="balance")
+    assert ceiling(ledger, 100) == allow("G2_WITHIN_TASK_CEILING", task_id=TASK, counted_minor=900,
+                                         max_amount_minor=1000)  # fmt: skip
+    assert ceiling(ledger, 101).reason_code == EXCEEDS_TASK_CEILING
+
+
+def test_a_v1_intent_of_the_same_task_id_counts_against_the_signed_task(ledger: sqlite3.Connection) -> None:
+    # Recorded before the signer was (task_signer NULL): counted rather than ignored — over-counting refuses.
+    put_intent(ledger, "V" * 32, "APPLIED", amount=950, task_id=TASK, task_signer=None)
+    assert ceiling(ledger, 51).reason_code == EXCEEDS_TASK_CEILING

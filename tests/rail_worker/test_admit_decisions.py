@@ -60,6 +60,8 @@ def _decision(world: World, sik: str | None, *, verdict: str = "ALLOW", tool: st
         reason_code=REASON_FOR[verdict], results=[], mandate_id=mandate.mandate_id,
         mandate_hash=mandate.mandate_hash, operation_ref=None, window=1, decided_at_ms=world.clock(),
     )  # fmt: skip
+    if "task_id" in fields:  # a v2 task: its signer and audience travel with it (SPEC §10)
+        values.update(task_signer="ticketing", task_merchant_id=MERCHANT, task_agent_ids=[AGENT])
     values.update(fields)
     return Decision(**values)
 
@@ -103,6 +105,7 @@ def _seed(world: World, sik: str, *, state: State, tool: str = REFUND, amount: i
             mandate_id=world.mandate.mandate_id, mandate_hash=world.mandate.mandate_hash,
             operation_ref=operation_ref, distinct_reason=None, now=world.clock(), task_id=task_id,
             task_digest="td" if task_id else None, task_ceiling_minor=None,
+            task_signer="ticketing" if task_id else None,
         )  # fmt: skip
         conn.execute("UPDATE intents SET state = ?, updated_at = ?, authorized_at = ? WHERE sik = ?",
                      (state.value, updated_at, world.clock(), sik))  # fmt: skip
@@ -440,15 +443,44 @@ def test_a_call_bound_to_a_task_without_an_expiry_is_admitted(world: World) -> N
 
 def test_a_call_that_would_pass_its_tasks_ceiling_with_what_the_task_moved_is_refused(world: World) -> None:
     _seed(world, B, state=State.APPLIED, tool=SETTLEMENT, amount=30000, task_id="task-1")
-    _seed(world, C, state=State.APPLIED, tool=REFUND, amount=30000, task_id="task-1")  # another tool: not counted
-    decision = _decision(world, A, task_id="task-1", task_ceiling_minor=79999)
+    _seed(world, C, state=State.APPLIED, tool=REFUND, amount=10000, task_id="task-1")  # another tool: counted (v2)
+    decision = _decision(world, A, task_id="task-1", task_ceiling_minor=89999)
     _refused_at_admit(world, decision, "G2_EXCEEDS_TASK_CEILING")
 
 
 def test_a_call_that_fits_its_tasks_ceiling_exactly_is_admitted(world: World) -> None:
     _seed(world, B, state=State.APPLIED, tool=SETTLEMENT, amount=30000, task_id="task-1")
-    admission = admit(world.runtime(), _decision(world, A, task_id="task-1", task_ceiling_minor=80000))
-    assert admission.execute is not None and admission.execute.task_ceiling_minor == 80000
+    _seed(world, C, state=State.APPLIED, tool=REFUND, amount=10000, task_id="task-1")
+    admission = admit(world.runtime(), _decision(world, A, task_id="task-1", task_ceiling_minor=90000))
+    assert admission.execute is not None and admission.execute.task_ceiling_minor == 90000
+    assert admission.execute.task_signer == "ticketing"
+
+
+@pytest.mark.parametrize("audience", [
+    {"task_merchant_id": "acc_OTHER00001"}, {"task_agent_ids": ["agent_other"]},
+    {"task_merchant_id": None, "task_agent_ids": None}, {"task_signer": None},
+])  # fmt: skip
+def test_a_call_outside_its_tasks_audience_is_refused_at_admit(world: World, audience: dict[str, Any]) -> None:
+    # Issue 25 item 5: the admitting transaction re-checks the signed audience against the Decision's merchant and
+    # agent; a Decision with no audience or signer (a v1 task from a gate worker before v2) is refused too.
+    decision = _decision(world, A, task_id="task-1", task_ceiling_minor=90000, **audience)
+    _refused_at_admit(world, decision, "G1_TASK_WRONG_AUDIENCE")
+
+
+def test_a_task_ceiling_at_admit_counts_what_another_merchant_moved_under_the_same_signed_task(
+    world: World,
+) -> None:
+    conn = open_ledger(world.path)
+    with transaction(conn):  # merchant B's agent already moved Rs 700 under the helpdesk's ticket (same ledger)
+        intents.insert_intent(
+            conn, merchant_id="acc_OTHER00001", sik=B, tool=REFUND, subject_id=PAYMENT, amount_minor=70000,
+            currency="INR", params={}, params_hash="ph", agent_id="agent_other", mandate_id="m", mandate_hash="h",
+            operation_ref=None, distinct_reason=None, now=world.clock(), task_id="task-1", task_digest="td",
+            task_ceiling_minor=100000, task_signer="ticketing",
+        )  # fmt: skip
+        conn.execute("UPDATE intents SET state = 'APPLIED' WHERE sik = ?", (B,))
+    _refused_at_admit(world, _decision(world, A, task_id="task-1", task_ceiling_minor=100000),
+                      "G2_EXCEEDS_TASK_CEILING")  # fmt: skip
 
 
 def test_the_repeat_of_a_task_bound_call_does_not_count_itself_against_the_ceiling(world: World) -> None:
