@@ -108,9 +108,11 @@ class GateRuntime:
 
     def gate_context(self, mandate: Mandate | None, now: int) -> GateContext:
         """G6 judges Interlock's own tools, or in proxy mode what the upstream serves now (SPEC §7)."""
+        account, sharing = self.mandates.rail_account_id, self.account_merchants(mandate)
         if self.upstream is None:
             return GateContext(mandate=mandate, now_ms=now, ledger=self.reader(), tool_hashes=self.tool_hashes,
-                               purpose_judge=self.purpose_judge)  # fmt: skip
+                               purpose_judge=self.purpose_judge, rail_account_id=account,
+                               account_merchants=sharing)  # fmt: skip
         try:
             hashes = self.upstream.hashes()
         except RailError as exc:
@@ -118,7 +120,12 @@ class GateRuntime:
             logger.warning("upstream manifest unavailable: %s", exc)
             hashes = {}
         return GateContext(mandate=mandate, now_ms=now, ledger=self.reader(), tool_hashes=hashes,
-                           upstream_tools=frozenset(hashes), purpose_judge=self.purpose_judge)  # fmt: skip
+                           upstream_tools=frozenset(hashes), purpose_judge=self.purpose_judge,
+                           rail_account_id=account, account_merchants=sharing)  # fmt: skip
+
+    def account_merchants(self, mandate: Mandate | None) -> tuple[str, ...]:
+        """The merchants on *mandate*'s rail account, whose money in motion G2 counts together (ADR 0015)."""
+        return self.mandates.account_merchants(mandate) if mandate is not None else ()
 
     def missing_balance_read(self) -> str | None:
         """What the rail lacks when it is known to offer no balance read: in proxy mode, an upstream that
@@ -240,7 +247,8 @@ def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
     # a job redelivered or picked up late must key the same settlement the same way (ADR 0009).
     missing = rt.missing_balance_read() if proposal.tool == SETTLEMENT_TOOL else None
     action = resolve(proposal, rt.rail, rt.reader(), mandate, proposal.received_at_ms,
-                     grace_ms=rt.settings.settlement_window_grace_ms, balance_read_missing=missing)  # fmt: skip
+                     grace_ms=rt.settings.settlement_window_grace_ms, balance_read_missing=missing,
+                     account_merchants=rt.account_merchants(mandate))  # fmt: skip
     action = bind_task(action, proposal, mandate, now)  # SPEC §10: verified here, judged by G1 and G2
     trace = {**proposal.trace, "rail_read_done": trace_now()}
     ctx = rt.gate_context(mandate, now)

@@ -39,10 +39,13 @@ class RailReader(Protocol):
 def resolve(
     proposal: Proposal, rail: RailReader, ledger: sqlite3.Connection, mandate: Mandate | None, at_ms: int, *,
     grace_ms: int = DEFAULT_SETTLEMENT_GRACE_MS, balance_read_missing: str | None = None,
+    account_merchants: tuple[str, ...] = (),
 ) -> ResolvedAction:
     """Resolve the call's referent. *at_ms* is when the call was made — the Proposal's received_at_ms, the
     ingress's clock — and picks a settlement's idempotency window, so a job picked up late is keyed the same.
-    *balance_read_missing* says what the rail lacks when it is known to have no balance read (proxy mode)."""
+    *balance_read_missing* says what the rail lacks when it is known to have no balance read (proxy mode).
+    *account_merchants* are the merchants on this mandate's rail account (ADR 0015): a full refund is what none
+    of them has in motion on the payment."""
     base = ResolvedAction(
         request_id=proposal.request_id, agent_id=proposal.agent_id, merchant_id=proposal.merchant_id,
         tool=proposal.tool, arguments=proposal.arguments, operation_ref=proposal.operation_ref, received_at_ms=at_ms,
@@ -52,7 +55,7 @@ def resolve(
     except InvalidInput as exc:
         return _unresolved(base, "G0_MALFORMED_CALL", field=exc.field, error=str(exc))
     if call.tool == "create_refund":
-        return _resolve_refund(base, call, rail, ledger)
+        return _resolve_refund(base, call, rail, ledger, account_merchants or (base.merchant_id,))
     return _resolve_settlement(base, call, rail, ledger, mandate, at_ms, grace_ms, balance_read_missing)
 
 
@@ -72,7 +75,7 @@ def _rail_failure(base: ResolvedAction, exc: RailError, what: str) -> ResolvedAc
 
 
 def _resolve_refund(
-    base: ResolvedAction, call: MoneyCall, rail: RailReader, ledger: sqlite3.Connection
+    base: ResolvedAction, call: MoneyCall, rail: RailReader, ledger: sqlite3.Connection, merchants: tuple[str, ...]
 ) -> ResolvedAction:
     assert call.payment_id is not None
     try:
@@ -88,7 +91,7 @@ def _resolve_refund(
             amount = earlier[1]  # the repeat of a full refund is that refund, whatever is refundable now
         else:
             # Full refund: what the rail still allows minus what Interlock already has in motion (or held) on it.
-            in_motion = money_committed_for_subject(ledger, base.merchant_id, payment.id, exclude_sik="")
+            in_motion = money_committed_for_subject(ledger, merchants, payment.id, exclude_sik="")
             amount = payment.amount - payment.amount_refunded - in_motion
         if amount <= 0:
             return _replace(_unresolved(base, "G2_EXCEEDS_REFUNDABLE", refundable=max(amount, 0)),

@@ -37,6 +37,11 @@ class Settings(BaseSettings):
     rail_url: str | None = Field(default=None, description="rail origin, e.g. https://api.razorpay.com")
     rail_key_id: str | None = Field(default=None, description="rail API key id (basic auth user)")
     rail_key_secret: str | None = Field(default=None, description="rail API key secret (basic auth password)")
+    rail_account_id: str | None = Field(
+        default=None, pattern=r"^[A-Za-z0-9_]{1,64}$",
+        description="the rail account the configured key reaches (Razorpay: acc_...); mandates must name it as "
+        "rail.account_id (ADR 0015)",
+    )  # fmt: skip
     rail_timeout_ms: int = Field(default=10_000, gt=0, description="timeout of one rail call")
     rail: Literal["razorpay-rest", "mcp-upstream"] = Field(
         default="razorpay-rest", description="how Interlock reaches the rail: Razorpay REST or an upstream MCP server"

@@ -14,6 +14,8 @@ from interlock import strict_yaml
 from interlock.errors import MandateError
 from interlock.mandate_model import Mandate, _Violations
 from interlock.mandate_sign import read_text, signature_problem
+from interlock.rail_account import account_problem, merchants_on_account
+from interlock.tools import MONEY_TOOLS
 
 if TYPE_CHECKING:
     from interlock.config import Settings
@@ -109,14 +111,20 @@ def _line_of(root: yaml.Node | None, loc: tuple[Any, ...], *, exact: bool = Fals
 class MandateStore:
     """The configured mandates keyed by agent_id, with the file each came from."""
 
-    def __init__(self, mandates: Mapping[str, Mandate], sources: Mapping[str, Path] | None = None) -> None:
+    def __init__(self, mandates: Mapping[str, Mandate], sources: Mapping[str, Path] | None = None, *,
+                 rail_account_id: str | None = None) -> None:  # fmt: skip
         self._mandates = dict(mandates)
         self.sources = dict(sources or {})
+        # The account the configured rail key reaches (INTERLOCK_RAIL_ACCOUNT_ID; ADR 0015), and per merchant the
+        # merchants that share it — G2 counts their money in motion together.
+        self.rail_account_id = rail_account_id
+        self._sharing: dict[str, tuple[str, ...]] = {}
         # Hashed once: every decision and every attempt compares against it, and a hash is a full canonical dump.
         self._hashes = {agent_id: mandate.mandate_hash for agent_id, mandate in self._mandates.items()}
 
     @classmethod
-    def load(cls, paths: list[Path], *, pubkeys: list[Path] | None = None) -> MandateStore:
+    def load(cls, paths: list[Path], *, pubkeys: list[Path] | None = None,
+             rail_account_id: str | None = None) -> MandateStore:  # fmt: skip
         mandates: dict[str, Mandate] = {}
         sources: dict[str, Path] = {}
         for path in paths:
@@ -126,8 +134,16 @@ class MandateStore:
                     f"two mandates for agent_id {mandate.agent_id!r}: {sources[mandate.agent_id]} and {path}; "
                     "an agent has exactly one mandate"
                 )
+            if rail_account_id is not None and mandate.rail.account_id is None and _moves_money(mandate):
+                # ADR 0015: once the deployment says which account its key reaches, every mandate must say which
+                # account it is for — a silent "same as the key" would let a mandate written for another
+                # merchant's account act on this one.
+                raise MandateError(
+                    f"{path}: INTERLOCK_RAIL_ACCOUNT_ID is {rail_account_id}, so this mandate must name the rail "
+                    f"account it moves money on: add `rail: {{account_id: {rail_account_id}}}` if it is that one"
+                )
             mandates[mandate.agent_id], sources[mandate.agent_id] = mandate, path
-        return cls(mandates, sources)
+        return cls(mandates, sources, rail_account_id=rail_account_id)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MandateStore:
@@ -146,7 +162,8 @@ class MandateStore:
             paths.extend(found)
         if not paths:
             raise MandateError("no mandate configured: set INTERLOCK_MANDATE (a file) or INTERLOCK_MANDATE_DIR")
-        return cls.load(paths, pubkeys=_pubkeys_from(settings.mandate_pubkeys))
+        return cls.load(paths, pubkeys=_pubkeys_from(settings.mandate_pubkeys),
+                        rail_account_id=settings.rail_account_id)
 
     def get(self, agent_id: str) -> Mandate | None:
         return self._mandates.get(agent_id)
@@ -161,6 +178,18 @@ class MandateStore:
             raise MandateError(f"no mandate for agent_id {agent_id!r}")
         return mandate
 
+    def account_problem(self, mandate: Mandate) -> dict[str, Any] | None:
+        """Why *mandate*'s money may not move with this deployment's credentials (G1_RAIL_ACCOUNT_MISMATCH)."""
+        return account_problem(mandate, self.rail_account_id)
+
+    def account_merchants(self, mandate: Mandate) -> tuple[str, ...]:
+        """The merchants on *mandate*'s rail account, whose money in motion G2 counts together."""
+        shared = self._sharing.get(mandate.merchant_id)
+        if shared is None:
+            shared = merchants_on_account(self._mandates.values(), mandate, self.rail_account_id)
+            self._sharing[mandate.merchant_id] = shared
+        return shared
+
     def as_dict(self) -> dict[str, Mandate]:
         return dict(self._mandates)
 
@@ -170,6 +199,10 @@ class MandateStore:
 
 def load_mandates_from_settings(settings: Settings) -> dict[str, Mandate]:
     return MandateStore.from_settings(settings).as_dict()
+
+
+def _moves_money(mandate: Mandate) -> bool:
+    return any(tool in MONEY_TOOLS for tool in mandate.scope.grants)
 
 
 def _pubkeys_from(value: str | None) -> list[Path]:

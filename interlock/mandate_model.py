@@ -2,7 +2,7 @@
 
 `mandate_hash` is the sha256 of the canonical JSON (RFC 8785) of the *validated* mandate, dumped in JSON mode
 with every default filled in — except the optional fields added for the seed's format and task binding
-(`task_binding`, `task_signers`, `key_fields`, `manifest_sha256`, `trust_tier`, `purpose_check`), which are left
+(`task_binding`, `task_signers`, `key_fields`, `manifest_sha256`, `trust_tier`, `purpose_check`, `rail`), which are left
 out while unset, so a mandate that does not use them keeps the hash (and the signature) it had before they existed.
 Loading with file:line errors is interlock.mandate_load; Ed25519 signing is interlock.mandate_sign.
 """
@@ -192,6 +192,13 @@ class PurposeCheck(_Strict):
     min_similarity: float = Field(default=DEFAULT_MIN_SIMILARITY, ge=-1.0, le=1.0)
 
 
+class RailSection(_Strict):
+    """The rail account this mandate's money moves on (issue 25 item 8, ADR 0015; SPEC §18 puts the RazorpayX
+    `account_number` for payouts in this section too, when payouts are built)."""
+
+    account_id: Ident | None = None
+
+
 class Mandate(_Strict):
     v: Annotated[StrictInt, AfterValidator(_is_one)]
     mandate_id: MandateId
@@ -208,6 +215,8 @@ class Mandate(_Strict):
     # Task binding (SPEC §10): whether a money call needs a harness-signed task, and whose keys sign tasks.
     task_binding: TaskBinding = Field(default="optional", exclude_if=lambda v: v == "optional")
     task_signers: dict[Ident, Ed25519PublicKeyB64] = Field(default_factory=dict, exclude_if=lambda v: not v)
+    # Left out of the hash while unset, so a mandate that names no account keeps its hash (and signature).
+    rail: RailSection = Field(default_factory=RailSection, exclude_if=lambda v: v == RailSection())
     # Left out of the hash while it is the default, so a mandate that does not turn G5 on keeps its hash.
     purpose_check: PurposeCheck = Field(default_factory=PurposeCheck, exclude_if=lambda v: v == PurposeCheck())
 

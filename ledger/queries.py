@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from interlock.fees import FeeRate
@@ -25,34 +25,45 @@ _G2_COUNTED: frozenset[State] = MAY_MOVE_MONEY | {State.HELD}
 # These two run inside the serial admission transaction. Left alone, SQLite's planner takes the primary key
 # (merchant_id, sik) because of `sik <> ?` and scans the merchant's intents: 64 ms at 1M intents against
 # 0.02 ms by subject (measured in review), so the subject index is named.
+def _merchants(merchant_ids: str | Sequence[str]) -> tuple[str, list[str]]:
+    ids = [merchant_ids] if isinstance(merchant_ids, str) else sorted(set(merchant_ids))
+    return ", ".join("?" for _ in ids), ids
+
+
 def money_committed_for_subject(
-    conn: sqlite3.Connection, merchant_id: str, subject_id: str, *, exclude_sik: str, currency: str | None = None
+    conn: sqlite3.Connection, merchant_ids: str | Sequence[str], subject_id: str, *, exclude_sik: str,
+    currency: str | None = None,
 ) -> int:
     """Minor units of this subject's *other* intents that may still move money or are HELD (G2's ceiling).
 
     For a refund the subject is the payment; for a settlement it is "balance", and APPLIED settlements are
-    left out because the rail's balance already reflects them. *currency* narrows it (a balance has one)."""
+    left out because the rail's balance already reflects them. *currency* narrows it (a balance has one).
+    *merchant_ids* are every merchant on the one rail account (ADR 0015): they share one payment and one
+    balance, so their money in motion is counted together."""
     marks, states = _placeholders(_G2_COUNTED)
+    who, merchants = _merchants(merchant_ids)
     row = conn.execute(
         f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents INDEXED BY intents_by_subject
-            WHERE merchant_id = ? AND subject_id = ? AND sik <> ? AND state IN ({marks})
+            WHERE merchant_id IN ({who}) AND subject_id = ? AND sik <> ? AND state IN ({marks})
               AND (? IS NULL OR currency = ?)""",
-        (merchant_id, subject_id, exclude_sik, *states, currency, currency),
+        (*merchants, subject_id, exclude_sik, *states, currency, currency),
     ).fetchone()
     return int(row[0])
 
 
 def applied_since(
-    conn: sqlite3.Connection, merchant_id: str, subject_id: str, *, since_ms: int, exclude_sik: str,
-    currency: str | None = None,
+    conn: sqlite3.Connection, merchant_ids: str | Sequence[str], subject_id: str, *, since_ms: int,
+    exclude_sik: str, currency: str | None = None,
 ) -> int:
-    """Minor units of this subject's other intents that became APPLIED at or after *since_ms*: money a rail
-    read taken at *since_ms* may not show yet, so a ceiling computed from that read must count it."""
+    """Minor units of this subject's other intents (of every merchant in *merchant_ids*: one rail account) that
+    became APPLIED at or after *since_ms*: money a rail read taken at *since_ms* may not show yet, so a ceiling
+    computed from that read must count it."""
+    who, merchants = _merchants(merchant_ids)
     row = conn.execute(
-        """SELECT COALESCE(SUM(amount_minor), 0) FROM intents INDEXED BY intents_by_subject
-           WHERE merchant_id = ? AND subject_id = ? AND sik <> ? AND state = 'APPLIED' AND updated_at >= ?
+        f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents INDEXED BY intents_by_subject
+           WHERE merchant_id IN ({who}) AND subject_id = ? AND sik <> ? AND state = 'APPLIED' AND updated_at >= ?
              AND (? IS NULL OR currency = ?)""",
-        (merchant_id, subject_id, exclude_sik, since_ms, currency, currency),
+        (*merchants, subject_id, exclude_sik, since_ms, currency, currency),
     ).fetchone()
     return int(row[0])
 

@@ -122,7 +122,7 @@ def approve(
             else:
                 problem = (_approval_problem(mandates, intent, approver.approver_id, now)
                            or _terms_problem(intent, terms_digest, expected or Expected())
-                           or _value_problem(conn, intent, rail_view))  # fmt: skip
+                           or _value_problem(conn, intent, rail_view, _account_merchants(mandates, intent)))
                 if problem is None:
                     intent = operator.release_hold(conn, intent, approver=approver.approver_id, reason=reason,
                                                    approved_terms=terms_of(intent), now=now,
@@ -160,13 +160,20 @@ def _read_referent(ctx: OpsContext, sik: str, merchant_id: str | None) -> _RailV
                                  "released — approve again once the rail answers")  # fmt: skip
 
 
-def _value_problem(conn: sqlite3.Connection, intent: Intent, view: _RailView) -> str | None:
+def _account_merchants(mandates: MandateStore, intent: Intent) -> tuple[str, ...]:
+    """The merchants on this intent's rail account (ADR 0015): their money in motion shares one G2 count."""
+    mandate = mandates.get(intent.agent_id)
+    return mandates.account_merchants(mandate) if mandate is not None else (intent.merchant_id,)
+
+
+def _value_problem(conn: sqlite3.Connection, intent: Intent, view: _RailView,
+                   merchants: tuple[str, ...]) -> str | None:  # fmt: skip
     """G2 again, against the fresh rail read and the ledger inside the release transaction: money moved or
     held since the call was held (another refund, a settlement) may leave no room for it any more."""
     if view.problem is not None:
         return view.problem
     amount, currency = intent.amount_minor, intent.currency
-    others = money_committed_for_subject(conn, intent.merchant_id, intent.subject_id, exclude_sik=intent.sik,
+    others = money_committed_for_subject(conn, merchants, intent.subject_id, exclude_sik=intent.sik,
                                          currency=currency)  # fmt: skip
     if view.payment is not None:
         pay = view.payment

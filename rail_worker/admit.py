@@ -16,6 +16,7 @@ from interlock.clock import now_ms
 from interlock.errors import KeyConflict
 from interlock.mandate import REFUND_TOOL, Mandate
 from interlock.messages import CallerAction, Decision, IntentTerms, Outcome, Verdict
+from interlock.rail_account import RAIL_ACCOUNT_MISMATCH
 from interlock.task import TASK_EXPIRED, TASK_WRONG_AUDIENCE, audience_problem
 from ledger import intents, leases
 from ledger.intents import Intent
@@ -72,6 +73,8 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
         # G1 again at admission: a mandate that expired (or stopped granting) since the gate allows nothing.
         verdict = Verdict.BLOCK
         reason = "G1_MANDATE_EXPIRED" if not mandate.is_active(now) else "G1_TOOL_NOT_GRANTED"
+    elif rt.mandates.account_problem(mandate) is not None:
+        verdict, reason = Verdict.BLOCK, RAIL_ACCOUNT_MISMATCH  # ADR 0015: G1 again, against these credentials
     if verdict is not Verdict.BLOCK and grace.expired(decision, mandate, rt.settings, now):
         # Waited in the queues past INTERLOCK_DECISION_MAX_AGE_MS (ADR 0009): it moves nothing now. A repeat
         # of it still lands on its intent, if it has one.
@@ -101,7 +104,8 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
         if refused is not None:
             verdict, reason = Verdict.BLOCK, refused
     if verdict is not Verdict.BLOCK:
-        exceeded = _exceeds_rail_basis(conn, decision, existing.sik if existing is not None else decision.sik)
+        exceeded = _exceeds_rail_basis(conn, decision, existing.sik if existing is not None else decision.sik,
+                                       _account_merchants(rt, mandate, decision))
         if exceeded is not None:
             verdict, reason = Verdict.BLOCK, exceeded
     _record(conn, decision, now, verdict=verdict, reason=reason)
@@ -184,18 +188,25 @@ def _task_audience_problem(decision: Decision) -> str | None:
     return None if wrong is None else wrong.reason_code
 
 
-def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str) -> str | None:
+def _account_merchants(rt: RailRuntime, mandate: Mandate | None, decision: Decision) -> tuple[str, ...]:
+    """The merchants on this call's rail account (ADR 0015): one payment and one balance, one G2 count."""
+    return rt.mandates.account_merchants(mandate) if mandate is not None else (decision.merchant_id,)
+
+
+def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str,
+                        merchants: tuple[str, ...]) -> str | None:  # fmt: skip
     """G2 again, authoritatively: the gate's rail read less every other intent on the subject that may move
-    money, is held, or applied since that read — counted under the write lock, so calls admitted together
-    can never pass the refundable amount or the balance together (SPEC §8 step 6)."""
+    money, is held, or applied since that read — of every merchant on the same rail account (ADR 0015) —
+    counted under the write lock, so calls admitted together can never pass the refundable amount or the
+    balance together (SPEC §8 step 6)."""
     terms = decision.terms
     if decision.rail_basis_minor is None or terms is None:
         return None
-    others = money_committed_for_subject(conn, decision.merchant_id, terms.subject, exclude_sik=sik,
+    others = money_committed_for_subject(conn, merchants, terms.subject, exclude_sik=sik,
                                          currency=terms.currency)  # fmt: skip
     if terms.amount_minor > decision.rail_basis_minor - others:
         return "G2_EXCEEDS_REFUNDABLE" if decision.tool == REFUND_TOOL else "G2_EXCEEDS_BALANCE"
-    others += applied_since(conn, decision.merchant_id, terms.subject, since_ms=decision.rail_read_at_ms or 0,
+    others += applied_since(conn, merchants, terms.subject, since_ms=decision.rail_read_at_ms or 0,
                             exclude_sik=sik, currency=terms.currency)  # fmt: skip
     if terms.amount_minor > decision.rail_basis_minor - others:
         # Refused only because money applied since the gate's read may or may not be in that read: the

@@ -2,6 +2,7 @@
 
 With a task binding (SPEC §10), G1 also refuses an untrusted task (bad signature, unknown signer, expired,
 malformed), a missing one the mandate requires, and a tool the task does not grant (gate_workers.task_binding).
+A mandate whose rail account is not the one the credentials reach is refused (ADR 0015).
 
 Signatures are checked when the mandate is loaded (INTERLOCK_MANDATE_PUBKEYS): an unsigned or
 badly signed mandate never reaches a gate. Read-only tools need only this check, which the
@@ -13,8 +14,9 @@ from __future__ import annotations
 from gate_workers.context import GateContext, ResolvedAction
 from gate_workers.task_binding import task_scope
 from interlock.messages import Verdict
+from interlock.rail_account import RAIL_ACCOUNT_MISMATCH, account_problem
 from interlock.scope import check_scope
-from interlock.verdicts import GateResult
+from interlock.verdicts import GateResult, block
 
 NAME = "G1"
 
@@ -23,4 +25,8 @@ def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
     scope = check_scope(ctx.mandate, action.tool, action.agent_id, action.merchant_id, ctx.now_ms)
     if scope.verdict is not Verdict.ALLOW or ctx.mandate is None:
         return scope
+    # ADR 0015: the credentials reach one rail account; a mandate for another account moves nothing with them.
+    wrong_account = account_problem(ctx.mandate, ctx.rail_account_id)
+    if wrong_account is not None:
+        return block(RAIL_ACCOUNT_MISMATCH, **wrong_account)
     return task_scope(action, ctx.mandate) or scope

@@ -3,8 +3,9 @@
 Ceiling for a refund = captured amount - amount already refunded - money of this payment's *other*
 intents that may still move (AUTHORIZED, IN_FLIGHT, UNKNOWN, RECONCILING) or are HELD (a person may
 release one at any moment). For a settlement = the balance read now - the merchant's other settlements
-that may still move or are HELD; an APPLIED one is already out of the balance the rail reports. The
-proposal's own SIK is excluded so a retry is not counted against itself. A call bound to a task must also stay
+that may still move or are HELD; an APPLIED one is already out of the balance the rail reports. Intents of
+every merchant on the same rail account count (ADR 0015). The proposal's own SIK is excluded so a retry is not
+counted against itself. A call bound to a task must also stay
 inside it: its subjects, the payment's order and customer, and its ceiling on the sum (gate_workers.task_binding).
 """
 
@@ -25,11 +26,13 @@ def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
         return block(action.resolution_error, **action.resolution_detail)
     assert action.amount_minor is not None and action.currency is not None and action.sik is not None
     amount, currency = action.amount_minor, action.currency
+    # One rail account, one payment, one balance: every merchant on the account counts (ADR 0015).
+    merchants = ctx.account_merchants or (action.merchant_id,)
     if action.payment is not None:
         payment = action.payment
         if not payment.captured or payment.status not in CAPTURED_STATUSES:
             return block("G2_NOT_CAPTURED", payment_id=payment.id, status=payment.status)
-        in_motion = money_committed_for_subject(ctx.ledger, action.merchant_id, payment.id, exclude_sik=action.sik)
+        in_motion = money_committed_for_subject(ctx.ledger, merchants, payment.id, exclude_sik=action.sik)
         ceiling = payment.amount - payment.amount_refunded - in_motion
         if amount > ceiling:
             return block("G2_EXCEEDS_REFUNDABLE", amount_minor=amount, refundable_minor=max(ceiling, 0),
@@ -37,7 +40,7 @@ def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
                          in_motion_minor=in_motion)  # fmt: skip
     elif action.balance is not None:
         balance = action.balance
-        in_motion = money_committed_for_subject(ctx.ledger, action.merchant_id, SETTLEMENT_SUBJECT,
+        in_motion = money_committed_for_subject(ctx.ledger, merchants, SETTLEMENT_SUBJECT,
                                                 exclude_sik=action.sik, currency=balance.currency)  # fmt: skip
         if amount > balance.balance - in_motion:
             return block("G2_EXCEEDS_BALANCE", amount_minor=amount, balance_minor=balance.balance,
