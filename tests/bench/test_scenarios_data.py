@@ -66,11 +66,14 @@ def test_a_ticket_signs_as_a_task_the_task_mode_mandate_verifies() -> None:
     [scenario] = load_scenarios(only=["B2"])
     payments = {"order": [f"pay_B2t_order{i}" for i in range(10)]}
     customers = {pid: "Batch Customer" for pid in payments["order"]}
-    meta = ticket_meta(scenario, payments, customers, "B2-task")
-    assert meta is not None
     mandate = validate_mandate(mandate_data(binding_required()))
+    meta = ticket_meta(scenario, payments, customers, "B2-task", merchant_id=mandate.merchant_id,
+                       agent_id=mandate.agent_id)  # fmt: skip
+    assert meta is not None
     verified = verify_task(meta[TASK_META_KEY], meta[TASK_SIG_META_KEY], mandate.task_signers, now_ms())
     assert isinstance(verified, VerifiedTask), verified
+    # v2: the ticket names the stack's merchant and the one agent the bench drives (SPEC §10).
+    assert verified.audience_problem(mandate.merchant_id, mandate.agent_id) is None
     grant = verified.grant("create_refund")
     assert grant is not None and grant.subjects == payments["order"] and grant.max_amount_minor == 300_000
 
@@ -79,7 +82,7 @@ def test_a_ticket_naming_a_customer_matches_the_customer_the_payment_is_seeded_w
     [scenario] = load_scenarios(only=["A5"])
     payments, customers = {"mine": ["pay_A5t_mine0"], "other": ["pay_A5t_other0"]}, {
         "pay_A5t_mine0": "Asha Rao", "pay_A5t_other0": "Vikram Shah"}  # fmt: skip
-    meta = ticket_meta(scenario, payments, customers, "A5-task")
+    meta = ticket_meta(scenario, payments, customers, "A5-task", merchant_id="acc_DEMO000001", agent_id="agent_demo")
     assert meta is not None
     customer = meta[TASK_META_KEY]["grants"]["create_refund"]["customer_id"]
     assert customer == payment_details("pay_A5t_mine0", "Asha Rao")["customer_id"] == "cust_AshaRao"
