@@ -63,7 +63,7 @@ class GateContext:
     fee_rate: FeeRate = DEFAULT_FEE_RATE
     # The rail account these credentials reach (INTERLOCK_RAIL_ACCOUNT_ID) and the merchants whose mandates name the
     # mandate's account: G1 refuses a mandate for another account, G2 counts their money in motion together
-    # (ADR 0015). Empty: this merchant alone.
+    # (ADR 0021). Empty: this merchant alone.
     rail_account_id: str | None = None
     account_merchants: tuple[str, ...] = ()
     # G5's judge, built once per gate worker when a mandate turns purpose_check on (gate_workers.purpose_model).

@@ -124,7 +124,7 @@ class GateRuntime:
                            rail_account_id=account, account_merchants=sharing)  # fmt: skip
 
     def account_merchants(self, mandate: Mandate | None) -> tuple[str, ...]:
-        """The merchants on *mandate*'s rail account, whose money in motion G2 counts together (ADR 0015)."""
+        """The merchants on *mandate*'s rail account, whose money in motion G2 counts together (ADR 0021)."""
         return self.mandates.account_merchants(mandate) if mandate is not None else ()
 
     def missing_balance_read(self) -> str | None:

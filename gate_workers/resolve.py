@@ -44,7 +44,7 @@ def resolve(
     """Resolve the call's referent. *at_ms* is when the call was made — the Proposal's received_at_ms, the
     ingress's clock — and picks a settlement's idempotency window, so a job picked up late is keyed the same.
     *balance_read_missing* says what the rail lacks when it is known to have no balance read (proxy mode).
-    *account_merchants* are the merchants on this mandate's rail account (ADR 0015): a full refund is what none
+    *account_merchants* are the merchants on this mandate's rail account (ADR 0021): a full refund is what none
     of them has in motion on the payment."""
     base = ResolvedAction(
         request_id=proposal.request_id, agent_id=proposal.agent_id, merchant_id=proposal.merchant_id,

@@ -40,7 +40,7 @@ class Settings(BaseSettings):
     rail_account_id: str | None = Field(
         default=None, pattern=r"^[A-Za-z0-9_]{1,64}$",
         description="the rail account the configured key reaches (Razorpay: acc_...); mandates must name it as "
-        "rail.account_id (ADR 0015)",
+        "rail.account_id (ADR 0021)",
     )  # fmt: skip
     rail_timeout_ms: int = Field(default=10_000, gt=0, description="timeout of one rail call")
     rail: Literal["razorpay-rest", "mcp-upstream"] = Field(

@@ -115,7 +115,7 @@ class MandateStore:
                  rail_account_id: str | None = None) -> None:  # fmt: skip
         self._mandates = dict(mandates)
         self.sources = dict(sources or {})
-        # The account the configured rail key reaches (INTERLOCK_RAIL_ACCOUNT_ID; ADR 0015), and per merchant the
+        # The account the configured rail key reaches (INTERLOCK_RAIL_ACCOUNT_ID; ADR 0021), and per merchant the
         # merchants that share it — G2 counts their money in motion together.
         self.rail_account_id = rail_account_id
         self._sharing: dict[str, tuple[str, ...]] = {}
@@ -135,7 +135,7 @@ class MandateStore:
                     "an agent has exactly one mandate"
                 )
             if rail_account_id is not None and mandate.rail.account_id is None and _moves_money(mandate):
-                # ADR 0015: once the deployment says which account its key reaches, every mandate must say which
+                # ADR 0021: once the deployment says which account its key reaches, every mandate must say which
                 # account it is for — a silent "same as the key" would let a mandate written for another
                 # merchant's account act on this one.
                 raise MandateError(

@@ -193,7 +193,7 @@ class PurposeCheck(_Strict):
 
 
 class RailSection(_Strict):
-    """The rail account this mandate's money moves on (issue 25 item 8, ADR 0015; SPEC §18 puts the RazorpayX
+    """The rail account this mandate's money moves on (issue 25 item 8, ADR 0021; SPEC §18 puts the RazorpayX
     `account_number` for payouts in this section too, when payouts are built)."""
 
     account_id: Ident | None = None

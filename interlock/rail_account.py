@@ -1,4 +1,4 @@
-"""Which rail account a mandate's money moves on, and which merchants share it (issue 25, item 8; ADR 0015).
+"""Which rail account a mandate's money moves on, and which merchants share it (issue 25, item 8; ADR 0021).
 
 A shard's rail worker and gate workers hold ONE set of rail credentials, and Razorpay's payment entity does not
 say whose account it belongs to: whatever account the key reaches, every merchant served with that key acts on
@@ -35,7 +35,7 @@ def account_problem(mandate: Mandate, configured: str | None) -> dict[str, Any] 
     """Why money may not move for *mandate* with credentials that reach *configured*, or None."""
     named = mandate.rail.account_id
     if named is None and configured is None:
-        return None  # nothing named anywhere: the credentials' one account (ADR 0015, backward compatibility)
+        return None  # nothing named anywhere: the credentials' one account (ADR 0021, backward compatibility)
     if named is None:
         return {"mandate_id": mandate.mandate_id, "rail_account_id": configured,
                 "error": f"the mandate names no rail.account_id, and these credentials reach {configured}"}  # fmt: skip

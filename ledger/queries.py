@@ -38,7 +38,7 @@ def money_committed_for_subject(
 
     For a refund the subject is the payment; for a settlement it is "balance", and APPLIED settlements are
     left out because the rail's balance already reflects them. *currency* narrows it (a balance has one).
-    *merchant_ids* are every merchant on the one rail account (ADR 0015): they share one payment and one
+    *merchant_ids* are every merchant on the one rail account (ADR 0021): they share one payment and one
     balance, so their money in motion is counted together."""
     marks, states = _placeholders(_G2_COUNTED)
     who, merchants = _merchants(merchant_ids)

@@ -161,7 +161,7 @@ def _read_referent(ctx: OpsContext, sik: str, merchant_id: str | None) -> _RailV
 
 
 def _account_merchants(mandates: MandateStore, intent: Intent) -> tuple[str, ...]:
-    """The merchants on this intent's rail account (ADR 0015): their money in motion shares one G2 count."""
+    """The merchants on this intent's rail account (ADR 0021): their money in motion shares one G2 count."""
     mandate = mandates.get(intent.agent_id)
     return mandates.account_merchants(mandate) if mandate is not None else (intent.merchant_id,)
 

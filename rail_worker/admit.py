@@ -74,7 +74,7 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
         verdict = Verdict.BLOCK
         reason = "G1_MANDATE_EXPIRED" if not mandate.is_active(now) else "G1_TOOL_NOT_GRANTED"
     elif rt.mandates.account_problem(mandate) is not None:
-        verdict, reason = Verdict.BLOCK, RAIL_ACCOUNT_MISMATCH  # ADR 0015: G1 again, against these credentials
+        verdict, reason = Verdict.BLOCK, RAIL_ACCOUNT_MISMATCH  # ADR 0021: G1 again, against these credentials
     if verdict is not Verdict.BLOCK and grace.expired(decision, mandate, rt.settings, now):
         # Waited in the queues past INTERLOCK_DECISION_MAX_AGE_MS (ADR 0009): it moves nothing now. A repeat
         # of it still lands on its intent, if it has one.
@@ -189,14 +189,14 @@ def _task_audience_problem(decision: Decision) -> str | None:
 
 
 def _account_merchants(rt: RailRuntime, mandate: Mandate | None, decision: Decision) -> tuple[str, ...]:
-    """The merchants on this call's rail account (ADR 0015): one payment and one balance, one G2 count."""
+    """The merchants on this call's rail account (ADR 0021): one payment and one balance, one G2 count."""
     return rt.mandates.account_merchants(mandate) if mandate is not None else (decision.merchant_id,)
 
 
 def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str,
                         merchants: tuple[str, ...]) -> str | None:  # fmt: skip
     """G2 again, authoritatively: the gate's rail read less every other intent on the subject that may move
-    money, is held, or applied since that read — of every merchant on the same rail account (ADR 0015) —
+    money, is held, or applied since that read — of every merchant on the same rail account (ADR 0021) —
     counted under the write lock, so calls admitted together can never pass the refundable amount or the
     balance together (SPEC §8 step 6)."""
     terms = decision.terms

@@ -2,7 +2,7 @@
 
 With a task binding (SPEC §10), G1 also refuses an untrusted task (bad signature, unknown signer, expired,
 malformed), a missing one the mandate requires, and a tool the task does not grant (gate_workers.task_binding).
-A mandate whose rail account is not the one the credentials reach is refused (ADR 0015).
+A mandate whose rail account is not the one the credentials reach is refused (ADR 0021).
 
 Signatures are checked when the mandate is loaded (INTERLOCK_MANDATE_PUBKEYS): an unsigned or
 badly signed mandate never reaches a gate. Read-only tools need only this check, which the
@@ -25,7 +25,7 @@ def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
     scope = check_scope(ctx.mandate, action.tool, action.agent_id, action.merchant_id, ctx.now_ms)
     if scope.verdict is not Verdict.ALLOW or ctx.mandate is None:
         return scope
-    # ADR 0015: the credentials reach one rail account; a mandate for another account moves nothing with them.
+    # ADR 0021: the credentials reach one rail account; a mandate for another account moves nothing with them.
     wrong_account = account_problem(ctx.mandate, ctx.rail_account_id)
     if wrong_account is not None:
         return block(RAIL_ACCOUNT_MISMATCH, **wrong_account)

@@ -4,7 +4,7 @@ Ceiling for a refund = captured amount - amount already refunded - money of this
 intents that may still move (AUTHORIZED, IN_FLIGHT, UNKNOWN, RECONCILING) or are HELD (a person may
 release one at any moment). For a settlement = the balance read now - the merchant's other settlements
 that may still move or are HELD; an APPLIED one is already out of the balance the rail reports. Intents of
-every merchant on the same rail account count (ADR 0015). The proposal's own SIK is excluded so a retry is not
+every merchant on the same rail account count (ADR 0021). The proposal's own SIK is excluded so a retry is not
 counted against itself. A call bound to a task must also stay
 inside it: its subjects, the payment's order and customer, and its ceiling on the sum (gate_workers.task_binding).
 """
@@ -26,7 +26,7 @@ def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
         return block(action.resolution_error, **action.resolution_detail)
     assert action.amount_minor is not None and action.currency is not None and action.sik is not None
     amount, currency = action.amount_minor, action.currency
-    # One rail account, one payment, one balance: every merchant on the account counts (ADR 0015).
+    # One rail account, one payment, one balance: every merchant on the account counts (ADR 0021).
     merchants = ctx.account_merchants or (action.merchant_id,)
     if action.payment is not None:
         payment = action.payment

@@ -1,4 +1,4 @@
-"""One rail key reaches one rail account (issue 25, item 8; ADR 0015): a mandate names its account, a call whose
+"""One rail key reaches one rail account (issue 25, item 8; ADR 0021): a mandate names its account, a call whose
 mandate names another account than the credentials reach is refused by the gate and again at admit, and every
 merchant on one account shares one G2 count — together they cannot refund more than the payment allows."""
 
