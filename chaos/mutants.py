@@ -86,7 +86,9 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     ), tests=("tests/ledger",)),
     Mutant("record_replayed_id", "the rail worker records only an entity carrying its own stamp", (
         Edit("rail_worker/classify.py", "    if not entity.carries_stamp(sik):", "    if False:"),
-    ), cell="rail.after_commit_before_ack|dup_response", violation="WRONG_ENTITY"),
+    # Since ADR 0016 the terms check stands behind the stamp check: the replayed entity (another refund) is not
+    # recorded APPLIED but quarantines an intent the reconciler should have settled — a person paged for nothing.
+    ), cell="rail.after_commit_before_ack|dup_response", violation="NEVER_UNKNOWN"),
     Mutant("blind_retry", "no second send after an ambiguous answer (I3)", (
         Edit("rail_worker/execute.py", '    failpoint("rail.after_call_before_commit")\n',
              "    if result.event is Event.RAIL_AMBIGUOUS:\n"
