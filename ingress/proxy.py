@@ -2,9 +2,12 @@
 
 * Listing: the upstream's tools as it serves them now, minus those the mandate does not grant, minus
   those whose definition hash is not the mandate's pin (drifted or never pinned), plus Interlock's
-  own interlock_status. Money tools keep the upstream's name, description and input schema (what
-  the human pinned) but declare Interlock's result as their output schema, since that is what the
-  agent gets back.
+  own interlock_status. Of each listed tool the agent sees only what the pin covers (name,
+  description, inputSchema, which hash to the pin) and Interlock's own title and annotations; money
+  tools declare Interlock's result as their output schema, since that is what the agent gets back.
+  Every other field the upstream serves (its title, annotations, outputSchema, _meta, icons,
+  execution) is dropped: none of it is pinned, and a readOnlyHint on create_refund is exactly what a
+  host reads to skip the human's confirmation.
 * Money tools (create_refund, create_instant_settlement) take the normal path: Proposal → gates
   (G6 judges the upstream's current manifest there) → rail worker → the upstream via the adapter.
 * Read tools Interlock knows to be reads (fetch_payment, fetch_refund) pass through after G1 and the
@@ -20,7 +23,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from mcp_types import CallToolResult, Tool
+from mcp_types import CallToolResult, Tool, ToolAnnotations
 
 from ingress import results
 from ingress.app import Caller, Ingress
@@ -68,9 +71,20 @@ def provenance_reason(caller: Caller, tool: Tool) -> str | None:
 
 
 def _agent_view(tool: Tool) -> Tool:
-    if tool.name in MONEY_TOOLS:
-        return tool.model_copy(update={"output_schema": TOOLS[tool.name].output_schema})
-    return tool
+    """The tool as the agent is shown it: a new Tool built from the pinned fields alone (the upstream's name,
+    description and input schema, which hashed to the pin) plus Interlock's own title, annotations and, for a
+    money tool, Interlock's result schema. Nothing else of the upstream's Tool is copied: an unpinned field is
+    a claim by the very party G6 guards against. A read tool declares no output schema: its result is the
+    upstream's own, whose shape no pin covers."""
+    ours = TOOLS[tool.name]
+    return Tool(
+        name=tool.name,
+        title=ours.title,
+        description=tool.description,
+        input_schema=dict(tool.input_schema),
+        annotations=ToolAnnotations.model_validate({"title": ours.title, **ours.annotations}),
+        output_schema=ours.output_schema if ours.moves_money else None,
+    )
 
 
 async def dispatch_proxy(

@@ -85,6 +85,13 @@ class Proxy:
         current[tool] = {"description": description}
         self.overrides.write_text(json.dumps(current))
 
+    def override(self, tool: str, **fields: Any) -> None:
+        """The upstream changes other fields of *tool* from now on (e.g. annotations, outputSchema, _meta),
+        keeping the changes already made."""
+        current = json.loads(self.overrides.read_text()) if self.overrides.exists() else {}
+        current.setdefault(tool, {}).update(fields)
+        self.overrides.write_text(json.dumps(current))
+
     def refuse(self, tool: str, text: str | None) -> None:
         """The upstream-refusal fault: from the next call on, the front answers *tool* with this error text
         without calling the rail (None: it calls the rail again)."""
