@@ -220,8 +220,12 @@ def runtime() -> GateRuntime:
 
 def evaluate_proposal(proposal_json: str) -> dict[str, Any]:
     """RQ job entry point (interlock.queues.GATE_JOB)."""
+    return judge_proposal(runtime(), proposal_json)
+
+
+def judge_proposal(rt: GateRuntime, proposal_json: str) -> dict[str, Any]:
+    """Judge one Proposal and enqueue its Decision on this shard's rail queue."""
     dequeued = trace_now()
-    rt = runtime()
     proposal = Proposal.from_json(proposal_json)
     check_route(rt, proposal)
     proposal.trace["gate_dequeued"] = dequeued

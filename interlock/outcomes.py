@@ -5,10 +5,9 @@ IN_PROGRESS answer; the agent's retry of the same call is answered from the ledg
 
 from __future__ import annotations
 
-import time
-
 import redis
 
+from interlock import clock
 from interlock.messages import Outcome
 from interlock.queues import OUTCOME_TTL_S, outcome_key
 
@@ -28,9 +27,9 @@ def wait(client: redis.Redis, request_id: str, timeout_ms: int) -> Outcome | Non
 
     Blocks in slices of at most a second, so a client's socket timeout never has to outlast the
     whole deadline."""
-    deadline = time.monotonic() + timeout_ms / 1000
+    deadline = clock.monotonic() + timeout_ms / 1000
     while True:
-        remaining = deadline - time.monotonic()
+        remaining = deadline - clock.monotonic()
         if remaining <= 0:
             return None
         item = client.blpop([outcome_key(request_id)], timeout=max(min(remaining, 1.0), 0.01))

@@ -23,19 +23,23 @@ def schema_sql() -> str:
     return resources.files("ledger").joinpath("schema.sql").read_text(encoding="utf-8")
 
 
-def open_ledger(path: str | Path, *, readonly: bool = False) -> sqlite3.Connection:
+def open_ledger(path: str | Path, *, readonly: bool = False,
+                factory: type[sqlite3.Connection] = sqlite3.Connection) -> sqlite3.Connection:  # fmt: skip
     """Open (creating if needed, unless *readonly*) the ledger at *path*.
 
-    Raises LedgerError when the file cannot give the durability Interlock depends on.
+    *factory* is the connection class (sqlite3.connect's own argument): the simulator's subclass sees every
+    transaction begin and commit, to schedule around them and to fail them. Raises LedgerError when the file
+    cannot give the durability Interlock depends on.
     """
     path = Path(path)
     if readonly:
         if not path.exists():
             raise LedgerError(f"ledger {path} does not exist (set INTERLOCK_LEDGER to the rail worker's ledger file)")
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, isolation_level=None, check_same_thread=False,
+                               factory=factory)  # fmt: skip
     else:
         path.parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, factory=factory)
     conn.row_factory = sqlite3.Row
     conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
     conn.execute("PRAGMA foreign_keys = ON")

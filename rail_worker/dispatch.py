@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -54,14 +54,19 @@ class _Claim:
 
 
 class Dispatcher:
-    def __init__(self, rt: RailRuntime, concurrency: int) -> None:
+    def __init__(self, rt: RailRuntime, concurrency: int, *, pool: Executor | None = None) -> None:
+        """*pool* runs the calls when concurrency is above 1: a thread pool of that size unless given (the
+        simulator gives one that runs each call as an actor of its own)."""
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.rt = rt
         self.concurrency = concurrency
         self._slots = threading.BoundedSemaphore(concurrency)
-        self._pool = (ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rail-call")
-                      if concurrency > 1 else None)  # fmt: skip
+        if concurrency == 1:
+            pool = None
+        elif pool is None:
+            pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="rail-call")
+        self._pool = pool
         self._lock = threading.Lock()
         # Intents whose call is being admitted or made on a pool thread now, and the repeats waiting for its answer.
         self._calls: dict[tuple[str, str], _Claim] = {}

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from interlock import clock
 from interlock.clock import now_ms
 from interlock.errors import IllegalTransition, StaleLease
 from interlock.failpoints import arm, failpoint
@@ -113,7 +113,7 @@ def complete(rt: RailRuntime, started: Started) -> Outcome | None:
     # Committed: the IN_FLIGHT row is on disk before any byte goes to the rail (I2).
     failpoint("rail.after_wal_before_call")
     send_by, wall_until = _send_by(rt, intent)
-    late_ms = int((time.monotonic() - send_by) * 1000)
+    late_ms = int((clock.monotonic() - send_by) * 1000)
     sent_at: int | None = None
     if rt.send_stop.is_set() or late_ms >= 0:
         # Paused or starved since the commit, or the lease is gone: the row may already be someone else's to
@@ -157,7 +157,7 @@ def _send_by(rt: RailRuntime, intent: Intent) -> tuple[float, int]:
     the send plus the call's total deadline (ADR 0005). Returned as a monotonic instant (a later wall-clock
     step cannot stretch it) and as the wall-clock instant the standby and the reconciler judge by (a step or
     a suspend that the monotonic clock does not see still closes it)."""
-    wall, mono = now_ms(), time.monotonic()
+    wall, mono = now_ms(), clock.monotonic()
     assert intent.lease_expires_at is not None
     until = min(rt.current_lease().expires_at, intent.lease_expires_at) - rt.settings.rail_timeout_ms
     return mono + (until - wall) / 1000, until
@@ -267,7 +267,7 @@ def _until_durable(rt: RailRuntime, intent: Intent, result: Classified, what: st
             else:
                 logger.warning("writing the %s of attempt %d of %s failed (%s); retrying in %.2fs", what,
                                intent.attempt_seq, intent.sik, exc, pause)  # fmt: skip
-            time.sleep(pause)
+            clock.sleep(pause)
             pause = min(pause * 2, MAX_PAUSE_S)
 
 

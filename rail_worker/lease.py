@@ -11,6 +11,7 @@ allowed to make (ADR 0005). The reconciler's sweep takes it once that time has p
 from __future__ import annotations
 
 import logging
+import sqlite3
 import threading
 
 from interlock.clock import now_ms
@@ -67,17 +68,23 @@ class Heartbeat(threading.Thread):
 
     def run(self) -> None:
         conn = open_ledger(self.rt.ledger_path)  # its own connection: sqlite3 connections are not shared
-        ttl = self.rt.settings.lease_ttl_ms
-        lease = self.rt.current_lease()
-        while not self.stopping.wait(ttl / 3000):
-            try:
-                with transaction(conn):
-                    lease = leases.heartbeat(conn, lease, now=now_ms(), ttl_ms=ttl)
-                self.rt.lease = lease  # what execute's send check measures the worker's lease by
-            except StaleLease:
-                logger.error("lease lost: epoch %d was superseded or expired; this rail worker stops now", lease.epoch)
-                self.on_lost.set()
+        while not self.stopping.wait(self.rt.settings.lease_ttl_ms / 3000):
+            if not self.beat(conn):
                 return
-            except Exception:
-                logger.exception("lease heartbeat failed; retrying")
         conn.close()
+
+    def beat(self, conn: sqlite3.Connection) -> bool:
+        """Renew the lease once, on *conn*; False once it is lost, when the worker has been told to stop. What
+        the thread does every ttl/3 (the simulator calls it on its own schedule)."""
+        lease = self.rt.current_lease()
+        try:
+            with transaction(conn):
+                lease = leases.heartbeat(conn, lease, now=now_ms(), ttl_ms=self.rt.settings.lease_ttl_ms)
+            self.rt.lease = lease  # what execute's send check measures the worker's lease by
+        except StaleLease:
+            logger.error("lease lost: epoch %d was superseded or expired; this rail worker stops now", lease.epoch)
+            self.on_lost.set()
+            return False
+        except Exception:
+            logger.exception("lease heartbeat failed; retrying")
+        return True

@@ -7,7 +7,7 @@ socket wait, not each operation afresh (httpx's own timeouts restart on every re
 trickles a byte every few seconds would hold a call open for ever).
 
 * `send_window(send_by)` — the worker's rule (SPEC §8, ADR 0005): inside the block a request's first
-  byte may leave only while `time.monotonic() < send_by`; later, nothing is written and the call fails
+  byte may leave only while `clock.monotonic() < send_by`; later, nothing is written and the call fails
   NOT_SENT. Once the first byte has left, the rest of that request is written normally.
 * `total_deadline(deadline)` — every socket wait of the REST request under way (connect, TLS handshake,
   each write, each read of the response) is clamped to what is left; when nothing is left the matching
@@ -28,7 +28,6 @@ from __future__ import annotations
 import itertools
 import ssl
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -39,6 +38,8 @@ import httpcore
 import httpcore2
 import httpx
 import httpx2
+
+from interlock import clock
 
 # The deadline is re-checked between pieces of a write; inside one piece httpcore gives each partial send()
 # what was left when the piece began. A refund request is a few hundred bytes: one send(), never blocking.
@@ -78,7 +79,7 @@ class SendGuard:
 
     def closed(self) -> float | None:
         """How late it is (seconds, >= 0) when the window is closed now, else None."""
-        now = time.monotonic()
+        now = clock.monotonic()
         if now >= self.send_by:
             return now - self.send_by
         if self.lost is not None and self.lost.is_set():
@@ -106,7 +107,7 @@ _deadline: ContextVar[float | None] = ContextVar("interlock_rail_deadline", defa
 def send_window(send_by: float, *, wall_until_ms: int | None = None, wall_clock: Callable[[], int] | None = None,
                 lost: Stop | None = None) -> Iterator[None]:
     """Inside this block, a rail call may let the FIRST byte of its request leave only while
-    time.monotonic() < send_by. If the moment has passed when the request is about to be written, the call
+    clock.monotonic() < send_by. If the moment has passed when the request is about to be written, the call
     raises rails.razorpay.RailError with kind RailErrorKind.NOT_SENT (nothing left this machine) and no byte is
     written. Once the first byte has left, the rest of the request is written normally (never a half request).
     *wall_until_ms* (on *wall_clock*) and *lost* close the window too (SendGuard)."""
@@ -160,7 +161,7 @@ def _clamp(timeout: float | None, expired: type[Exception]) -> float | None:
     deadline = _deadline.get()
     if deadline is None:
         return timeout
-    left = deadline - time.monotonic()
+    left = deadline - clock.monotonic()
     if left <= 0:
         raise expired("the rail call's total deadline has passed")
     return left if timeout is None else min(timeout, left)

@@ -5,7 +5,7 @@ exhausted. Matches only on notes.interlock_sik == sik or receipt == "ilk_" + sik
 is handed back whole (`matched_raw`): whether its terms are the intent's is the caller's to judge (ADR 0016),
 and a stamped entity with other terms is still ours to find, never a reason to page on past it.
 
-A pass may be given a deadline (a time.monotonic() instant) so that it ends before the reconciler's
+A pass may be given a deadline (a clock.monotonic() instant) so that it ends before the reconciler's
 per-intent lease does. It is checked before each page; each page read is one rail call with its own
 total deadline, so a pass overruns its deadline by at most one page read. A pass cut short is
 inconclusive, never "exhausted".
@@ -14,11 +14,11 @@ inconclusive, never "exhausted".
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from interlock import clock
 from interlock.failpoints import failpoint
 from rails.models import Page, Refund, Settlement
 from rails.razorpay import RailError
@@ -58,7 +58,7 @@ def find_stamped(rail: RailLister, tool: str, subject: str, sik: str, *, page_si
     skip = 0
     try:
         while pages < max_pages:
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and clock.monotonic() >= deadline:
                 logger.warning("paging %s for %s: deadline passed after %d pages", subject, sik, pages)
                 return PageResult(None, pages, exhausted=False, error=f"deadline passed after {pages} pages",
                                   passed_over=tuple(passed))  # fmt: skip

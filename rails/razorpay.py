@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import enum
 import logging
-import time
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, TypeVar
@@ -31,6 +30,7 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import ValidationError
 
+from interlock import clock
 from interlock.config import Settings
 from interlock.errors import InvalidInput
 from rails.checks import MAX_PAGE, entity_id, page_args
@@ -241,7 +241,7 @@ class RazorpayClient:
         headers: Mapping[str, str] | None = None,
         params: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        started = time.monotonic()
+        started = clock.monotonic()
         try:
             check_send_window()  # a window already closed stays closed: do not even connect
             with total_deadline(started + self.timeout_s):
@@ -255,7 +255,7 @@ class RazorpayClient:
         except httpx.TransportError as exc:
             # Read/write timeouts (the total deadline included), resets, protocol errors: it may have been applied.
             raise RailError(RailErrorKind.AMBIGUOUS, _describe(exc), method=method, path=path) from exc
-        elapsed_ms = int((time.monotonic() - started) * 1000)
+        elapsed_ms = int((clock.monotonic() - started) * 1000)
         logger.debug("%s %s -> %s in %s ms", method, path, response.status_code, elapsed_ms)
         return _classify(response, method, path)
 

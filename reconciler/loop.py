@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import time
 from dataclasses import dataclass
+from typing import Any
 
 import redis
 
+from interlock import clock
 from interlock.clock import now_ms
 from interlock.config import Settings
 from interlock.failpoints import failpoint
@@ -49,6 +50,8 @@ class Reconciler:
     # What a retry is re-asserted against; without it nothing is retried automatically.
     mandates: MandateStore | None = None
     fee_rate: FeeRate = DEFAULT_FEE_RATE
+    # The shard's rail queue, where retries go; an RQ queue on `redis` unless given (the simulator gives its own).
+    rail_jobs: Any = None
 
     # -- the sweep -------------------------------------------------------------------------------
 
@@ -192,7 +195,7 @@ class Reconciler:
                                              lease_expires_at=now + self.settings.lease_ttl_ms)  # fmt: skip
         # The whole pass ends before our per-intent lease does (each page read has its own total deadline too).
         budget_s = max(self.settings.lease_ttl_ms - self.settings.rail_timeout_ms, 0) / 1000
-        result = find_stamped(self.rail, intent.tool, intent.subject_id, sik, deadline=time.monotonic() + budget_s)
+        result = find_stamped(self.rail, intent.tool, intent.subject_id, sik, deadline=clock.monotonic() + budget_s)
         failpoint("reconciler.after_finding_before_commit")
         retry = self._commit_finding(intent, result)
         if retry:
@@ -293,8 +296,9 @@ class Reconciler:
         if self.redis is None:
             return
         try:
-            rq_queue(rail_queue(self.settings.shard), self.redis).enqueue(
-                EXECUTE_JOB, merchant_id, sik, None, result_ttl=600, failure_ttl=86400
-            )
+            queue = self.rail_jobs
+            if queue is None:
+                queue = rq_queue(rail_queue(self.settings.shard), self.redis)
+            queue.enqueue(EXECUTE_JOB, merchant_id, sik, None, result_ttl=600, failure_ttl=86400)
         except redis.RedisError as exc:  # the next sweep re-enqueues AUTHORIZED intents
             logger.warning("could not enqueue the retry of %s: %s", sik, exc)

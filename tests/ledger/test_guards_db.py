@@ -28,10 +28,7 @@ class _NoFullSync(sqlite3.Connection):
         return super().execute(sql, *args)
 
 
-def test_a_ledger_whose_commits_would_not_be_fsynced_is_refused(tmp_path: Path,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
-    connect = sqlite3.connect
-    monkeypatch.setattr(db.sqlite3, "connect", lambda *a, **k: connect(*a, **k, factory=_NoFullSync))
+def test_a_ledger_whose_commits_would_not_be_fsynced_is_refused(tmp_path: Path) -> None:
     with pytest.raises(LedgerError, match="FULL"):
-        db.open_ledger(tmp_path / "ledger.sqlite3")
+        db.open_ledger(tmp_path / "ledger.sqlite3", factory=_NoFullSync)
 

@@ -34,13 +34,13 @@ def _no_sleep(monkeypatch: pytest.MonkeyPatch, world: World, advance_ms: int = 0
     """The retry's pauses take no real time; each one moves the ledger's clock on *advance_ms*."""
 
     class Time:
-        monotonic = staticmethod(execute_module.time.monotonic)
+        monotonic = staticmethod(execute_module.clock.monotonic)
 
         @staticmethod
         def sleep(seconds: float) -> None:
             world.clock.advance(advance_ms)
 
-    monkeypatch.setattr(execute_module, "time", Time)
+    monkeypatch.setattr(execute_module, "clock", Time)
 
 
 def _fail_writes(rt: RailRuntime, count: int, on_failure: Callable[[int], None] | None = None, *,

@@ -71,7 +71,7 @@ def test_the_send_deadline_is_the_earlier_lease_less_the_call_timeout_on_both_cl
 ) -> None:
     rt = world.runtime()
     intent = _started(world, rt).intent
-    monkeypatch.setattr(execute_module, "time", FakeTime(100.0))
+    monkeypatch.setattr(execute_module, "clock", FakeTime(100.0))
     timeout = world.settings.rail_timeout_ms
     assert rt.current_lease().expires_at == T0 + world.settings.lease_ttl_ms
     row_shorter = dataclasses.replace(intent, lease_expires_at=T0 + 2500)
@@ -86,7 +86,7 @@ def test_a_worker_stalled_past_its_send_deadline_records_how_late_it_was_and_sen
 ) -> None:
     world.authorized(SETTLEMENT)
     s = world.settings
-    monkeypatch.setattr(execute_module, "time", FakeTime(100.0))
+    monkeypatch.setattr(execute_module, "clock", FakeTime(100.0))
     monkeypatch.setattr(execute_module, "failpoint", lambda name: world.clock.advance(
         s.lease_ttl_ms - s.rail_timeout_ms + 2000) if name == "rail.after_wal_before_call" else None)  # fmt: skip
     execute(world.runtime(), MERCHANT, SIK, request_id=None)
@@ -100,7 +100,7 @@ def test_a_worker_whose_lease_was_lost_records_that_and_sends_nothing_however_ea
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     world.authorized(SETTLEMENT)
-    monkeypatch.setattr(execute_module, "time", FakeTime(100.0))
+    monkeypatch.setattr(execute_module, "clock", FakeTime(100.0))
     rt = world.runtime()
     rt.lease_lost.set()
     execute(rt, MERCHANT, SIK, request_id=None)
@@ -177,7 +177,7 @@ def test_a_failing_outcome_write_is_retried_with_pauses_doubling_from_50_ms_to_1
     rt = world.runtime()
     started = _started(world, rt)
     clock = FakeTime(0.0)
-    monkeypatch.setattr(execute_module, "time", clock)
+    monkeypatch.setattr(execute_module, "clock", clock)
     calls = _failing_writes(rt, clock, [0.0] * 7)
     recorded = execute_module._record_until_written(rt, started.intent, _applied(world), started.lease_epoch, T0)
     assert recorded is not None and (recorded.state, recorded.rail_entity_id) == (State.APPLIED,
@@ -193,7 +193,7 @@ def test_a_write_failing_past_the_instant_anyone_may_act_on_its_absence_is_still
     rt = world.runtime()
     started = _started(world, rt)
     clock = FakeTime(0.0)
-    monkeypatch.setattr(execute_module, "time", clock)
+    monkeypatch.setattr(execute_module, "clock", clock)
     s = world.settings
     world.clock.advance(s.lease_ttl_ms + s.rail_timeout_ms + s.reconcile_min_delay_ms)  # the bound, exactly
     _failing_writes(rt, clock, [1000.0, 2000.0])
@@ -209,7 +209,7 @@ def test_a_write_failing_after_the_lease_was_lost_is_still_retried(
     rt = world.runtime()
     started = _started(world, rt)
     clock = FakeTime(0.0)
-    monkeypatch.setattr(execute_module, "time", clock)
+    monkeypatch.setattr(execute_module, "clock", clock)
     calls = _failing_writes(rt, clock, [0.0])
     rt.lease_lost.set()
     recorded = execute_module._record_until_written(rt, started.intent, _applied(world), started.lease_epoch, T0)

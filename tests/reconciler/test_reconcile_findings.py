@@ -200,7 +200,7 @@ def test_the_pass_reads_the_subjects_list_under_a_lease_and_a_deadline_inside_it
             return 100.0
 
     monkeypatch.setattr(reconciler_module, "find_stamped", recording)
-    monkeypatch.setattr(reconciler_module, "time", Monotonic)
+    monkeypatch.setattr(reconciler_module, "clock", Monotonic)
     world.reconciler().reconcile(MERCHANT, SIK)
     assert seen == [(REFUND, "pay_SEND0000001", SIK, {"deadline": 102.0}, State.RECONCILING, OWNER,
                      T0 + READY + 3000)]  # fmt: skip
@@ -224,7 +224,7 @@ def test_the_read_budget_is_the_lease_less_one_call_deadline_never_negative(
             return 100.0
 
     monkeypatch.setattr(reconciler_module, "find_stamped", recording)
-    monkeypatch.setattr(reconciler_module, "time", Monotonic)
+    monkeypatch.setattr(reconciler_module, "clock", Monotonic)
     world.reconciler().reconcile(MERCHANT, SIK)
     assert deadlines == [{"deadline": 100.0 + budget}]
 
