@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck clean browser node bench chaos soak mutation
+.PHONY: install run test lint typecheck clean browser node bench chaos soak mutation simulate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ install: $(STAMP)
 run: install
 	$(BIN)/interlock up --demo $(UP_ARGS)
 
-PACKAGES := interlock ingress gate_workers rail_worker reconciler ledger rails sandbox chaos bench ops console deploy
+PACKAGES := interlock ingress gate_workers rail_worker reconciler ledger rails sandbox chaos bench ops console deploy simulation
 
 # lint-imports checks the layer contracts in pyproject.toml ([tool.importlinter]; docs/architecture.md).
 lint: install
@@ -53,6 +53,12 @@ test: lint browser node
 # The scenario benchmark, the performance bench and G5's labelled set, each regenerating its section of RESULTS.md.
 bench: install
 	$(BIN)/interlock bench scenarios && $(BIN)/interlock bench perf && $(BIN)/interlock bench purpose
+
+# The seeded simulation's long run (docs/simulation.md): 10,000 seeds of the whole money path in one process per
+# core, every actor's real code under a seeded scheduler with crashes, pauses, write failures, lost and doubled
+# messages and a rail that lies; writes RESULTS.md's simulation section. `make test` runs a short version.
+simulate: install
+	$(BIN)/interlock simulate --seeds 10000 --jobs 2 --write-results
 
 # The full SIGKILL matrix (51 cells x 10 trials), 30 random-kill trials, the SIGSTOP pause cells
 # (24 cells x 5 trials) and the burst cells (12 cells x 2 trials: the rail worker SIGKILLed with at least

@@ -58,6 +58,7 @@ COMMANDS: dict[str, str] = {
     # -- subcommands added by later packages register below this line --
     "bench": "bench.cli:bench_group",
     "fuzz": "chaos.cli:fuzz_command",
+    "simulate": "simulation.cli:simulate_command",
 }
 
 

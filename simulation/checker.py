@@ -1,0 +1,241 @@
+"""The independent checker: judges a finished simulation from what the rail did and what the agents were told.
+
+It imports nothing of Interlock's ledger, actors or SIK code (an import-linter contract holds it to that). Its
+evidence: the simulated rail's journal (every entity created, on which terms, with which stamp), the answers
+each agent received, the mandates' limits as plain data, and each shard's ledger file read with plain SQL —
+the rows as stored, not as Interlock's code would interpret them. The audit chain is re-hashed here from its
+definition (SPEC §5: sha256 over prev_hash and the RFC 8785 form of {seq, ts, kind, payload}).
+
+Invariants, each a `Violation` with a kind and the evidence:
+* ONE_ENTITY_PER_ACTION — at most one rail entity per business action (each simulated action has its own
+  signature: tool, subject, amount), and at most one per stamp;
+* OVER_REFUND — no payment refunded past its captured amount;
+* LIMIT — no mandate's per-call range, window (calls, amount) or fee budget exceeded by what the rail did;
+* NOT_DEFINITE — after faults stop and time runs on, every intent is definite or QUARANTINED, and every
+  action's last answer tells its agent what to do for good (liveness);
+* LEDGER_RAIL — a ledger APPLIED intent has exactly its entity on the rail, on its terms; a stamped entity on
+  the rail is APPLIED in the ledger with that id, or QUARANTINED;
+* TOLD_APPLIED — an agent told APPLIED names an entity the rail created with that stamp;
+* AUDIT_CHAIN — every shard's chain re-hashes to its head.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sqlite3
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import rfc8785
+
+DEFINITE_STATES = frozenset({"APPLIED", "BLOCKED", "FAILED_TERMINAL", "CONFIRMED_NOT_APPLIED", "QUARANTINED"})
+DEFINITE_ACTIONS = frozenset({"DONE", "DO_NOT_RETRY", "ESCALATE_TO_OPERATOR"})
+GENESIS = hashlib.sha256(b"interlock-genesis-v1").hexdigest()
+
+
+@dataclass(frozen=True)
+class Violation:
+    kind: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+
+class Entry(Protocol):
+    kind: str
+    id: str
+    subject: str
+    amount: int
+    fees: int
+    stamp: str | None
+    requested_amount: int
+
+
+class ActionLike(Protocol):
+    agent: str
+    shard: str
+    tool: str
+    subject: str
+    amount: int
+
+
+class AnswerLike(Protocol):
+    action: Any
+    structured: dict[str, Any]
+
+
+@dataclass
+class ShardEvidence:
+    name: str
+    ledger: Path
+    journal: list[Any]
+    payments: Mapping[str, int]  # payment id → captured amount
+
+
+def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answers: Sequence[AnswerLike],
+          limits: Mapping[str, Mapping[str, Any]], *, settled: bool) -> list[Violation]:  # fmt: skip
+    """Every invariant over the finished run; *settled* when faults stopped and the run was let settle."""
+    found: list[Violation] = []
+    by_shard = {s.name: s for s in shards}
+    for shard in by_shard.values():
+        rows = _intents(shard.ledger)
+        found += _one_entity(shard)
+        found += _over_refund(shard)
+        found += _ledger_vs_rail(shard, rows, settled=settled)
+        found += _audit_chain(shard)
+        if settled:
+            found += [Violation("NOT_DEFINITE", f"{shard.name} intent {r['sik']} is {r['state']}")
+                      for r in rows if r["state"] not in DEFINITE_STATES]  # fmt: skip
+    found += _limits(by_shard, actions, limits)
+    found += _told_applied(by_shard, answers)
+    if settled:
+        found += _answered(actions, answers)
+    return found
+
+
+def _signature(entry: Entry) -> tuple[str, str, int]:
+    return entry.kind, entry.subject, entry.requested_amount
+
+
+def _one_entity(shard: ShardEvidence) -> list[Violation]:
+    out = []
+    for sig, n in Counter(_signature(e) for e in shard.journal).items():
+        if n > 1:
+            ids = [e.id for e in shard.journal if _signature(e) == sig]
+            out.append(Violation("ONE_ENTITY_PER_ACTION", f"{shard.name}: {n} entities for one action {sig}: {ids}"))
+    for stamp, n in Counter(e.stamp for e in shard.journal if e.stamp).items():
+        if n > 1:
+            out.append(Violation("ONE_ENTITY_PER_ACTION", f"{shard.name}: {n} entities stamped {stamp}"))
+    return out
+
+
+def _over_refund(shard: ShardEvidence) -> list[Violation]:
+    refunded: Counter[str] = Counter()
+    for e in shard.journal:
+        if e.kind == "refund":
+            refunded[e.subject] += e.amount
+    return [Violation("OVER_REFUND", f"{pid}: refunded {total} of {shard.payments.get(pid)}")
+            for pid, total in refunded.items() if total > shard.payments.get(pid, 0)]  # fmt: skip
+
+
+def _limits(shards: Mapping[str, ShardEvidence], actions: Sequence[ActionLike],
+            limits: Mapping[str, Mapping[str, Any]]) -> list[Violation]:  # fmt: skip
+    """The run is shorter than every window, so each window's limit holds for the run's totals."""
+    owner = {(a.shard, "refund" if a.tool == "create_refund" else "settlement", a.subject, a.amount): a
+             for a in actions}  # fmt: skip
+    per_agent: dict[str, list[Entry]] = defaultdict(list)
+    out = []
+    for shard in shards.values():
+        for e in shard.journal:
+            action = owner.get((shard.name, *_signature(e)))
+            if action is None:
+                out.append(Violation("LIMIT", f"{shard.name}: entity {e.id} {_signature(e)} is no agent's action"))
+                continue
+            per_agent[action.agent].append(e)
+    for agent, entries in per_agent.items():
+        mandate = limits[agent]
+        for e in entries:
+            grant = mandate["scope"]["grants"][("create_refund" if e.kind == "refund" else "create_instant_settlement")]
+            value = grant["value"]
+            if not value["min_amount_minor"] <= e.amount <= value["max_amount_minor"]:
+                out.append(Violation("LIMIT", f"{agent}: {e.id} of {e.amount} outside the grant's range"))
+        for window in mandate["limits"]["windows"]:
+            if window.get("max_calls") is not None and len(entries) > window["max_calls"]:
+                out.append(Violation("LIMIT", f"{agent}: {len(entries)} calls moved money, window allows "
+                                              f"{window['max_calls']}"))  # fmt: skip
+            total = sum(e.amount for e in entries)
+            if window.get("max_amount_minor") is not None and total > window["max_amount_minor"]:
+                out.append(Violation("LIMIT", f"{agent}: {total} moved, window allows {window['max_amount_minor']}"))
+        budget = mandate["limits"]["fee_budgets"].get("INR")
+        fees = sum(e.fees for e in entries if e.kind == "settlement")
+        if budget is not None and fees > budget["max_fee_minor"]:
+            out.append(Violation("LIMIT", f"{agent}: {fees} of fees charged, budget {budget['max_fee_minor']}"))
+    return out
+
+
+def _intents(path: Path) -> list[sqlite3.Row]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        return conn.execute("SELECT merchant_id, sik, state, tool, subject_id, amount_minor, rail_entity_id "
+                            "FROM intents").fetchall()  # fmt: skip
+    finally:
+        conn.close()
+
+
+def _ledger_vs_rail(shard: ShardEvidence, rows: list[sqlite3.Row], *, settled: bool) -> list[Violation]:
+    out = []
+    by_id = {e.id: e for e in shard.journal}
+    by_sik = {r["sik"]: r for r in rows}
+    for r in rows:
+        if r["state"] != "APPLIED":
+            continue
+        e = by_id.get(r["rail_entity_id"])
+        if e is None:
+            out.append(Violation("LEDGER_RAIL", f"{shard.name} {r['sik']} APPLIED as {r['rail_entity_id']}, "
+                                                "which the rail never created"))  # fmt: skip
+        elif e.stamp != r["sik"] or e.amount != r["amount_minor"] or e.subject != r["subject_id"]:
+            out.append(Violation("LEDGER_RAIL", f"{shard.name} {r['sik']} APPLIED as {e.id} on other terms: "
+                                                f"{e.subject} {e.amount} stamped {e.stamp}"))  # fmt: skip
+    for e in shard.journal:
+        found = by_sik.get(e.stamp or "")
+        if found is None:
+            out.append(Violation("LEDGER_RAIL", f"{shard.name}: {e.id} stamped {e.stamp} has no intent"))
+            continue
+        r = found
+        if settled and not (r["state"] == "APPLIED" and r["rail_entity_id"] == e.id or r["state"] == "QUARANTINED"):
+            out.append(Violation("LEDGER_RAIL", f"{shard.name}: {e.id} moved money for {e.stamp}, whose intent is "
+                                                f"{r['state']} ({r['rail_entity_id']})"))  # fmt: skip
+    return out
+
+
+def _told_applied(shards: Mapping[str, ShardEvidence], answers: Sequence[AnswerLike]) -> list[Violation]:
+    out = []
+    for a in answers:
+        body = a.structured
+        if body.get("state") != "APPLIED":
+            continue
+        journal = {e.id: e for e in shards[a.action.shard].journal}
+        e = journal.get(body.get("rail_entity_id") or "")
+        if e is None or e.stamp != body.get("sik"):
+            out.append(Violation("TOLD_APPLIED", f"{a.action.agent} told APPLIED {body.get('rail_entity_id')} for "
+                                                 f"{body.get('sik')}: not on the rail with that stamp"))  # fmt: skip
+    return out
+
+
+def _answered(actions: Sequence[ActionLike], answers: Sequence[AnswerLike]) -> list[Violation]:
+    last: dict[int, dict[str, Any]] = {}
+    for a in answers:
+        last[id(a.action)] = a.structured
+    out = []
+    for action in actions:
+        body = last.get(id(action))
+        if body is None or body.get("caller_action") not in DEFINITE_ACTIONS:
+            out.append(Violation("NOT_DEFINITE", f"{action.agent} {action.tool} {action.subject} {action.amount}: last "
+                                                 f"answer {body}"))  # fmt: skip
+    return out
+
+
+def _audit_chain(shard: ShardEvidence) -> list[Violation]:
+    conn = sqlite3.connect(f"file:{shard.ledger}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT seq, ts, kind, payload_json, prev_hash, hash FROM audit_log ORDER BY seq"
+                            ).fetchall()  # fmt: skip
+        head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
+    finally:
+        conn.close()
+    prev, expected = GENESIS, 1
+    for seq, ts, kind, payload_json, prev_hash, digest in rows:
+        body = rfc8785.dumps({"seq": seq, "ts": ts, "kind": kind, "payload": json.loads(payload_json)})
+        mine = hashlib.sha256(prev.encode() + b"\n" + body).hexdigest()
+        if seq != expected or prev_hash != prev or mine != digest:
+            return [Violation("AUDIT_CHAIN", f"{shard.name}: the chain breaks at seq {seq}")]
+        prev, expected = digest, expected + 1
+    if rows and (head is None or head[0] != rows[-1][0] or head[1] != prev):
+        return [Violation("AUDIT_CHAIN", f"{shard.name}: the head {head} is not the last record")]
+    return []

@@ -1,0 +1,281 @@
+"""The simulated rail: payments, refunds and instant settlements as Razorpay keeps them (SPEC §14), and every
+way a real rail lets its caller down.
+
+It answers the `rails.base.Rail` protocol with the same typed entities and `RailError` kinds as the REST
+client, so the actors cannot tell it from one. What it adds is a *journal* — every entity it created, when,
+and on which terms — that the independent checker reads, and a fault for every money call, drawn from the
+seed: applied and answered; applied with the answer lost (a gateway 504); refused before anything was applied
+(a connect error, or a 500 before applying); applied only after the caller's deadline; the idempotency key
+forgotten, so a retry after an earlier apply is refused 4xx for its reused receipt;
+answered with a stamped entity on other terms. Its lists may lag behind its writes, as Razorpay's do.
+
+The first byte of a money request leaves when `rails.deadline.check_send_window()` says it may — after the
+scheduler point, so a pause lands before the check that guards the send, as it would in the REST client.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rails.deadline import SendWindowClosed, check_send_window
+from rails.models import Balance, Page, Payment, Refund, Settlement
+from rails.razorpay import RailError, RailErrorKind
+from simulation.scheduler import Scheduler
+
+MONEY_FAULTS = ("ok", "lost_answer", "not_applied", "error_not_applied", "late_apply", "key_forgotten", "other_terms")
+LIST_MAX = 100
+
+
+def settlement_fees(amount: int) -> tuple[int, int]:
+    """(fees including tax, tax): 0.3% plus 18% tax on it, each rounded up, as the rail charges."""
+    fee = -(-amount * 3 // 1000)
+    tax = -(-fee * 18 // 100)
+    return fee + tax, tax
+
+
+@dataclass
+class JournalEntry:
+    """One entity the rail created: what the checker judges Interlock by."""
+
+    kind: str  # "refund" | "settlement"
+    id: str
+    merchant_id: str
+    subject: str  # the payment id, or "balance"
+    amount: int
+    fees: int
+    stamp: str | None  # notes.interlock_sik as the rail stored it
+    created_ms: int  # the simulated wall clock at which it was applied
+    requested_amount: int  # what the request asked for (differs only under the other_terms fault)
+
+
+# What a money call did on the rail: the entity (and its journal entry, None when an idempotency key replayed it),
+# or the refusal to answer with.
+Applied = tuple[dict[str, Any], JournalEntry | None] | RailError
+
+
+@dataclass
+class FaultPlan:
+    """How often each money-call fault and each read failure strikes (0 for a calm seed)."""
+
+    money: dict[str, float] = field(default_factory=lambda: {"ok": 1.0})
+    read_error: float = 0.0
+    list_lag_ms: int = 0
+    # ADR 0010's bound: an entity lands, and shows in its list, by the call's deadline plus the reconcile delay after
+    # it was sent. A rail past it can have a settlement read as "absent" and paid twice; nothing on Interlock's side
+    # can prevent that (the residual risk), so the simulated rail keeps inside it unless `beyond_bounds` is set.
+    settlement_bound_ms: int = 3_000
+    beyond_bounds: bool = False
+
+
+class SimRail:
+    """One merchant account's rail. `for_caller(name)` gives an actor its own client view (for partitions)."""
+
+    def __init__(self, sched: Scheduler, merchant_id: str, plan: FaultPlan, *, balance: int) -> None:
+        self.sched = sched
+        self.merchant_id = merchant_id
+        self.plan = plan
+        self.balance = balance
+        self.payments: dict[str, dict[str, Any]] = {}
+        self.refunds: list[dict[str, Any]] = []  # newest last
+        self.settlements: list[dict[str, Any]] = []
+        self.journal: list[JournalEntry] = []
+        self.visible_at: dict[str, int] = {}  # entity id → simulated mono ms from which lists show it
+        self.idempotency: dict[str, str] = {}  # X-Refund-Idempotency key → refund id
+        self.partitioned_until: dict[str, int] = {}  # caller process → mono ms
+        self._ids = itertools.count(1)
+        self._shown_by = 0  # the instant the entity of the call being applied must be listed by (settlements)
+
+    # -- set-up ----------------------------------------------------------------------------------------------
+
+    def add_payment(self, payment_id: str, amount: int) -> None:
+        self.payments[payment_id] = {"id": payment_id, "entity": "payment", "amount": amount, "currency": "INR",
+                                     "status": "captured", "captured": True, "amount_refunded": 0,
+                                     "refund_status": None, "notes": [], "created_at": 0}  # fmt: skip
+
+    def payment_amounts(self) -> dict[str, int]:
+        return {pid: int(raw["amount"]) for pid, raw in self.payments.items()}
+
+    # -- the Rail protocol -----------------------------------------------------------------------------------
+
+    def fetch_payment(self, payment_id: str) -> Payment:
+        self._read("payment.fetch")
+        raw = self.payments.get(payment_id)
+        if raw is None:
+            raise RailError(RailErrorKind.REJECTED, "The id provided does not exist", method="GET",
+                            path=f"/v1/payments/{payment_id}", http_status=400, code="BAD_REQUEST_ERROR")  # fmt: skip
+        return Payment.from_raw(dict(raw))
+
+    def fetch_refund(self, refund_id: str) -> Refund:
+        self._read("refund.fetch")
+        for raw in self.refunds:
+            if raw["id"] == refund_id:
+                return Refund.from_raw(dict(raw))
+        raise RailError(RailErrorKind.REJECTED, "The id provided does not exist", method="GET",
+                        path=f"/v1/refunds/{refund_id}", http_status=400, code="BAD_REQUEST_ERROR")  # fmt: skip
+
+    def fetch_balance(self) -> Balance:
+        self._read("balance.fetch")
+        return Balance.from_raw({"balance": self.balance, "currency": "INR"})
+
+    def list_refunds_for_payment(self, payment_id: str, *, count: int = 10, skip: int = 0) -> Page[Refund]:
+        self._read("refunds.list")
+        rows = [r for r in self.refunds if r["payment_id"] == payment_id]
+        return self._page(Refund, rows, count, skip)
+
+    def list_instant_settlements(self, *, count: int = 10, skip: int = 0) -> Page[Settlement]:
+        self._read("settlements.list")
+        return self._page(Settlement, self.settlements, count, skip)
+
+    def create_refund(self, payment_id: str, amount: int | None, *, speed: str | None = None,
+                      notes: Mapping[str, Any] | None, receipt: str | None,
+                      idempotency_key: str | None) -> Refund:  # fmt: skip
+        def apply(terms_amount: int, fault: str) -> Applied:
+            payment = self.payments.get(payment_id)
+            if payment is None:
+                return self._rejected("The id provided does not exist", "/v1/payments/refund")
+            if idempotency_key in self.idempotency and fault != "key_forgotten":
+                return next(r for r in self.refunds if r["id"] == self.idempotency[idempotency_key]), None
+            if receipt is not None and any(r["payment_id"] == payment_id and r.get("receipt") == receipt
+                                           for r in self.refunds):  # fmt: skip
+                return self._rejected("The receipt has already been used for another refund", "/refund")
+            wanted = payment["amount"] - payment["amount_refunded"] if amount is None else terms_amount
+            if wanted <= 0 or wanted > payment["amount"] - payment["amount_refunded"]:
+                return self._rejected("The refund amount provided is greater than amount captured", "/refund")
+            raw: dict[str, Any] = {
+                "id": f"rfnd_{next(self._ids):014d}", "entity": "refund", "amount": wanted, "currency": "INR",
+                "payment_id": payment_id, "receipt": receipt, "notes": dict(notes or {}) or [], "status": "processed",
+                "created_at": self.sched.clock.now_ms() // 1000,
+            }  # fmt: skip
+            payment["amount_refunded"] = int(payment["amount_refunded"]) + wanted
+            payment["refund_status"] = "full" if payment["amount_refunded"] == payment["amount"] else "partial"
+            self.refunds.append(raw)
+            if idempotency_key is not None:
+                self.idempotency[idempotency_key] = raw["id"]
+            return raw, self._journal("refund", raw["id"], payment_id, wanted, 0, notes, amount or wanted)
+
+        return Refund.from_raw(self._money("refund.create", amount, apply))
+
+    def create_instant_settlement(self, amount: int | None = None, *, settle_full_balance: bool = False,
+                                  description: str | None = None,
+                                  notes: Mapping[str, Any] | None) -> Settlement:  # fmt: skip
+        def apply(terms_amount: int, fault: str) -> Applied:
+            wanted = self.balance if settle_full_balance or amount is None else terms_amount
+            if wanted <= 0 or wanted > self.balance:
+                return self._rejected("The amount requested is more than the settlement balance", "/settlements")
+            fees, tax = settlement_fees(wanted)
+            raw: dict[str, Any] = {
+                "id": f"setlod_{next(self._ids):014d}", "entity": "settlement.ondemand", "amount_requested": wanted,
+                "amount_settled": wanted - fees, "amount_pending": 0, "amount_reversed": 0, "fees": fees, "tax": tax,
+                "currency": "INR", "settle_full_balance": settle_full_balance, "status": "processed",
+                "description": description, "notes": dict(notes or {}) or [],
+                "created_at": self.sched.clock.now_ms() // 1000,
+            }  # fmt: skip
+            self.balance -= wanted
+            self.settlements.append(raw)
+            return raw, self._journal("settlement", raw["id"], "balance", wanted, fees, notes, amount or wanted)
+
+        return Settlement.from_raw(self._money("settlement.create", amount, apply))
+
+    def close(self) -> None:
+        return None
+
+    # -- faults ----------------------------------------------------------------------------------------------
+
+    def partition(self, process: str, until_mono_ms: int) -> None:
+        self.partitioned_until[process] = until_mono_ms
+
+    def _caller(self) -> str:
+        actor = self.sched.current
+        return actor.process.name if actor is not None else "-"
+
+    def _unreachable(self) -> bool:
+        return self.partitioned_until.get(self._caller(), -1) > self.sched.clock.mono_ms
+
+    def _read(self, what: str) -> None:
+        self.sched.point(f"rail.{what}")
+        if self._unreachable():
+            raise RailError(RailErrorKind.NOT_SENT, "connect timed out (partitioned)", method="GET", path=what)
+        if self.plan.read_error and self.sched.rng.random() < self.plan.read_error:
+            self.sched.counters.fault("rail_read_error")
+            raise RailError(RailErrorKind.AMBIGUOUS, "502 Bad Gateway", method="GET", path=what, http_status=502)
+
+    def _money(self, what: str, amount: int | None,
+               apply: Callable[[int, str], Applied],
+               ) -> dict[str, Any]:
+        self.sched.point(f"rail.{what}.send")
+        try:
+            check_send_window()  # the last check before the request's first byte
+        except SendWindowClosed as exc:
+            raise RailError(RailErrorKind.NOT_SENT, str(exc), method="POST", path=what) from exc
+        if self._unreachable():
+            raise RailError(RailErrorKind.NOT_SENT, "connect timed out (partitioned)", method="POST", path=what)
+        fault = self._draw_fault()
+        self._shown_by = self.sched.clock.mono_ms + self._bound() - 50  # ADR 0010: in the list by then
+        if fault == "not_applied":
+            raise RailError(RailErrorKind.NOT_SENT, "connection refused", method="POST", path=what)
+        if fault == "error_not_applied":
+            raise RailError(RailErrorKind.AMBIGUOUS, "500 Internal Server Error", method="POST", path=what,
+                            http_status=500)  # fmt: skip
+        terms = amount or 0
+        if fault == "other_terms" and amount is not None:
+            terms = max(amount - 100, 1)  # applied on other terms than asked, with our stamp on it
+        if fault == "late_apply":
+            landing = self.sched.clock.mono_ms + self.sched.rng.randint(1, max(self._bound() - 50, 1))
+            shown_by = self._shown_by
+            self.sched.at(landing, lambda: self._late(apply, terms, fault, shown_by))
+            raise RailError(RailErrorKind.AMBIGUOUS, "read timed out", method="POST", path=what)
+        applied = apply(terms, fault)
+        self.sched.point(f"rail.{what}.answer")
+        if isinstance(applied, RailError):
+            raise applied
+        raw = applied[0]
+        if fault == "lost_answer":
+            raise RailError(RailErrorKind.AMBIGUOUS, "504 Gateway Time-out", method="POST", path=what, http_status=504)
+        return dict(raw)
+
+    def _late(self, apply: Callable[[int, str], Any], terms: int, fault: str, shown_by: int) -> None:
+        self.sched.note(f"rail {self.merchant_id} applies late")
+        self._shown_by = shown_by
+        apply(terms, fault)
+
+    def _bound(self) -> int:
+        return self.plan.settlement_bound_ms * (4 if self.plan.beyond_bounds else 1)
+
+    def _draw_fault(self) -> str:
+        roll, acc = self.sched.rng.random(), 0.0
+        for kind in MONEY_FAULTS:
+            acc += self.plan.money.get(kind, 0.0)
+            if roll < acc:
+                if kind != "ok":
+                    self.sched.counters.fault(f"rail_{kind}")
+                return kind
+        return "ok"
+
+    def _rejected(self, description: str, path: str) -> RailError:
+        return RailError(RailErrorKind.REJECTED, description, method="POST", path=path, http_status=400,
+                         code="BAD_REQUEST_ERROR", description=description)  # fmt: skip
+
+    def _journal(self, kind: str, entity_id: str, subject: str, amount: int, fees: int,
+                 notes: Mapping[str, Any] | None, requested: int) -> JournalEntry:  # fmt: skip
+        entry = JournalEntry(kind, entity_id, self.merchant_id, subject, amount, fees,
+                             None if not notes else notes.get("interlock_sik"), self.sched.clock.now_ms(), requested)
+        self.journal.append(entry)
+        lag = self.sched.rng.randint(0, self.plan.list_lag_ms) if self.plan.list_lag_ms else 0
+        if not self.plan.beyond_bounds:
+            # Applied late or listed late, it shows by the call's deadline plus the reconcile delay after it was sent.
+            # (A refund listed later still cannot be paid twice — its retry carries the same key — but the ledger
+            # can then be told "absent" by every pass until its retries run out: see docs/simulation.md.)
+            lag = max(0, min(lag, self._shown_by - self.sched.clock.mono_ms))
+        self.visible_at[entity_id] = self.sched.clock.mono_ms + lag
+        return entry
+
+    def _page(self, model: Any, rows: list[dict[str, Any]], count: int, skip: int) -> Page[Any]:
+        if count > LIST_MAX:
+            raise self._rejected(f"count must be at most {LIST_MAX}", "/list")
+        now = self.sched.clock.mono_ms
+        visible = [r for r in reversed(rows) if self.visible_at.get(r["id"], 0) <= now]  # newest first
+        items = [model.from_raw(dict(r)) for r in visible[skip: skip + count]]
+        return Page[model](items=items, requested_count=count, skip=skip)  # type: ignore[valid-type]

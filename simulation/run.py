@@ -1,0 +1,178 @@
+"""Run seeds: build the world a seed describes, run it with faults, let it settle without them, and check it.
+
+A seed decides everything: the deployment's shape (shards, merchants, agents, actions), which fault kinds are
+on and how often (swarm testing: most seeds enable a few kinds, so that rare orderings are not drowned out by
+common ones), the wall clock's start (sometimes just before a window boundary), and every scheduling choice.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+import sqlite3
+import tempfile
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from interlock.clock import use_clock
+from simulation import checker
+from simulation.checker import ShardEvidence, Violation
+from simulation.scheduler import Scheduler
+from simulation.world import DAY_MS, Faults, World
+
+FAULT_PHASE_MS = 90_000  # simulated time with faults on
+SETTLE_MS = 900_000  # then this long without faults, for everything to become definite
+START_MS = 1_900_000_000_000 - 1_900_000_000_000 % DAY_MS  # a day boundary (UTC) of the windows
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    trace_hash: str
+    steps: int
+    money_calls: int
+    faults: Counter[str]
+    violations: list[Violation]
+    sim_ms: int
+    trace_tail: list[str] = field(default_factory=list)
+    edges: Counter[str] = field(default_factory=Counter)  # state-machine edges taken, "FROM -EVENT-> TO"
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+
+RAIL_FAULTS = ("lost_answer", "not_applied", "error_not_applied", "late_apply", "key_forgotten", "other_terms")
+FAULT_KINDS = ("crash", "pause", "partition", "clock_step", "redis_flush", "ledger_busy", "ledger_commit_error",
+               "queue", "rail_money", "rail_read_error", "list_lag")  # fmt: skip
+
+
+def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(), *, clock_steps: bool = False) -> Faults:
+    """The seed's swarm: each fault kind is on with some probability, at a rate drawn for this seed. *disabled*
+    kinds are drawn all the same (so the rest of the seed's choices stay where they were) and then left off."""
+    rng = sched.rng
+    f = Faults()
+
+    def on(kind: str, p: float) -> bool:
+        return rng.random() < p and kind not in disabled
+
+    crash, pause = rng.choice((0.002, 0.005, 0.01)), rng.choice((0.002, 0.005, 0.01))
+    f.crash = crash if on("crash", 0.5) else 0.0
+    f.pause = pause if on("pause", 0.5) else 0.0
+    f.partition = rng.choice((0.002, 0.005)) if on("partition", 0.3) else 0.0
+    # Off unless asked for: a forward step of the wall clock shortens the reconcile delay (finding F1 in
+    # docs/simulation.md), which is open; `--clock-steps` shows it.
+    f.clock_step = rng.choice((0.001, 0.003)) if on("clock_step", 0.3) and clock_steps else 0.0
+    f.redis_flush = 0.001 if on("redis_flush", 0.2) else 0.0
+    f.writes.begin_busy = rng.choice((0.01, 0.05)) if on("ledger_busy", 0.4) else 0.0
+    f.writes.commit_error = rng.choice((0.01, 0.05)) if on("ledger_commit_error", 0.4) else 0.0
+    q = f.queues
+    lose, dup = rng.choice((0.0, 0.05, 0.1)), rng.choice((0.0, 0.05, 0.2))
+    delay, reorder = rng.choice((0.0, 0.1, 0.3)), rng.choice((0.0, 0.3))
+    if on("queue", 0.5):
+        q.lose, q.duplicate, q.delay, q.reorder = lose, dup, delay, reorder
+    weights = {k: rng.choice((0.0, 0.05, 0.15)) for k in RAIL_FAULTS}
+    weights["other_terms"] = min(weights["other_terms"], 0.03)
+    if on("rail_money", 0.7):
+        weights["ok"] = max(0.0, 1.0 - sum(weights.values()))
+        f.rail.money = weights
+    read_error, lag = rng.choice((0.02, 0.1)), rng.choice((500, 3_000, 20_000))
+    f.rail.read_error = read_error if on("rail_read_error", 0.4) else 0.0
+    f.rail.list_lag_ms = lag if on("list_lag", 0.5) else 0
+    return f
+
+
+def run_seed(seed: int, *, max_steps: int = 6_000, keep: Path | None = None, disabled: frozenset[str] = frozenset(),
+             clock_steps: bool = False) -> SeedResult:  # fmt: skip
+    """One seed, start to finish; *keep* a directory to leave the ledger files in (for a replay's inspection)."""
+    root = Path(tempfile.mkdtemp(prefix=f"sim{seed}-", dir=_tmp_dir()))
+    sched = Scheduler(seed, start_ms=0, max_steps=max_steps)
+    rng = sched.rng
+    # Sometimes the run starts minutes before midnight, so settlements straddle a window and its grace.
+    sched.clock.wall_offset_ms = START_MS - (rng.choice((0, 60_000, 600_000)) if rng.random() < 0.5 else -3_600_000)
+    faults = plan_faults(sched, disabled, clock_steps=clock_steps)
+    world = World(sched, root, faults, shards=2, merchants_per_shard=rng.choice((1, 2)),
+                  agents_per_merchant=rng.choice((1, 2)), actions_per_agent=rng.choice((2, 3, 4)),
+                  concurrency=rng.choice((1, 4)))  # fmt: skip
+    sched.before_resume = world.strike
+    try:
+        with use_clock(sched.clock):
+            world.start()
+            sched.run(until=lambda: not world.pending, deadline_ms=FAULT_PHASE_MS)
+            faults.calm()
+            sched.note("faults stop")
+            settle_until = sched.clock.mono_ms + SETTLE_MS
+            sched.run(until=_settled(world), deadline_ms=settle_until)
+            settled = sched.counters.steps < sched.max_steps
+            violations = checker.check(
+                [ShardEvidence(s.name, s.ledger_path, s.rail.journal, s.rail.payment_amounts())
+                 for s in world.shards.values()],
+                world.actions, world.answers, {a: m.model_dump(mode="json") for a, m in world.mandates.items()},
+                settled=settled,
+            )  # fmt: skip
+            if not settled:
+                violations.append(Violation("STEP_BUDGET", f"{max_steps} steps spent before the run settled"))
+            edges = Counter(edge for shard in world.shards.values() for edge in _edges(shard.ledger_path))
+    finally:
+        sched.close()
+        if keep is not None:
+            shutil.copytree(root, keep, dirs_exist_ok=True)
+        shutil.rmtree(root, ignore_errors=True)
+    return SeedResult(seed, sched.trace_hash, sched.counters.steps, world.money_calls, Counter(sched.counters.faults),
+                      violations, sched.clock.mono_ms, list(sched.trace_tail), edges)  # fmt: skip
+
+
+def _settled(world: World) -> Callable[[], bool]:
+    """True once every agent has its definite answers and every intent is definite; the ledgers are read at
+    most once a simulated second."""
+    last = [-1]
+
+    def settled() -> bool:
+        now = world.sched.clock.mono_ms
+        if world.pending or now - last[0] < 1_000:
+            return False
+        last[0] = now
+        return _quiet(world)
+
+    return settled
+
+
+def _quiet(world: World) -> bool:
+    """Nothing left to settle: every intent of every shard definite (read with plain SQL, like the checker)."""
+    for shard in world.shards.values():
+        conn = sqlite3.connect(f"file:{shard.ledger_path}?mode=ro", uri=True)
+        try:
+            open_rows = conn.execute(
+                "SELECT COUNT(*) FROM intents WHERE state NOT IN "
+                "('APPLIED', 'BLOCKED', 'FAILED_TERMINAL', 'CONFIRMED_NOT_APPLIED', 'QUARANTINED')").fetchone()[0]
+        finally:
+            conn.close()
+        if open_rows:
+            return False
+    return True
+
+
+def _edges(path: Path) -> list[str]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT payload_json FROM audit_log WHERE kind = 'TRANSITION'").fetchall()
+    finally:
+        conn.close()
+    out = []
+    for (payload_json,) in rows:
+        p = json.loads(payload_json)
+        out.append(f"{p['from']} -{p['event']}-> {p['to']}")
+    return out
+
+
+def _tmp_dir() -> str | None:
+    shm = Path("/dev/shm")
+    return str(shm) if shm.is_dir() else None
+
+
+def quiet_logs() -> None:
+    """The actors log every fault they meet; thousands of seeds would print millions of lines."""
+    logging.disable(logging.CRITICAL)

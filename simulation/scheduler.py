@@ -1,0 +1,309 @@
+"""The seeded scheduler: every actor of the simulated deployment is a greenlet, and only one runs at a time.
+
+An actor runs until it reaches a *point* — a Redis operation, a rail call, a ledger transaction, a sleep — and
+hands control back here. The scheduler then picks, with the seed's random generator, which ready actor runs
+next, and at that moment may crash a process (its actors never run again; its memory is gone and it restarts
+from the ledger and Redis), pause one for a simulated while, or step the wall clock. Time is simulated: it moves
+a little with every step and jumps to the next wake-up when every actor is waiting, so a lease running out, a
+reconcile delay or a window boundary costs no wall time.
+
+Same seed, same code: same order of points, same trace hash. Nothing here knows what the actors do.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import greenlet
+
+
+class Killed(BaseException):
+    """Raised inside an actor once its process has been crashed: nothing of it may run on. A BaseException, so
+    that no `except Exception` of the actor's own code swallows it, as nothing survives a SIGKILL."""
+
+
+@dataclass
+class Process:
+    """What a SIGKILL takes down together: the actors of one OS process, the resources they opened, and how it
+    comes back (a supervisor's restart)."""
+
+    name: str
+    restart: Callable[[], None] | None = None  # starts the process again from durable state
+    restart_after_ms: int = 1_000
+    crashable: bool = True
+    dead: bool = False
+    incarnation: int = 0
+    on_crash: list[Callable[[], None]] = field(default_factory=list)  # close its SQLite connections, etc.
+    paused_until: int | None = None
+
+
+@dataclass
+class Actor:
+    name: str
+    process: Process
+    glet: greenlet.greenlet
+    wake_at: int | None = None  # sleeping (or waiting with a timeout) until this simulated instant
+    until: Callable[[], bool] | None = None  # waiting for this to become true
+    done: bool = False
+
+    def ready(self, now: int) -> bool:
+        if self.done or self.process.dead:
+            return False
+        if self.process.paused_until is not None and self.process.paused_until > now:
+            return False
+        if self.until is not None and self.until():
+            return True
+        return self.wake_at is None and self.until is None or self.wake_at is not None and self.wake_at <= now
+
+
+class SimClock:
+    """The simulated clocks: a monotonic one that only moves forward, and a wall clock that may be stepped."""
+
+    def __init__(self, start_ms: int, scheduler: Scheduler) -> None:
+        self.mono_ms = 0
+        self.wall_offset_ms = start_ms
+        self.scheduler = scheduler
+
+    def now_ms(self) -> int:
+        return self.mono_ms + self.wall_offset_ms
+
+    def time_ns(self) -> int:
+        return self.now_ms() * 1_000_000
+
+    def monotonic(self) -> float:
+        return self.mono_ms / 1000
+
+    def sleep(self, seconds: float) -> None:
+        self.scheduler.sleep(max(int(seconds * 1000), 1))
+
+
+@dataclass
+class Counters:
+    steps: int = 0
+    faults: dict[str, int] = field(default_factory=dict)
+
+    def fault(self, kind: str) -> None:
+        self.faults[kind] = self.faults.get(kind, 0) + 1
+
+
+class Deadlock(RuntimeError):
+    pass
+
+
+class Scheduler:
+    """Picks who runs next, at every point, with one seeded generator."""
+
+    def __init__(self, seed: int, *, start_ms: int, max_steps: int) -> None:
+        self.rng = random.Random(seed)
+        self.clock = SimClock(start_ms, self)
+        self.max_steps = max_steps
+        self.actors: list[Actor] = []
+        self.processes: dict[str, Process] = {}
+        self.counters = Counters()
+        self.root = greenlet.getcurrent()
+        self.current: Actor | None = None
+        self._trace = hashlib.sha256()
+        self.trace_tail: list[str] = []  # the last points, for a failing seed's report
+        # Decides, before an actor resumes, whether a fault strikes it (set by the world's fault plan).
+        self.before_resume: Callable[[Actor], None] | None = None
+        self._timers: list[tuple[int, int, Callable[[], None]]] = []
+        self._timer_seq = 0
+
+    # -- building --------------------------------------------------------------------------------------------
+
+    def process(self, name: str, **kwargs: object) -> Process:
+        proc = self.processes.get(name)
+        if proc is None:
+            proc = self.processes[name] = Process(name, **kwargs)  # type: ignore[arg-type]
+        return proc
+
+    def spawn(self, name: str, process: Process, body: Callable[[], None]) -> Actor:
+        """Start *body* as an actor of *process*; it first runs when the scheduler picks it."""
+
+        def run() -> None:
+            try:
+                body()
+            except Killed:
+                pass
+            finally:
+                actor.done = True
+
+        actor = Actor(name, process, greenlet.greenlet(run, parent=self.root))
+        self.actors.append(actor)
+        return actor
+
+    # -- what actors call ------------------------------------------------------------------------------------
+
+    def point(self, label: str) -> None:
+        """An actor reached a point where another may run first (or a fault may strike)."""
+        actor = self._me()
+        if actor is None:
+            return
+        self._record(actor, label)
+        self._switch()
+
+    def sleep(self, ms: int) -> None:
+        actor = self._me()
+        if actor is None:
+            raise RuntimeError("sleep outside an actor")
+        actor.wake_at = self.clock.mono_ms + ms
+        self._switch()
+
+    def wait(self, until: Callable[[], bool], timeout_ms: int | None) -> bool:
+        """Park until *until()* holds or *timeout_ms* passes; True when it holds."""
+        actor = self._me()
+        if actor is None:
+            raise RuntimeError("wait outside an actor")
+        if until():
+            self.point("wait.ready")
+            return True
+        actor.until = until
+        actor.wake_at = None if timeout_ms is None else self.clock.mono_ms + timeout_ms
+        self._switch()
+        return until()
+
+    def alive(self) -> None:
+        """Raise Killed when the calling actor's process has been crashed (for code run while it unwinds)."""
+        actor = self.current
+        if actor is not None and actor.process.dead:
+            raise Killed()
+
+    def _me(self) -> Actor | None:
+        actor = self.current
+        if actor is None or greenlet.getcurrent() is not actor.glet:
+            return None
+        if actor.process.dead:
+            raise Killed()
+        return actor
+
+    def _switch(self) -> None:
+        self.root.switch()
+        actor = self.current
+        if actor is not None and actor.process.dead:
+            raise Killed()
+
+    def _record(self, actor: Actor, label: str) -> None:
+        line = f"{self.clock.mono_ms} {actor.name} {label}"
+        self._trace.update(line.encode() + b"\n")
+        self.trace_tail.append(line)
+        if len(self.trace_tail) > 60:
+            del self.trace_tail[:20]
+
+    def note(self, line: str) -> None:
+        """A scheduler-level event (a fault, a restart) in the trace."""
+        self._trace.update(f"{self.clock.mono_ms} * {line}".encode() + b"\n")
+        self.trace_tail.append(f"{self.clock.mono_ms} * {line}")
+
+    @property
+    def trace_hash(self) -> str:
+        return self._trace.hexdigest()[:16]
+
+    # -- faults ----------------------------------------------------------------------------------------------
+
+    def crash(self, proc: Process, *, fault: bool = True) -> None:
+        """SIGKILL: every actor of *proc* stops where it is, its resources are dropped, and it restarts later.
+        *fault* False: the process exited by itself (its lease was lost) and is stopped and restarted the same way."""
+        if proc.dead:
+            return
+        proc.dead = True
+        if fault:
+            self.counters.fault("crash")
+        self.note(f"{'crash' if fault else 'exit'} {proc.name}")
+        for close in proc.on_crash:
+            close()
+        proc.on_crash.clear()
+        for actor in [a for a in self.actors if a.process is proc and not a.done]:
+            # Unwind it now, with every point refusing to run: finally blocks touch nothing outside its memory.
+            previous, self.current = self.current, actor
+            try:
+                actor.glet.throw(Killed())
+            except Killed:
+                pass
+            finally:
+                self.current = previous
+                actor.done = True
+        if proc.restart is not None:
+            restart = proc.restart
+            self.at(self.clock.mono_ms + proc.restart_after_ms, lambda: self._restart(proc, restart))
+
+    def _restart(self, proc: Process, restart: Callable[[], None]) -> None:
+        proc.dead = False
+        proc.paused_until = None
+        proc.incarnation += 1
+        self.note(f"restart {proc.name}")
+        restart()
+
+    def pause(self, proc: Process, ms: int) -> None:
+        self.counters.fault("pause")
+        self.note(f"pause {proc.name} {ms}")
+        proc.paused_until = self.clock.mono_ms + ms
+
+    def close(self) -> None:
+        """End the run: every process still alive is stopped the way a crash stops it (nothing restarts)."""
+        for proc in self.processes.values():
+            proc.restart = None
+            self.crash(proc, fault=False)
+
+    # -- timers ----------------------------------------------------------------------------------------------
+
+    def at(self, mono_ms: int, fn: Callable[[], None]) -> None:
+        """Run *fn* in the scheduler (not in an actor) once simulated time reaches *mono_ms*."""
+        self._timers.append((mono_ms, self._timer_seq, fn))
+        self._timer_seq += 1
+
+    # -- the loop --------------------------------------------------------------------------------------------
+
+    def run(self, *, until: Callable[[], bool] | None = None, deadline_ms: int | None = None) -> None:
+        """Run actors until *until()* holds, every actor is done, simulated time passes *deadline_ms* or the
+        step budget is spent."""
+        while self.counters.steps < self.max_steps:
+            if until is not None and until():
+                return
+            now = self.clock.mono_ms
+            if deadline_ms is not None and now >= deadline_ms:
+                return
+            self._fire_timers(now)
+            ready = [a for a in self.actors if a.ready(now)]
+            if not ready:
+                wake = self._next_wake(now)
+                if wake is None:
+                    return  # everyone is done, or waits for ever on something nobody will do
+                self.clock.mono_ms = wake if deadline_ms is None else min(wake, deadline_ms)
+                continue
+            actor = ready[self.rng.randrange(len(ready))]
+            if self.before_resume is not None:
+                self.before_resume(actor)
+                if not actor.ready(self.clock.mono_ms):
+                    continue
+            self.counters.steps += 1
+            self.clock.mono_ms += self.rng.choice((0, 0, 1, 1, 2, 5))  # each step takes a little time
+            actor.until, actor.wake_at = None, None
+            self.current = actor
+            try:
+                actor.glet.switch()
+            finally:
+                self.current = None
+            self.actors = [a for a in self.actors if not a.done]
+
+    def _fire_timers(self, now: int) -> None:
+        due = sorted(t for t in self._timers if t[0] <= now)
+        if not due:
+            return
+        self._timers = [t for t in self._timers if t[0] > now]
+        for _, _, fn in due:
+            fn()
+
+    def _next_wake(self, now: int) -> int | None:
+        wakes = [t[0] for t in self._timers]
+        for a in self.actors:
+            if a.done or a.process.dead:
+                continue
+            if a.process.paused_until is not None and a.process.paused_until > now:
+                wakes.append(a.process.paused_until)
+            elif a.wake_at is not None:
+                wakes.append(a.wake_at)
+        wakes = [w for w in wakes if w > now]
+        return min(wakes) if wakes else None

@@ -1,0 +1,401 @@
+"""One simulated deployment, built from a seed: shards, merchants, agents, the actors of every shard, and the
+fault plan that strikes them.
+
+Each shard is what `interlock up` runs for it — a gate worker, a rail worker with a standby, a reconciler —
+over its own real SQLite ledger, its own simulated Redis and the rail account its key reaches. The actors run
+the production functions (the gate job, `boot`, the Dispatcher, `begin_attempt`/`complete`, the heartbeat's
+beat, the reconciler's sweep); this module only plays the part RQ, supervisord and the OS play: it takes jobs off
+queues, restarts what died, and owns the threads' schedule. The agents stand for MCP clients and the ingress's
+money-call path: they build the Proposal the ingress builds, enqueue it with the ingress's own function, wait
+for the Outcome the ingress waits for, and follow `caller_action` as an agent must.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import redis
+
+from gate_workers.jobs import GateRuntime, judge_proposal
+from ingress import results
+from ingress.money import _enqueue
+from interlock import outcomes
+from interlock.arguments import parse_money_call
+from interlock.config import Settings, load_settings
+from interlock.errors import LeaseHeld
+from interlock.mandate import Mandate, MandateStore, validate_mandate
+from interlock.messages import CallerAction, Decision, Proposal
+from interlock.queues import ADMIT_JOB, EXECUTE_JOB, GATE_JOB, gates_queue, rail_queue
+from interlock.tools import current_pins
+from ledger.db import open_ledger
+from rail_worker.dispatch import Dispatcher
+from rail_worker.lease import Heartbeat, boot
+from rail_worker.ownership import OwnershipFence
+from rail_worker.runtime import RailRuntime
+from reconciler.loop import Reconciler
+from reconciler.worker import SWEEP_INTERVAL_S, _wait_for_hints
+from simulation.ledger import WriteFaults, open_sim_ledger
+from simulation.rail import FaultPlan, SimRail
+from simulation.redis import QueueFaults, SimRedis
+from simulation.scheduler import Killed, Process, Scheduler
+
+logger = logging.getLogger(__name__)
+
+DAY_MS = 86_400_000
+REFUND, SETTLEMENT = "create_refund", "create_instant_settlement"
+DEFINITE_ACTIONS = frozenset({"DONE", "DO_NOT_RETRY", "ESCALATE_TO_OPERATOR"})
+TIMINGS = {"rail_timeout_ms": 2_000, "lease_ttl_ms": 6_000, "reconcile_min_delay_ms": 1_000,
+           "reconcile_max_passes": 8, "reconcile_max_age_ms": 300_000, "outcome_wait_ms": 4_000}  # fmt: skip
+
+
+@dataclass
+class Action:
+    """One business action an agent wants done: the same action is repeated, never asked for twice."""
+
+    agent: str
+    merchant: str
+    shard: str
+    tool: str
+    subject: str  # the payment id, or "balance"
+    amount: int
+
+
+@dataclass
+class Answer:
+    action: Action
+    request_id: str
+    at_ms: int
+    structured: dict[str, Any]  # the ingress's answer: the Outcome's structured body, or the error object
+
+
+@dataclass
+class Faults:
+    """The seed's fault plan: which kinds strike and how often (swarm testing: each seed enables a subset)."""
+
+    crash: float = 0.0  # per step, per crashable process
+    pause: float = 0.0
+    pause_ms: tuple[int, int] = (1_000, 15_000)
+    clock_step: float = 0.0
+    partition: float = 0.0
+    redis_flush: float = 0.0
+    writes: WriteFaults = field(default_factory=WriteFaults)
+    queues: QueueFaults = field(default_factory=QueueFaults)
+    rail: FaultPlan = field(default_factory=FaultPlan)
+
+    def calm(self) -> None:
+        """Faults stop (the liveness phase): what is paused, partitioned or dead comes back by itself."""
+        self.crash = self.pause = self.clock_step = self.partition = self.redis_flush = 0.0
+        self.writes.begin_busy = self.writes.commit_error = 0.0
+        q = self.queues
+        q.lose = q.duplicate = q.delay = q.reorder = 0.0
+        self.rail.money = {"ok": 1.0}
+        self.rail.read_error = 0.0
+
+
+@dataclass
+class Shard:
+    name: str
+    settings: Settings
+    redis: SimRedis
+    rail: SimRail
+    mandates: MandateStore
+    merchants: list[str]
+    ledger_path: Path
+
+
+class SimPool(Executor):
+    """The rail worker's call pool: each submitted call runs as an actor of the worker's own process."""
+
+    def __init__(self, sched: Scheduler, process: Process, name: str) -> None:
+        self.sched, self.process, self.name = sched, process, name
+        self.live = 0
+        self._n = 0
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        self._n += 1
+        self.live += 1
+
+        def run() -> None:
+            try:
+                fn(*args, **kwargs)
+            finally:
+                self.live -= 1
+
+        self.sched.spawn(f"{self.name}.call{self._n}", self.process, run)
+        return Future()
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        if wait:
+            self.sched.wait(lambda: self.live == 0, None)
+
+
+class World:
+    def __init__(self, sched: Scheduler, root: Path, faults: Faults, *, shards: int, merchants_per_shard: int,
+                 agents_per_merchant: int, actions_per_agent: int, concurrency: int) -> None:  # fmt: skip
+        self.sched = sched
+        self.root = root
+        self.faults = faults
+        self.concurrency = concurrency
+        self.shards: dict[str, Shard] = {}
+        self.answers: list[Answer] = []
+        self.actions: list[Action] = []
+        self.pending: set[int] = set()  # actions whose agent has not had a definite answer yet
+        self.money_calls = 0
+        self.payments: dict[str, int] = {}
+        self.mandates: dict[str, Mandate] = {}
+        rng = sched.rng
+        amounts = iter(rng.sample(range(1, 5_000), 4_000))  # each action's amount is its own: one signature each
+        for s in range(shards):
+            name = f"s{s}"
+            path = root / f"ledger-{name}.sqlite3"
+            settings = load_settings(ledger=path, shard=name, rail_concurrency=concurrency, **TIMINGS)
+            client = SimRedis(sched, name, faults.queues)
+            faults.rail.settlement_bound_ms = settings.rail_timeout_ms + settings.reconcile_min_delay_ms
+            rail = SimRail(sched, f"acct_{name}", faults.rail, balance=50_000_000)
+            merchants = [f"acc_M{s}{m}" for m in range(merchants_per_shard)]
+            store: dict[str, Mandate] = {}
+            for merchant in merchants:
+                for a in range(agents_per_merchant):
+                    agent = f"agent_{merchant[-2:]}{a}"
+                    store[agent] = self.mandates[agent] = make_mandate(merchant, agent)
+                    for _ in range(actions_per_agent):
+                        tool = REFUND if rng.random() < 0.55 else SETTLEMENT
+                        amount = 100 * next(amounts) + rng.randrange(100)
+                        subject = "balance"
+                        if tool == REFUND:
+                            subject = f"pay_{merchant[-2:]}{len(self.payments):06d}"
+                            rail.add_payment(subject, amount + rng.choice((0, 0, 500, 50_000)))
+                            self.payments[subject] = amount
+                        self.actions.append(Action(agent, merchant, name, tool, subject, amount))
+            open_ledger(path).close()  # created as the rail worker's first start creates it, before anyone reads it
+            self.shards[name] = Shard(name, settings, client, rail, MandateStore(store), merchants, path)
+        self.pending = set(range(len(self.actions)))
+
+    # -- processes -------------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        for shard in self.shards.values():
+            self._rail_worker(shard, "rail-a")
+            self._rail_worker(shard, "rail-b")  # the standby: takes over once the lease is stale
+            self._gate_worker(shard)
+            self._reconciler(shard)
+        for agent in sorted({a.agent for a in self.actions}):
+            mine = [i for i, a in enumerate(self.actions) if a.agent == agent]
+            proc = self.sched.process(f"agent:{agent}", crashable=False)
+            self.sched.spawn(f"agent:{agent}", proc, lambda mine=mine: self._agent(mine))  # type: ignore[misc]
+
+    def _supervised(self, name: str, body: Callable[[Process], None], restart_after_ms: int = 1_500) -> Process:
+        proc = self.sched.process(name, restart_after_ms=restart_after_ms)
+
+        def launch() -> None:
+            def main() -> None:
+                try:
+                    body(proc)
+                except Exception:  # noqa: BLE001 - the process dies of it, and supervisord starts it again
+                    logger.exception("%s died", name)
+                    self.sched.counters.fault("actor_died")
+                finally:
+                    # The process exited (its lease was lost): supervisord starts it again.
+                    if not proc.dead:
+                        self.sched.at(self.sched.clock.mono_ms, lambda: self.sched.crash(proc, fault=False))
+
+            self.sched.spawn(f"{name}#{proc.incarnation}", proc, main)
+
+        proc.restart = launch
+        launch()
+        return proc
+
+    def _gate_worker(self, shard: Shard) -> None:
+        def body(proc: Process) -> None:
+            rt = GateRuntime(settings=shard.settings, mandates=shard.mandates, rail=shard.rail,
+                             ledger=self._ledger(shard, proc, readonly=True), redis=shard.redis,  # type: ignore[arg-type]
+                             tool_hashes=current_pins(),
+                             rail_queues={shard.name: shard.redis.queue(rail_queue(shard.name))})  # fmt: skip
+            queue = shard.redis.queue(gates_queue(shard.name))
+            while True:
+                job = self._take(shard, queue)
+                if job is None or job.func != GATE_JOB:
+                    continue
+                try:
+                    judge_proposal(rt, job.args[0])
+                except (Exception, redis.RedisError):  # RQ marks the job failed; the agent's repeat is judged afresh
+                    logger.exception("gate job failed")
+
+        self._supervised(f"gate:{shard.name}", body)
+
+    def _rail_worker(self, shard: Shard, name: str) -> None:
+        def body(proc: Process) -> None:
+            owner = f"{name}:{shard.name}:{proc.incarnation}"
+            rt = RailRuntime(settings=shard.settings, ledger_path=shard.ledger_path,
+                             ledger=self._ledger(shard, proc), mandates=shard.mandates, rail=shard.rail,
+                             redis=shard.redis, owner=owner, fence=OwnershipFence(shard.name))  # type: ignore[arg-type]  # fmt: skip
+            while True:
+                try:
+                    stranded = boot(rt)
+                    break
+                except LeaseHeld:
+                    self.sched.sleep(shard.settings.lease_ttl_ms // 4)
+                except Exception:  # noqa: BLE001 - a failed boot write: the process exits and is restarted
+                    logger.exception("rail worker boot failed")
+                    return
+            pool = SimPool(self.sched, proc, f"{name}:{shard.name}")
+            dispatcher = Dispatcher(rt, self.concurrency, pool=pool)
+            heartbeat = Heartbeat(rt)
+            hb_conn = self._ledger(shard, proc)
+
+            def beat() -> None:
+                while not rt.lease_lost.is_set():
+                    self.sched.sleep(shard.settings.lease_ttl_ms // 3)
+                    if not heartbeat.beat(hb_conn):
+                        return
+
+            self.sched.spawn(f"{owner}.heartbeat", proc, beat)
+            for merchant_id, sik in stranded:
+                self._run_job(lambda: dispatcher.execute(merchant_id, sik, None))  # noqa: B023
+            queue = shard.redis.queue(rail_queue(shard.name))
+            while not rt.lease_lost.is_set():
+                if pool.live >= self.concurrency:
+                    self.sched.wait(lambda: pool.live < self.concurrency or rt.lease_lost.is_set(), None)
+                    continue
+                job = self._take(shard, queue, timeout_ms=shard.settings.lease_ttl_ms // 3)
+                if job is None:
+                    continue
+                if job.func == ADMIT_JOB:
+                    decision = Decision.from_json(job.args[0])
+                    self._run_job(lambda: dispatcher.handle_decision(decision))  # noqa: B023
+                elif job.func == EXECUTE_JOB:
+                    args = job.args
+                    self._run_job(lambda: dispatcher.execute(*args))  # noqa: B023
+            dispatcher.drain()  # the lease is lost: calls already out are recorded (fenced), then the process exits
+
+        self._supervised(f"{name}:{shard.name}", body)
+
+    def _run_job(self, fn: Callable[[], object]) -> None:
+        try:
+            fn()
+        except Killed:
+            raise
+        except Exception:  # noqa: BLE001 - a failed job: RQ keeps it as failed, the ledger keeps the truth
+            logger.exception("rail job failed")
+
+    def _reconciler(self, shard: Shard) -> None:
+        def body(proc: Process) -> None:
+            rec = Reconciler(settings=shard.settings, ledger=self._ledger(shard, proc), rail=shard.rail,
+                             redis=shard.redis, owner=f"reconciler:{shard.name}:{proc.incarnation}",  # type: ignore[arg-type]
+                             mandates=shard.mandates, rail_jobs=shard.redis.queue(rail_queue(shard.name)))  # fmt: skip
+            while True:
+                try:
+                    rec.sweep()
+                except Exception:  # noqa: BLE001 - the loop goes on; the next sweep finds the same rows
+                    logger.exception("sweep failed")
+                try:
+                    _wait_for_hints(shard.redis, shard.name, SWEEP_INTERVAL_S * 4)  # type: ignore[arg-type]
+                except redis.RedisError:
+                    self.sched.sleep(int(SWEEP_INTERVAL_S * 1000))
+
+        self._supervised(f"reconciler:{shard.name}", body)
+
+    def _ledger(self, shard: Shard, proc: Process, *, readonly: bool = False) -> sqlite3.Connection:
+        return open_sim_ledger(shard.ledger_path, self.sched, proc, self.faults.writes, readonly=readonly)
+
+    def _take(self, shard: Shard, queue: Any, timeout_ms: int | None = None) -> Any:
+        try:
+            return queue.take(timeout_ms)
+        except redis.RedisError:
+            self.sched.sleep(500)
+            return None
+
+    # -- agents ----------------------------------------------------------------------------------------------
+
+    def _agent(self, mine: list[int]) -> None:
+        for index in mine:
+            action = self.actions[index]
+            for _ in range(200):
+                answer = self.call(action)
+                done = answer.get("caller_action") in DEFINITE_ACTIONS
+                if done:
+                    break
+                self.sched.sleep(self.sched.rng.randint(200, 3_000))
+            self.pending.discard(index)
+
+    def call(self, action: Action) -> dict[str, Any]:
+        """One money call through the ingress's path: validate, enqueue the Proposal, wait for the Outcome."""
+        shard = self.shards[action.shard]
+        arguments: dict[str, Any] = {"amount": action.amount}
+        if action.tool == REFUND:
+            arguments["payment_id"] = action.subject
+        parse_money_call(action.tool, arguments)
+        request_id = f"req{self.sched.rng.getrandbits(64):016x}"
+        proposal = Proposal(request_id=request_id, agent_id=action.agent, merchant_id=action.merchant, tool=action.tool,
+                            arguments=arguments, received_at_ms=self.sched.clock.now_ms())  # fmt: skip
+        self.money_calls += 1
+        route = SimpleNamespace(queue_redis=shard.redis, gates_queue=lambda: shard.redis.queue(gates_queue(shard.name)))
+        structured: dict[str, Any]
+        try:
+            _enqueue(route, proposal)  # type: ignore[arg-type]
+            outcome = outcomes.wait(shard.redis, request_id, shard.settings.outcome_wait_ms)  # type: ignore[arg-type]
+            result = results.money_outcome(outcome.structured()) if outcome else results.in_progress()
+            structured = dict(result.structured_content or {})
+        except redis.RedisError:
+            error = results.error("QUEUE_UNAVAILABLE", "queue unreachable", CallerAction.RETRY_SAME_CALL)
+            structured = results.error_body(error) or {}
+        self.answers.append(Answer(action, request_id, self.sched.clock.now_ms(), structured))
+        return structured
+
+    # -- faults ----------------------------------------------------------------------------------------------
+
+    def strike(self, actor: Any) -> None:
+        """Before an actor resumes: maybe crash or pause its process, step the clock, cut a link, lose Redis."""
+        f, rng, sched = self.faults, self.sched.rng, self.sched
+        proc = actor.process
+        if not proc.crashable:
+            return
+        roll = rng.random()
+        if roll < f.crash:
+            sched.crash(proc)
+        elif roll < f.crash + f.pause:
+            sched.pause(proc, rng.randint(*f.pause_ms))
+        elif roll < f.crash + f.pause + f.partition:
+            shard = self.shards[proc.name.rsplit(":", 1)[-1]]
+            until = sched.clock.mono_ms + rng.randint(500, 10_000)
+            (shard.redis if rng.random() < 0.5 else shard.rail).partition(proc.name, until)
+            sched.counters.fault("partition")
+            sched.note(f"partition {proc.name}")
+        elif roll < f.crash + f.pause + f.partition + f.clock_step:
+            step = rng.choice((1_000, 5_000, 30_000))
+            sched.clock.wall_offset_ms += step
+            sched.counters.fault("clock_step")
+            sched.note(f"clock step +{step}")
+        elif roll < f.crash + f.pause + f.partition + f.clock_step + f.redis_flush:
+            self.shards[proc.name.rsplit(":", 1)[-1]].redis.flush()
+
+
+def make_mandate(merchant: str, agent: str) -> Mandate:
+    pins = current_pins()
+    data = {
+        "v": 1, "mandate_id": f"mnd_{agent}", "merchant_id": merchant, "agent_id": agent,
+        "issued_at": 1_700_000_000_000, "expires_at": 2_100_000_000_000, "purpose": "simulated agent",
+        "scope": {"grants": {
+            "fetch_payment": {"reversibility": "reversible"},
+            "create_refund": {"reversibility": "irreversible",
+                              "value": {"min_amount_minor": 100, "max_amount_minor": 400_000, "currencies": ["INR"]}},
+            "create_instant_settlement": {"reversibility": "irreversible",
+                                          "value": {"min_amount_minor": 100, "max_amount_minor": 400_000,
+                                                    "currencies": ["INR"]}},
+        }},
+        "limits": {"windows": [{"window_ms": DAY_MS, "max_calls": 12, "max_amount_minor": 900_000, "currency": "INR"}],
+                   "fee_budgets": {"INR": {"window_ms": DAY_MS, "max_fee_minor": 2_500}}},
+        "idempotency": {"create_instant_settlement": {"window_ms": DAY_MS}},
+        "approval": {"approvers": ["ops@example.com"], "hold_above_minor": None, "hold_expiry_ms": DAY_MS},
+        "provenance": {"server_id": "interlock-rest",
+                       "pinned_manifests": {t: {"sha256": pins[t]} for t in ("fetch_payment", REFUND, SETTLEMENT)}},
+    }  # fmt: skip
+    return validate_mandate(json.loads(json.dumps(data)), source=f"simulated mandate of {agent}")

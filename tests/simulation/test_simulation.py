@@ -1,0 +1,128 @@
+"""The seeded simulation (SPEC §19): deterministic, able to fail, and clean over a short run of seeds.
+
+The long run (thousands of seeds) is `make simulate`; here a few dozen seeds run in process, each a whole
+deployment of two shards with every fault kind the seed enables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from simulation.checker import ShardEvidence, check
+from simulation.run import quiet_logs, run_seed
+
+SHORT_RUN = range(1, 31)
+
+
+@pytest.fixture(autouse=True)
+def _quiet() -> None:
+    quiet_logs()
+
+
+def test_a_seed_replays_to_the_same_trace() -> None:
+    first, again = run_seed(7), run_seed(7)
+    assert first.trace_hash == again.trace_hash
+    assert (first.steps, first.money_calls, first.faults) == (again.steps, again.money_calls, again.faults)
+    assert run_seed(8).trace_hash != first.trace_hash
+
+
+def test_a_short_run_of_seeds_finds_no_violation() -> None:
+    results = [run_seed(seed) for seed in SHORT_RUN]
+    failed = {r.seed: [str(v) for v in r.violations] for r in results if not r.ok}
+    assert failed == {}, f"replay with: interlock simulate --seed-start SEED --seeds 1 --verbose; {failed}"
+    # The run did what it is for: money moved, and faults struck.
+    assert sum(r.money_calls for r in results) > 10 * len(results)
+    assert sum(sum(r.faults.values()) for r in results) > 5 * len(results)
+    kinds = set().union(*(r.faults for r in results))
+    assert {"crash", "pause", "ledger_commit_error", "queue_lost", "rail_lost_answer"} <= kinds
+    edges = set().union(*(r.edges for r in results))
+    assert {"IN_FLIGHT -RAIL_AMBIGUOUS-> UNKNOWN", "RECONCILING -RECONCILE_FOUND_APPLIED-> APPLIED",
+            "CONFIRMED_NOT_APPLIED -RETRY_AUTHORIZED-> AUTHORIZED"} <= edges  # fmt: skip
+
+
+def test_wall_clock_steps_are_finding_f1_until_the_reconciler_measures_its_delay_on_its_own_clock() -> None:
+    """docs/simulation.md, F1: a forward step of the wall clock shortens the reconcile delay, and a settlement
+    the rail lists within that delay is read as absent and paid twice. When this fails, F1 is fixed: turn clock
+    steps on by default and drop this test."""
+    # Seed 186 shows it under `interlock simulate` (PYTHONHASHSEED=0); pytest's hash seed may order a set differently,
+    # so the first of a few seeds that pays twice is looked for.
+    for seed in range(186, 206):
+        result = run_seed(seed, clock_steps=True)
+        if any(v.kind == "ONE_ENTITY_PER_ACTION" for v in result.violations):
+            assert "clock_step" in result.faults
+            return
+    pytest.fail("no seed of 186..205 paid twice with clock steps: has F1 been fixed?")
+
+
+@dataclass
+class _Entry:
+    kind: str
+    id: str
+    subject: str
+    amount: int
+    fees: int
+    stamp: str | None
+    requested_amount: int
+
+
+@dataclass
+class _Action:
+    agent: str
+    shard: str
+    tool: str
+    subject: str
+    amount: int
+
+
+@dataclass
+class _Answer:
+    action: _Action
+    structured: dict[str, object]
+
+
+def _ledger(path: Path, rows: list[tuple[str, str, str, str, int, str | None]]) -> Path:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE intents (merchant_id, sik, state, tool, subject_id, amount_minor, rail_entity_id)")
+    conn.execute("CREATE TABLE audit_log (seq, ts, kind, payload_json, prev_hash, hash)")
+    conn.execute("CREATE TABLE audit_head (id, seq, hash)")
+    conn.executemany("INSERT INTO intents VALUES ('m', ?, ?, ?, ?, ?, ?)", rows)
+    conn.commit()
+    conn.close()
+    return path
+
+
+LIMITS = {"a": {"scope": {"grants": {"create_instant_settlement": {"value": {"min_amount_minor": 1,
+                                                                              "max_amount_minor": 10**6}}}},
+                "limits": {"windows": [], "fee_budgets": {}}}}  # fmt: skip
+
+
+def test_the_checker_names_two_entities_for_one_action(tmp_path: Path) -> None:
+    journal = [_Entry("settlement", "setlod_1", "balance", 500, 2, "S1", 500),
+               _Entry("settlement", "setlod_2", "balance", 500, 2, "S1", 500)]  # fmt: skip
+    ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "APPLIED", "create_instant_settlement", "balance", 500,
+                                               "setlod_1")])  # fmt: skip
+    action = _Action("a", "s0", "create_instant_settlement", "balance", 500)
+    found = check([ShardEvidence("s0", ledger, journal, {})], [action], [], LIMITS, settled=False)
+    assert {v.kind for v in found} == {"ONE_ENTITY_PER_ACTION"}
+    # Once the run has settled, the second entity is also money the ledger does not know it moved.
+    told = _Answer(action, {"state": "APPLIED", "sik": "S1", "rail_entity_id": "setlod_1", "caller_action": "DONE"})
+    found = check([ShardEvidence("s0", ledger, journal, {})], [action], [told], LIMITS, settled=True)
+    assert {v.kind for v in found} == {"ONE_ENTITY_PER_ACTION", "LEDGER_RAIL"}
+
+
+def test_the_checker_names_an_applied_intent_the_rail_never_paid(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "APPLIED", "create_instant_settlement", "balance", 500,
+                                               "setlod_9")])  # fmt: skip
+    found = check([ShardEvidence("s0", ledger, [], {})], [], [], LIMITS, settled=True)
+    assert [v.kind for v in found] == ["LEDGER_RAIL"]
+
+
+def test_the_checker_names_an_intent_left_unknown_once_the_run_settled(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "UNKNOWN", "create_instant_settlement", "balance", 500, None)])
+    assert [v.kind for v in check([ShardEvidence("s0", ledger, [], {})], [], [], LIMITS, settled=True)] == [
+        "NOT_DEFINITE"]
+    assert check([ShardEvidence("s0", ledger, [], {})], [], [], LIMITS, settled=False) == []
