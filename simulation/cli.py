@@ -54,13 +54,17 @@ def edge_names() -> list[str]:
 @click.option("--jobs", type=int, default=1, show_default=True, help="processes running seeds side by side")
 @click.option("--verbose", is_flag=True, help="for one seed: the actors' logs and the end of its trace")
 @click.option("--clock-steps", is_flag=True, help="also step the wall clock forward (finding F1, docs/simulation.md)")
+@click.option("--mutants", is_flag=True, help="re-introduce each known defect and find it (proof it can fail)")
+@click.option("--only", multiple=True, help="with --mutants: only these mutants")
 @click.option("--write-results", is_flag=True, help="write RESULTS.md's simulation section")
 def simulate_command(count: int, seed_start: int, steps: int, jobs: int, verbose: bool, clock_steps: bool,
-                     write_results: bool) -> None:  # fmt: skip
+                     mutants: bool, only: tuple[str, ...], write_results: bool) -> None:  # fmt: skip
     """Run the money path's actors in one process under a seeded scheduler, with faults; exit 1 on any violation."""
     if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
         os.execve(sys.executable, [sys.executable, "-m", "interlock.cli", *sys.argv[1:]],
                   {**os.environ, "PYTHONHASHSEED": HASH_SEED})  # fmt: skip
+    if mutants:
+        sys.exit(_mutants(list(only), write_results))
     started = time.monotonic()
     if verbose:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
@@ -97,6 +101,31 @@ def simulate_command(count: int, seed_start: int, steps: int, jobs: int, verbose
         write_section("simulation", _section(summary, report, results, wall, jobs, seed_start))
     click.echo(summary)
     sys.exit(1 if violations else 0)
+
+
+def _mutants(only: list[str], write: bool) -> int:
+    """Each mutant's run of the simulator on a patched copy of the tree; 1 unless every one was found."""
+    import tempfile
+    from pathlib import Path
+
+    from simulation.mutants import ALL, find, summarise
+
+    unknown = [name for name in only if name not in ALL]
+    if unknown:
+        raise click.BadParameter(f"no such mutant: {', '.join(unknown)} (known: {', '.join(ALL)})", param_hint="--only")
+    base = Path(tempfile.mkdtemp(prefix="sim-mutants-"))
+    results = []
+    for name in only or list(ALL):
+        found = find(ALL[name], base)
+        click.echo(f"{name}: {'found by seed ' + str(found.seed) if found.found else 'NOT FOUND'} {found.violation}")
+        results.append(found)
+    table = summarise(results)
+    click.echo(table)
+    if write and not only:
+        write_section("simulation-mutants", "## Simulation mutants (`interlock simulate --mutants`)\n\nEvidence: "
+                      f"**simulated**, commit {commit_id()}: each defect re-introduced into a copy of the tree, seeds "
+                      "1, 2, ... run until one fails.\n\n" + table)  # fmt: skip
+    return 0 if all(r.found for r in results) else 1
 
 
 def coverage(results: list[SeedResult]) -> str:

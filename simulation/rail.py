@@ -7,7 +7,8 @@ and on which terms — that the independent checker reads, and a fault for every
 seed: applied and answered; applied with the answer lost (a gateway 504); refused before anything was applied
 (a connect error, or a 500 before applying); applied only after the caller's deadline; the idempotency key
 forgotten, so a retry after an earlier apply is refused 4xx for its reused receipt;
-answered with a stamped entity on other terms. Its lists may lag behind its writes, as Razorpay's do.
+answered with a stamped entity on other terms; answered with another call's entity (a gateway's replayed
+response), applied or not. Its lists may lag behind its writes, as Razorpay's do.
 
 The first byte of a money request leaves when `rails.deadline.check_send_window()` says it may — after the
 scheduler point, so a pause lands before the check that guards the send, as it would in the REST client.
@@ -25,7 +26,8 @@ from rails.models import Balance, Page, Payment, Refund, Settlement
 from rails.razorpay import RailError, RailErrorKind
 from simulation.scheduler import Scheduler
 
-MONEY_FAULTS = ("ok", "lost_answer", "not_applied", "error_not_applied", "late_apply", "key_forgotten", "other_terms")
+MONEY_FAULTS = ("ok", "lost_answer", "not_applied", "error_not_applied", "late_apply", "key_forgotten", "other_terms",
+                "replayed_response")
 LIST_MAX = 100
 
 
@@ -232,6 +234,10 @@ class SimRail:
         if isinstance(applied, RailError):
             raise applied
         raw = applied[0]
+        if fault == "replayed_response":
+            others = [r for r in (self.refunds if raw.get("entity") == "refund" else self.settlements) if r is not raw]
+            if others:
+                return dict(self.sched.rng.choice(others))  # a 200 carrying someone else's entity
         if fault == "lost_answer":
             raise RailError(RailErrorKind.AMBIGUOUS, "504 Gateway Time-out", method="POST", path=what, http_status=504)
         return dict(raw)

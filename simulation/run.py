@@ -45,7 +45,8 @@ class SeedResult:
         return not self.violations
 
 
-RAIL_FAULTS = ("lost_answer", "not_applied", "error_not_applied", "late_apply", "key_forgotten", "other_terms")
+RAIL_FAULTS = ("lost_answer", "not_applied", "error_not_applied", "late_apply", "key_forgotten", "other_terms",
+               "replayed_response")
 FAULT_KINDS = ("crash", "pause", "partition", "clock_step", "redis_flush", "ledger_busy", "ledger_commit_error",
                "queue", "rail_money", "rail_read_error", "list_lag")  # fmt: skip
 

@@ -48,6 +48,7 @@ class Actor:
     wake_at: int | None = None  # sleeping (or waiting with a timeout) until this simulated instant
     until: Callable[[], bool] | None = None  # waiting for this to become true
     done: bool = False
+    last_point: str = ""  # where it stopped last
 
     def ready(self, now: int) -> bool:
         if self.done or self.process.dead:
@@ -143,6 +144,7 @@ class Scheduler:
         if actor is None:
             return
         self._record(actor, label)
+        actor.last_point = label
         self._switch()
 
     def sleep(self, ms: int) -> None:

@@ -185,12 +185,15 @@ class World:
         for shard in self.shards.values():
             self._rail_worker(shard, "rail-a")
             self._rail_worker(shard, "rail-b")  # the standby: takes over once the lease is stale
-            self._gate_worker(shard)
+            self._gate_worker(shard, "gate-a")
+            self._gate_worker(shard, "gate-b")  # racing gate workers: the admission's re-checks are what holds
             self._reconciler(shard)
         for agent in sorted({a.agent for a in self.actions}):
             mine = [i for i, a in enumerate(self.actions) if a.agent == agent]
             proc = self.sched.process(f"agent:{agent}", crashable=False)
-            self.sched.spawn(f"agent:{agent}", proc, lambda mine=mine: self._agent(mine))  # type: ignore[misc]
+            # An agent makes up to two tool calls at once (models do call tools in parallel): its own calls race.
+            for lane in range(2):
+                self.sched.spawn(f"agent:{agent}.{lane}", proc, lambda mine=mine[lane::2]: self._agent(mine))  # type: ignore[misc]
 
     def _supervised(self, name: str, body: Callable[[Process], None], restart_after_ms: int = 1_500) -> Process:
         proc = self.sched.process(name, restart_after_ms=restart_after_ms)
@@ -213,7 +216,7 @@ class World:
         launch()
         return proc
 
-    def _gate_worker(self, shard: Shard) -> None:
+    def _gate_worker(self, shard: Shard, name: str) -> None:
         def body(proc: Process) -> None:
             rt = GateRuntime(settings=shard.settings, mandates=shard.mandates, rail=shard.rail,
                              ledger=self._ledger(shard, proc, readonly=True), redis=shard.redis,  # type: ignore[arg-type]
@@ -229,7 +232,7 @@ class World:
                 except (Exception, redis.RedisError):  # RQ marks the job failed; the agent's repeat is judged afresh
                     logger.exception("gate job failed")
 
-        self._supervised(f"gate:{shard.name}", body)
+        self._supervised(f"{name}:{shard.name}", body)
 
     def _rail_worker(self, shard: Shard, name: str) -> None:
         def body(proc: Process) -> None:
@@ -242,7 +245,7 @@ class World:
                     stranded = boot(rt)
                     break
                 except LeaseHeld:
-                    self.sched.sleep(shard.settings.lease_ttl_ms // 4)
+                    self.sched.sleep(shard.settings.lease_ttl_ms // 2)  # boot verifies the whole chain each try
                 except Exception:  # noqa: BLE001 - a failed boot write: the process exits and is restarted
                     logger.exception("rail worker boot failed")
                     return
@@ -359,22 +362,24 @@ class World:
         if not proc.crashable:
             return
         roll = rng.random()
+        # A pause matters most between a money call's IN_FLIGHT commit and its first byte: struck there more often.
+        pause = f.pause * (8 if actor.last_point.endswith(".send") else 1)
         if roll < f.crash:
             sched.crash(proc)
-        elif roll < f.crash + f.pause:
+        elif roll < f.crash + pause:
             sched.pause(proc, rng.randint(*f.pause_ms))
-        elif roll < f.crash + f.pause + f.partition:
+        elif roll < f.crash + pause + f.partition:
             shard = self.shards[proc.name.rsplit(":", 1)[-1]]
             until = sched.clock.mono_ms + rng.randint(500, 10_000)
             (shard.redis if rng.random() < 0.5 else shard.rail).partition(proc.name, until)
             sched.counters.fault("partition")
             sched.note(f"partition {proc.name}")
-        elif roll < f.crash + f.pause + f.partition + f.clock_step:
+        elif roll < f.crash + pause + f.partition + f.clock_step:
             step = rng.choice((1_000, 5_000, 30_000))
             sched.clock.wall_offset_ms += step
             sched.counters.fault("clock_step")
             sched.note(f"clock step +{step}")
-        elif roll < f.crash + f.pause + f.partition + f.clock_step + f.redis_flush:
+        elif roll < f.crash + pause + f.partition + f.clock_step + f.redis_flush:
             self.shards[proc.name.rsplit(":", 1)[-1]].redis.flush()
 
 

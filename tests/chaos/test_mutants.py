@@ -10,8 +10,13 @@ import pytest
 from chaos.mutants import MUTANTS, ROOT, Edit, Mutant, build, check
 from chaos.trial import run_mutant_cell
 
+# Every mutant is checked by `make chaos` (`interlock chaos --mutants`, which writes RESULTS.md's mutant section), and
+# the seeded simulation finds them again in tests/simulation. Here one mutant caught by a chaos cell's verdict and one
+# caught by the suite keep both ways of catching honest, inside make test's time.
+REPRESENTATIVE = ("blind_retry", "I6_chain_not_linked")
 
-@pytest.mark.parametrize("name", sorted(MUTANTS))
+
+@pytest.mark.parametrize("name", REPRESENTATIVE)
 def test_the_mutant_is_caught(name: str, tmp_path: Path) -> None:
     result = check(MUTANTS[name], tmp_path, seed=4242, run_cell=run_mutant_cell)
     assert result.caught, result
@@ -39,6 +44,6 @@ def test_a_harmless_edit_is_reported_as_not_caught(tmp_path: Path) -> None:
     with pytest.raises(ValueError):  # '"""' is not unique: the same refusal guards against ambiguous edits
         build(harmless, tmp_path)
     comment = Mutant("comment", "nothing", (Edit("ledger/audit.py", "def append(", "# mutated\ndef append("),),
-                     tests=("tests/ledger/test_audit.py",))  # fmt: skip
+                     tests=("tests/ledger/test_audit.py::test_intact_chain_verifies",))  # fmt: skip
     result = check(comment, tmp_path)
     assert not result.caught and "did not fail" in result.by

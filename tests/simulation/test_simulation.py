@@ -126,3 +126,14 @@ def test_the_checker_names_an_intent_left_unknown_once_the_run_settled(tmp_path:
     assert [v.kind for v in check([ShardEvidence("s0", ledger, [], {})], [], [], LIMITS, settled=True)] == [
         "NOT_DEFINITE"]
     assert check([ShardEvidence("s0", ledger, [], {})], [], [], LIMITS, settled=False) == []
+
+
+@pytest.mark.parametrize("name", ["I3_timeout_is_a_refusal", "admission_skips_limits"])
+def test_the_simulator_finds_a_defect_put_back_into_a_copy_of_the_tree(name: str, tmp_path: Path) -> None:
+    """Two of `interlock simulate --mutants` (all of them run in `make simulate`'s companion, RESULTS.md): a
+    timeout taken for a refusal, and an admission that no longer re-asserts the limits racing gate workers pass."""
+    from simulation.mutants import ALL, find
+
+    found = find(ALL[name], tmp_path, seeds=12)
+    assert found.found, found
+    assert found.violation.split(":")[0] in {"LEDGER_RAIL", "LIMIT", "ONE_ENTITY_PER_ACTION"}, found

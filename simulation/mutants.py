@@ -1,0 +1,98 @@
+"""Proof that the simulator can fail: each money-path defect the reviews found, re-introduced into a copy of the
+tree (chaos.mutants.build), and the seeds it takes the simulator to find it.
+
+A mutant is caught when some seed of its run ends with a violation; the report names the first such seed and
+the violation. The invariant mutants of chaos/mutants.py are run here too, unchanged, so that one list says
+which guarantees each tool can see broken.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from chaos.mutants import MUTANTS as INVARIANT_MUTANTS
+from chaos.mutants import Edit, Mutant, build, env_for
+
+SEEDS = 120  # a mutant not found within this many seeds is reported as not found
+
+
+def _m(name: str, breaks: str, *edits: Edit) -> Mutant:
+    return Mutant(name, breaks, tuple(edits))
+
+
+SEAM_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    _m("terms_not_checked", "issue 25 item 7: APPLIED only on the intent's own terms",
+       Edit("rail_worker/classify.py", "    differs = intent.mismatch(entity.raw) if intent is not None else None",
+            "    differs = None")),
+    _m("send_window_open_after_pause", "ADR 0005: no request leaves once its worker's or its row's lease may be gone",
+       Edit("rail_worker/execute.py", "    if rt.send_stop.is_set() or late_ms >= 0:", "    if False:"),
+       Edit("rail_worker/execute.py",
+            "        with send_window(send_by, wall_until_ms=wall_until, wall_clock=now_ms, lost=rt.send_stop):",
+            "        if True:")),
+    _m("reconcile_without_delay", "ADR 0010: a settlement is read only after its call's deadline plus the delay",
+       Edit("reconciler/loop.py", "            ready_at = gave_up + self.settings.reconcile_min_delay_ms",
+            "            ready_at = row[\"started_at\"] or 0")),
+    _m("admission_skips_limits", "SPEC §7 G3: the rail worker re-asserts the limits inside the admit transaction",
+       Edit("rail_worker/admit.py", "        if limits.verdict is Verdict.BLOCK:\n", "        if False:\n")),
+    _m("grace_lands_nowhere", "issue 25 item 1: a repeat across the window boundary lands on the first call's intent",
+       Edit("rail_worker/grace.py", "    for sik in decision.grace_siks:\n        intent = intents.get_intent(",
+            "    return None\n    for sik in decision.grace_siks:\n        intent = intents.get_intent(")),
+    _m("unrecorded_answer_dropped", "issue 25 item 2: a rail answer whose write failed is retried until durable",
+       Edit("rail_worker/execute.py", "            clock.sleep(pause)\n", "            raise\n")),
+    _m("fenced_answer_not_evidence", "ADR 0005: a superseded worker's stamped answer settles the intent",
+       Edit("rail_worker/execute.py",
+            "        if result.event in (Event.RAIL_APPLIED, Event.TERMS_MISMATCH):\n            # Ours on other terms",
+            "        if False:\n            # Ours on other terms")),
+    _m("boot_takes_live_rows", "SPEC §8: boot leaves an IN_FLIGHT row alone while its call may still be out",
+       Edit("rail_worker/lease.py", "            if intent.state is not State.IN_FLIGHT or now < until:",
+            "            if intent.state is not State.IN_FLIGHT:")),
+    _m("abandon_at_lease_expiry", "ADR 0005: an IN_FLIGHT row is abandoned only after its lease plus the deadline",
+       Edit("reconciler/loop.py", "                        if now < until:\n                            continue\n"
+            "                        event = Event.LEASE_EXPIRED",
+            "                        event = Event.LEASE_EXPIRED")),
+)}  # fmt: skip
+
+ALL: dict[str, Mutant] = {**INVARIANT_MUTANTS, **SEAM_MUTANTS}
+
+
+@dataclass
+class Found:
+    mutant: str
+    found: bool
+    seed: int | None
+    violation: str
+    seconds: float
+
+
+def find(mutant: Mutant, base: Path, *, seeds: int = SEEDS) -> Found:
+    """Run the simulator on the mutated tree, seed by seed, until one fails (or *seeds* have passed)."""
+    tree = build(mutant, base)
+    started = time.monotonic()
+    script = ("import sys\nfrom simulation.run import quiet_logs, run_seed\nquiet_logs()\n"
+              f"for seed in range(1, {seeds + 1}):\n    r = run_seed(seed)\n    if not r.ok:\n"
+              "        print(seed, r.violations[0]); sys.exit(1)\nprint('none')\n")  # fmt: skip
+    env = {**env_for(tree), "PYTHONHASHSEED": "0"}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tree, env=env, capture_output=True, text=True,
+                          timeout=3600)  # fmt: skip
+    seconds = round(time.monotonic() - started, 1)
+    last = (proc.stdout.strip().splitlines() or [""])[-1]
+    if proc.returncode == 1 and last and last.split()[0].isdigit():
+        seed, _, violation = last.partition(" ")
+        return Found(mutant.name, True, int(seed), violation, seconds)
+    error = proc.stderr.strip().splitlines()[-1:] if proc.returncode not in (0, 1) else []
+    return Found(mutant.name, False, None, f"not found in {seeds} seeds {' '.join(error)}".strip(), seconds)
+
+
+def summarise(results: list[Found]) -> str:
+    lines = ["| mutant | breaks | found by seed | violation | seconds |", "|---|---|---|---|---|"]
+    for r in results:
+        m = ALL[r.mutant]
+        lines.append(f"| `{r.mutant}` | {m.breaks} | {r.seed if r.found else '—'} | {r.violation[:140]} | "
+                     f"{r.seconds} |")  # fmt: skip
+    found = sum(r.found for r in results)
+    lines += ["", f"simulation mutants: {found}/{len(results)} found"]
+    return "\n".join(lines)
