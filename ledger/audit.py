@@ -37,11 +37,25 @@ def append(conn: sqlite3.Connection, kind: str, payload: Mapping[str, Any], ts: 
     return seq
 
 
+def canonical_payload(payload_json: Any) -> dict[str, Any] | None:
+    """The object *payload_json* holds when it is exactly the canonical JSON append() writes, else None.
+
+    The chain hashes the parsed value, so any other spelling of it (a duplicate key, whitespace, key order)
+    would verify while a reader that keeps the first of two keys sees another record: refuse it (ADR 0020)."""
+    try:
+        payload = json.loads(payload_json)
+        exact = canonical_json(payload).decode("utf-8") == payload_json
+    except (TypeError, ValueError, RecursionError):  # not JSON, or a value canonical JSON refuses (a float)
+        return None
+    return payload if exact and isinstance(payload, dict) else None
+
+
 def verify_records(records: Iterable[Mapping[str, Any]], *, head: tuple[int, str] | None = None) -> int | None:
     """Verify audit records in seq order; return the first divergent seq, or None when intact.
 
     Works on ledger rows or on an exported bundle. *head* (seq, hash), when known, exposes a
-    truncated tail: the first missing seq is reported.
+    truncated tail: the first missing seq is reported. A payload_json that is not byte for byte the
+    canonical JSON of its value does not verify (`canonical_payload`).
     """
     expected_seq, prev_hash = 1, GENESIS_HASH
     for row in records:
@@ -49,9 +63,8 @@ def verify_records(records: Iterable[Mapping[str, Any]], *, head: tuple[int, str
         if seq != expected_seq:
             # A deleted row or reordering shows up as a gap at the first seq that is not where it should be.
             return expected_seq
-        try:
-            payload = json.loads(row["payload_json"])
-        except (TypeError, ValueError):
+        payload = canonical_payload(row["payload_json"])
+        if payload is None:
             return seq
         if row["prev_hash"] != prev_hash:
             return seq

@@ -79,13 +79,17 @@ def test_an_empty_ledger_has_no_records_and_verifies(ledger: sqlite3.Connection)
     assert audit.verify_records([]) is None
 
 
-def chain(n: int) -> list[dict[str, Any]]:
+def canonical(payload: dict[str, Any]) -> str:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def chain(n: int, payload_of: Any = lambda seq: {"i": seq}) -> list[dict[str, Any]]:
     """An exported chain of n records, built without the ledger."""
     records, prev = [], GENESIS
     for seq in range(1, n + 1):
-        payload = {"i": seq}
+        payload = payload_of(seq)
         digest = spec_hash(prev, seq, 1000 + seq, f"K{seq}", payload)
-        records.append({"seq": seq, "ts": 1000 + seq, "kind": f"K{seq}", "payload_json": json.dumps(payload),
+        records.append({"seq": seq, "ts": 1000 + seq, "kind": f"K{seq}", "payload_json": canonical(payload),
                         "prev_hash": prev, "hash": digest})  # fmt: skip
         prev = digest
     return records
@@ -106,6 +110,21 @@ def test_damage_to_any_field_of_an_exported_record_is_found_at_its_seq(field: st
     records = chain(3)
     records[at - 1][field] = value
     assert audit.verify_records(records) == at
+
+
+@pytest.mark.parametrize("spelling", [
+    pytest.param('{"amount_minor":1,"amount_minor":2,"sik":"S"}', id="duplicate-key"),  # first-wins reads 1
+    pytest.param('{"amount_minor": 2, "sik": "S"}', id="whitespace"),
+    pytest.param('{"sik":"S","amount_minor":2}', id="key-order"),
+    pytest.param('{"amount_minor":2,"sik":"\\u0053"}', id="escaped-character"),
+])  # fmt: skip
+def test_a_payload_json_that_is_not_the_canonical_bytes_is_found_at_its_seq(spelling: str) -> None:
+    # regression (issue 25 item 10): verify_records hashed json.loads(payload_json), so another spelling of the
+    # same value verified, a duplicate key among them, and what a reader saw was not what the chain hashed.
+    records = chain(3, lambda seq: {"amount_minor": seq, "sik": "S"})
+    records[1]["payload_json"] = spelling
+    assert json.loads(records[1]["payload_json"]) == {"amount_minor": 2, "sik": "S"}  # the hashed value is intact
+    assert audit.verify_records(records) == 2
 
 
 def test_a_missing_or_repeated_record_is_found_where_the_seq_breaks() -> None:
