@@ -12,7 +12,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from interlock.canonical import canonical_json
+from interlock.canonical import canonical_json, sha256_hex
 from interlock.errors import IllegalTransition, IntentNotFound, KeyConflict, StaleLease
 from interlock.messages import Verdict
 from interlock.terms import terms_mismatch
@@ -21,8 +21,9 @@ from ledger import audit
 from ledger.db import require_transaction
 from ledger.states import OPERATOR_EVENTS, REAUTHORIZING_EVENTS, Event, State, next_state
 
-# Columns transition() may set alongside a state change. attempt_seq moves only in start_attempt().
-_SETTABLE = frozenset({
+# Columns transition() may set alongside a state change. attempt_seq moves only in start_attempt(). Each
+# TRANSITION record carries what it set under "set", so a bundle's rows can be checked field by field (ADR 0020).
+SETTABLE = frozenset({
     "rail_entity_id", "reason_code", "lease_owner", "lease_epoch", "lease_expires_at", "hold_expires_at",
     "mandate_id", "mandate_hash",
 })  # fmt: skip
@@ -128,6 +129,7 @@ def insert_intent(
 ) -> Intent | None:
     """Insert a PROPOSED intent. Returns None when (merchant_id, sik) already exists (I1: the PK decides)."""
     require_transaction(conn)
+    params_json = canonical_json(params).decode("utf-8")
     cur = conn.execute(
         """INSERT INTO intents (merchant_id, sik, tool, subject_id, amount_minor, currency, params_hash, params_json,
                                 state, agent_id, mandate_id, mandate_hash, operation_ref, distinct_reason,
@@ -135,9 +137,9 @@ def insert_intent(
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'PROPOSED', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
            ON CONFLICT (merchant_id, sik) DO NOTHING""",
         (
-            merchant_id, sik, tool, subject_id, amount_minor, currency, params_hash,
-            canonical_json(params).decode("utf-8"), agent_id, mandate_id, mandate_hash, operation_ref,
-            distinct_reason, now, now, task_id, task_digest, task_ceiling_minor, task_signer,
+            merchant_id, sik, tool, subject_id, amount_minor, currency, params_hash, params_json, agent_id,
+            mandate_id, mandate_hash, operation_ref, distinct_reason, now, now, task_id, task_digest,
+            task_ceiling_minor, task_signer,
         ),
     )  # fmt: skip
     if cur.rowcount == 0:
@@ -146,6 +148,7 @@ def insert_intent(
         "merchant_id": merchant_id, "sik": sik, "tool": tool, "subject": subject_id,
         "amount_minor": amount_minor, "currency": currency, "agent_id": agent_id,
         "mandate_hash": mandate_hash, "operation_ref": operation_ref, "distinct_reason": distinct_reason,
+        "mandate_id": mandate_id, "params_hash": params_hash, "params_sha256": sha256_hex(params_json),
     }  # fmt: skip
     if task_id is not None:  # only then: the records of calls without a task keep their shape
         payload.update(task_id=task_id, task_digest=task_digest, task_ceiling_minor=task_ceiling_minor)
@@ -201,6 +204,7 @@ def _apply(
     set_fields: dict[str, Any] | None,
     bump_attempt: bool = False,
     bump_reconcile: bool = False,
+    recorded: dict[str, Any] | None = None,
 ) -> Intent:
     require_transaction(conn)
     intent = require_intent(conn, merchant_id, sik)
@@ -214,9 +218,11 @@ def _apply(
     if expect_attempt_seq is not None and intent.attempt_seq != expect_attempt_seq:
         raise StaleLease(sik, f"attempt_seq is {intent.attempt_seq}, writer holds {expect_attempt_seq}")
     fields = dict(set_fields or {})
-    unknown = set(fields) - _SETTABLE
+    unknown = set(fields) - SETTABLE
     if unknown:
         raise ValueError(f"transition() cannot set {sorted(unknown)}")
+    # state, updated_at, authorized_at, attempt_seq and reconcile_attempts follow from the record itself.
+    recorded_set = dict(fields)
     fields["state"] = target.value
     fields["updated_at"] = now
     if target is State.AUTHORIZED:
@@ -249,6 +255,8 @@ def _apply(
         payload["detail"] = detail
     if "rail_entity_id" in fields:
         payload["rail_entity_id"] = fields["rail_entity_id"]
+    payload["set"] = recorded_set  # always, even empty: a record without it is from before ADR 0020
+    payload.update(recorded or {})
     audit.append(conn, "TRANSITION", payload, now)
     return require_intent(conn, merchant_id, sik)
 
@@ -266,17 +274,18 @@ def start_attempt(
 ) -> Intent:
     """AUTHORIZED -> IN_FLIGHT with attempt_seq + 1 and a fresh attempt row (I5). The caller commits
     this transaction before any byte goes to the rail (I2)."""
+    request_json = canonical_json(request).decode("utf-8")
     intent = _apply(
         conn, merchant_id, sik, Event.ATTEMPT_STARTED, now=now, detail=None, actor=lease_owner,
         expect_epoch=None, expect_attempt_seq=None, bump_attempt=True,
         set_fields={"lease_owner": lease_owner, "lease_epoch": lease_epoch, "lease_expires_at": lease_expires_at},
+        recorded={"request_sha256": sha256_hex(request_json)},
     )  # fmt: skip
     conn.execute(
         """INSERT INTO intent_attempts (merchant_id, sik, attempt_seq, lease_epoch, lease_expires_at, started_at,
                                         request_json)
            VALUES (?, ?, ?, ?, ?, ?, ?)""",
-        (merchant_id, sik, intent.attempt_seq, lease_epoch, lease_expires_at, now,
-         canonical_json(request).decode("utf-8")),
+        (merchant_id, sik, intent.attempt_seq, lease_epoch, lease_expires_at, now, request_json),
     )  # fmt: skip
     return intent
 
@@ -381,17 +390,26 @@ def finish_attempt(
     response: Any = None,
     sent_at: int | None = None,
 ) -> None:
+    """Write the rail's answer on the attempt row, once, with an ATTEMPT_FINISHED record of every field it set
+    (ADR 0020). An attempt that already has its answer is left as it is."""
     require_transaction(conn)
-    conn.execute(
+    response_json = None if response is None else json.dumps(response, sort_keys=True, default=str)
+    cur = conn.execute(
         """UPDATE intent_attempts SET finished_at = ?, outcome = ?, rail_entity_id = ?, http_status = ?,
                   fee_minor = ?, tax_minor = ?, error_code = ?, response_json = ?, sent_at = ?
            WHERE merchant_id = ? AND sik = ? AND attempt_seq = ? AND finished_at IS NULL""",
         (
-            now, outcome, rail_entity_id, http_status, fee_minor, tax_minor, error_code,
-            None if response is None else json.dumps(response, sort_keys=True, default=str), sent_at,
+            now, outcome, rail_entity_id, http_status, fee_minor, tax_minor, error_code, response_json, sent_at,
             merchant_id, sik, attempt_seq,
         ),
     )  # fmt: skip
+    if cur.rowcount == 1:
+        audit.append(conn, "ATTEMPT_FINISHED", {
+            "merchant_id": merchant_id, "sik": sik, "attempt_seq": attempt_seq, "outcome": outcome,
+            "rail_entity_id": rail_entity_id, "http_status": http_status, "fee_minor": fee_minor,
+            "tax_minor": tax_minor, "error_code": error_code, "sent_at": sent_at,
+            "response_sha256": None if response_json is None else sha256_hex(response_json),
+        }, now)  # fmt: skip
 
 
 def begin_reconcile(
@@ -481,7 +499,7 @@ def record_finding(
         "RECON_FINDING",
         {"merchant_id": merchant_id, "sik": sik, "attempt_seq": attempt_seq, "outcome": outcome,
          "pages_scanned": pages_scanned, "pagination_exhausted": pagination_exhausted,
-         "matched_entity_id": matched_entity_id},
+         "matched_entity_id": matched_entity_id, "detail": detail or {}},
         now,
     )  # fmt: skip
     return int(cur.lastrowid or 0)

@@ -5,6 +5,7 @@ with nothing written."""
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import sqlite3
 from typing import Any
@@ -65,8 +66,18 @@ def in_flight(conn: sqlite3.Connection, sik: str = SIK, *, epoch: int = 3) -> In
                                      lease_expires_at=T0 + 5000, request={"amount": 2500, "notes": {"k": "v"}})
 
 
-def transition_record(event: str, src: str, dst: str, attempt_seq: int = 0, **extra: Any) -> dict[str, Any]:
-    return {"merchant_id": M, "sik": SIK, "event": event, "from": src, "to": dst, "attempt_seq": attempt_seq, **extra}
+def transition_record(event: str, src: str, dst: str, attempt_seq: int = 0, sets: dict[str, Any] | None = None,
+                      **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """A TRANSITION payload; *sets* is what the record says the transition set besides the state (ADR 0020)."""
+    return {"merchant_id": M, "sik": SIK, "event": event, "from": src, "to": dst, "attempt_seq": attempt_seq,
+            "set": sets or {}, **extra}  # fmt: skip
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+PARAMS_JSON = '{"amount":2500,"payment_id":"pay_SUBJ0001"}'
 
 
 # --- proposing -------------------------------------------------------------------------------------------------
@@ -76,11 +87,12 @@ def test_a_proposal_writes_a_proposed_row_and_its_audit_record(ledger: sqlite3.C
     assert proposed(ledger) == EXPECTED
     assert intents.require_intent(ledger, M, SIK) == EXPECTED
     params_json = ledger.execute("SELECT params_json FROM intents").fetchone()[0]
-    assert params_json == '{"amount":2500,"payment_id":"pay_SUBJ0001"}'  # canonical: what params_hash is over
+    assert params_json == PARAMS_JSON  # canonical: what params_hash is over
     assert records(ledger) == [(1, T0, "INTENT_PROPOSED", {
         "merchant_id": M, "sik": SIK, "tool": "create_refund", "subject": "pay_SUBJ0001", "amount_minor": 2500,
         "currency": "INR", "agent_id": "agent_k", "mandate_hash": "mhash", "operation_ref": "op-1",
-        "distinct_reason": "second item",
+        "distinct_reason": "second item", "mandate_id": "mnd_k", "params_hash": "phash",
+        "params_sha256": sha256(PARAMS_JSON),  # every column of the row is bound to the chain (ADR 0020)
     })]  # fmt: skip
 
 
@@ -93,6 +105,7 @@ def test_a_proposal_bound_to_a_task_records_the_task(ledger: sqlite3.Connection)
         "merchant_id": M, "sik": SIK, "tool": "create_refund", "subject": "pay_SUBJ0001", "amount_minor": 2500,
         "currency": "INR", "agent_id": "agent_k", "mandate_hash": "mhash", "operation_ref": None,
         "distinct_reason": None, "task_id": "task_9", "task_digest": "tdigest", "task_ceiling_minor": 7000,
+        "mandate_id": "mnd_k", "params_hash": "phash", "params_sha256": sha256(PARAMS_JSON),
     }  # fmt: skip
 
 
@@ -153,7 +166,8 @@ def test_a_transition_not_into_authorized_leaves_authorized_at(ledger: sqlite3.C
                                         reason_code="Q_MANUAL", hold_expires_at=99, mandate_id="mnd_2",
                                         mandate_hash="mh2")  # fmt: skip
     assert records(ledger, 2) == [(3, T0 + 2, "TRANSITION", transition_record(
-        "QUARANTINE", "AUTHORIZED", "QUARANTINED", actor="ops@example.com", detail={"why": "suspicious"}))]
+        "QUARANTINE", "AUTHORIZED", "QUARANTINED", actor="ops@example.com", detail={"why": "suspicious"},
+        sets={"reason_code": "Q_MANUAL", "hold_expires_at": 99, "mandate_id": "mnd_2", "mandate_hash": "mh2"}))]
 
 
 def test_a_rail_outcome_records_the_rail_entity_and_the_attempt(ledger: sqlite3.Connection) -> None:
@@ -163,7 +177,8 @@ def test_a_rail_outcome_records_the_rail_entity_and_the_attempt(ledger: sqlite3.
     assert (after.state, after.rail_entity_id, after.attempt_seq, after.updated_at) == (State.APPLIED, "rfnd_1", 1,
                                                                                         T0 + 9)  # fmt: skip
     assert records(ledger)[-1] == (4, T0 + 9, "TRANSITION", transition_record(
-        "RAIL_APPLIED", "IN_FLIGHT", "APPLIED", attempt_seq=1, rail_entity_id="rfnd_1"))
+        "RAIL_APPLIED", "IN_FLIGHT", "APPLIED", attempt_seq=1, rail_entity_id="rfnd_1",
+        sets={"rail_entity_id": "rfnd_1", "reason_code": None}))
 
 
 def test_an_edge_not_in_the_table_is_refused_and_nothing_is_written(ledger: sqlite3.Connection) -> None:
@@ -327,7 +342,9 @@ def test_starting_an_attempt_writes_in_flight_its_lease_and_the_attempt_row(ledg
         "request_json": '{"amount":2500,"notes":{"k":"v"}}', "response_json": None,
     }]  # fmt: skip
     assert records(ledger)[-1] == (3, T0 + 2, "TRANSITION", transition_record(
-        "ATTEMPT_STARTED", "AUTHORIZED", "IN_FLIGHT", attempt_seq=1, actor="rw-1"))
+        "ATTEMPT_STARTED", "AUTHORIZED", "IN_FLIGHT", attempt_seq=1, actor="rw-1",
+        sets={"lease_owner": "rw-1", "lease_epoch": 3, "lease_expires_at": T0 + 5000},
+        request_sha256=sha256('{"amount":2500,"notes":{"k":"v"}}')))
 
 
 def test_an_attempt_can_start_only_from_authorized(ledger: sqlite3.Connection) -> None:
@@ -373,6 +390,12 @@ def test_finishing_an_attempt_records_the_rail_answer_once(ledger: sqlite3.Conne
         "tax_minor": 2, "error_code": "E_NONE", "response_json": response, "sent_at": T0 + 3,
     }  # fmt: skip
     assert response.startswith('{"at": "<module')
+    # One ATTEMPT_FINISHED record, for the answer that was written; the ignored late one writes none.
+    assert records(ledger, 3) == [(4, T0 + 9, "ATTEMPT_FINISHED", {
+        "merchant_id": M, "sik": SIK, "attempt_seq": 1, "outcome": "APPLIED", "rail_entity_id": "rfnd_1",
+        "http_status": 200, "fee_minor": 12, "tax_minor": 2, "error_code": "E_NONE", "sent_at": T0 + 3,
+        "response_sha256": sha256(response),
+    })]  # fmt: skip
 
 
 def test_finishing_without_a_response_stores_null(ledger: sqlite3.Connection) -> None:
@@ -392,6 +415,9 @@ def test_finishing_touches_only_its_own_attempt(ledger: sqlite3.Connection) -> N
         intents.finish_attempt(ledger, M, SIK, 2, now=T0 + 9, outcome="APPLIED")  # no such attempt
     rows = ledger.execute("SELECT sik, attempt_seq, outcome FROM intent_attempts ORDER BY sik").fetchall()
     assert [tuple(r) for r in rows] == [("J" * 32, 1, "APPLIED"), (SIK, 1, None)]
+    finished = [(p["sik"], p["attempt_seq"], p["response_sha256"]) for *_, kind, p in records(ledger)
+                if kind == "ATTEMPT_FINISHED"]  # fmt: skip
+    assert finished == [("J" * 32, 1, None)]
 
 
 def test_a_reconcile_pass_takes_a_per_intent_lease_and_is_counted(ledger: sqlite3.Connection) -> None:
@@ -402,7 +428,8 @@ def test_a_reconcile_pass_takes_a_per_intent_lease_and_is_counted(ledger: sqlite
                                         lease_owner="rec-1", lease_epoch=3, lease_expires_at=T0 + 40,
                                         reason_code="TIMEOUT", authorized_at=T0 + 1, updated_at=T0 + 4)  # fmt: skip
     assert records(ledger)[-1] == (5, T0 + 4, "TRANSITION", transition_record(
-        "RECONCILE_STARTED", "UNKNOWN", "RECONCILING", attempt_seq=1, actor="rec-1"))
+        "RECONCILE_STARTED", "UNKNOWN", "RECONCILING", attempt_seq=1, actor="rec-1",
+        sets={"lease_owner": "rec-1", "lease_expires_at": T0 + 40}))
     step(ledger, Event.RECONCILE_INCONCLUSIVE, T0 + 5)
     with transaction(ledger):
         second = intents.begin_reconcile(ledger, M, SIK, now=T0 + 6, owner="rec-2", lease_expires_at=T0 + 60)
@@ -459,9 +486,14 @@ def test_evidence_settles_an_unknown_intent_as_applied(ledger: sqlite3.Connectio
                                           reason_code=None, lease_owner=None, lease_epoch=3, lease_expires_at=None,
                                           authorized_at=T0 + 1, updated_at=T0 + 30)  # fmt: skip
     assert intents.require_intent(ledger, M, SIK) == settled
-    assert records(ledger)[-1] == (5, T0 + 30, "TRANSITION", transition_record(
+    assert records(ledger)[-2:] == [(5, T0 + 20, "ATTEMPT_FINISHED", {
+        "merchant_id": M, "sik": SIK, "attempt_seq": 1, "outcome": "FENCED_APPLIED", "rail_entity_id": "rfnd_1",
+        "http_status": None, "fee_minor": None, "tax_minor": None, "error_code": None, "sent_at": None,
+        "response_sha256": None,
+    }), (6, T0 + 30, "TRANSITION", transition_record(
         "EARLIER_ATTEMPT_APPLIED", "UNKNOWN", "APPLIED", attempt_seq=1, actor="rec",
-        detail={"evidence_attempt_seq": 1}, rail_entity_id="rfnd_1"))
+        detail={"evidence_attempt_seq": 1}, rail_entity_id="rfnd_1",
+        sets={"rail_entity_id": "rfnd_1", "reason_code": None, "lease_owner": None, "lease_expires_at": None}))]
 
 
 def test_evidence_does_not_settle_an_attempt_in_flight_or_a_quarantined_intent(ledger: sqlite3.Connection) -> None:
@@ -558,9 +590,11 @@ def test_a_finding_is_stored_and_audited(ledger: sqlite3.Connection) -> None:
     ]  # fmt: skip
     assert records(ledger, 4) == [
         (5, T0 + 8, "RECON_FINDING", {"merchant_id": M, "sik": SIK, "attempt_seq": 1, "outcome": "INCONCLUSIVE",
-                                      "pages_scanned": 3, "pagination_exhausted": False, "matched_entity_id": None}),
+                                      "pages_scanned": 3, "pagination_exhausted": False, "matched_entity_id": None,
+                                      "detail": {}}),
         (6, T0 + 9, "RECON_FINDING", {"merchant_id": M, "sik": SIK, "attempt_seq": 1, "outcome": "APPLIED",
-                                      "pages_scanned": 1, "pagination_exhausted": True, "matched_entity_id": "rfnd_1"}),
+                                      "pages_scanned": 1, "pagination_exhausted": True, "matched_entity_id": "rfnd_1",
+                                      "detail": {"page": 1}}),
     ]  # fmt: skip
 
 
