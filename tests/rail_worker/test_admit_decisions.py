@@ -152,7 +152,8 @@ def test_an_allowed_decision_creates_an_authorized_intent_with_every_field_of_th
     assert _refs(world) == [("op-1", A, T0)]
     assert _audit(world, "TRANSITION") == [{
         "merchant_id": MERCHANT, "sik": A, "event": "GATES_PASSED", "from": "PROPOSED", "to": "AUTHORIZED",
-        "attempt_seq": 0, "detail": {"request_id": decision.request_id, "reason_code": "ALLOWED"}}]  # fmt: skip
+        "attempt_seq": 0, "detail": {"request_id": decision.request_id, "reason_code": "ALLOWED"},
+        "set": {"reason_code": None}}]  # fmt: skip
 
 
 def test_a_held_decision_creates_a_held_intent_that_expires_after_the_mandates_hold_expiry(world: World) -> None:
@@ -421,7 +422,11 @@ def test_an_allowed_repeat_reopens_a_failed_intent_under_the_mandate_configured_
         State.AUTHORIZED, None, world.mandate.mandate_id, world.mandate.mandate_hash, T0 + 7)
     assert _audit(world, "TRANSITION")[-1] == {
         "merchant_id": MERCHANT, "sik": A, "event": "REOPENED", "from": "FAILED_TERMINAL", "to": "AUTHORIZED",
-        "attempt_seq": 1, "detail": {"request_id": "req-repeat", "reasserted": "REASSERTED"}}  # fmt: skip
+        "attempt_seq": 1, "detail": {"request_id": "req-repeat", "reasserted": "REASSERTED"},
+        # the mandate it is re-pinned to is on the chain, not only on the row (ADR 0020)
+        "set": {"reason_code": None, "mandate_id": world.mandate.mandate_id,
+                "mandate_hash": world.mandate.mandate_hash},
+    }  # fmt: skip
 
 
 # -- the task binding --------------------------------------------------------------------------------------------------

@@ -126,7 +126,7 @@ def test_a_single_applied_answer_writes_no_duplicate_entity_record(world: World)
     execute(world.runtime(), MERCHANT, SIK, request_id=None)
     assert world.intent().state is State.APPLIED
     kinds = [k for k, _ in _audit(world)]
-    assert kinds == ["INTENT_PROPOSED", "TRANSITION", "LEASE_ACQUIRED", "TRANSITION", "TRANSITION"]
+    assert kinds == ["INTENT_PROPOSED", "TRANSITION", "LEASE_ACQUIRED", "TRANSITION", "ATTEMPT_FINISHED", "TRANSITION"]
 
 
 def test_the_trace_the_job_carried_is_returned_with_the_outcome(world: World) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from interlock.canonical import sha256_hex
 from interlock.errors import StaleLease
 from interlock.messages import CallerAction, IntentTerms, Outcome
 from interlock.queues import reconcile_hint_key
@@ -184,13 +185,22 @@ def test_an_applied_answer_is_recorded_on_the_audit_chain_by_the_worker_with_its
 ) -> None:
     _authorized(world, SETTLEMENT, {"amount": 50000})
     execute(_runtime(world), MERCHANT, SIK, request_id=None)
+    entity, attempt = world.rail.stamped(SIK)[0], _attempt(world)
+    request_json, response_json = open_ledger(world.path).execute(
+        "SELECT request_json, response_json FROM intent_attempts WHERE sik = ?", (SIK,)).fetchone()
     assert _audit(world, "TRANSITION")[-2:] == [
         {"merchant_id": MERCHANT, "sik": SIK, "event": "ATTEMPT_STARTED", "from": "AUTHORIZED", "to": "IN_FLIGHT",
-         "attempt_seq": 1, "actor": "rail:A"},
+         "attempt_seq": 1, "actor": "rail:A", "request_sha256": sha256_hex(request_json),
+         "set": {"lease_owner": "rail:A", "lease_epoch": 1, "lease_expires_at": attempt["lease_expires_at"]}},
         {"merchant_id": MERCHANT, "sik": SIK, "event": "RAIL_APPLIED", "from": "IN_FLIGHT", "to": "APPLIED",
-         "attempt_seq": 1, "actor": "rail:A", "detail": {"attempt_seq": 1},
-         "rail_entity_id": world.rail.stamped(SIK)[0]},
+         "attempt_seq": 1, "actor": "rail:A", "detail": {"attempt_seq": 1}, "rail_entity_id": entity,
+         "set": {"reason_code": None, "rail_entity_id": entity}},
     ]  # fmt: skip
+    assert _audit(world, "ATTEMPT_FINISHED") == [{  # the answer on the attempt row, as the chain has it
+        "merchant_id": MERCHANT, "sik": SIK, "attempt_seq": 1, "outcome": "APPLIED", "rail_entity_id": entity,
+        "http_status": attempt["http_status"], "fee_minor": attempt["fee_minor"], "tax_minor": attempt["tax_minor"],
+        "error_code": None, "sent_at": attempt["sent_at"], "response_sha256": sha256_hex(response_json),
+    }]  # fmt: skip
 
 
 def test_a_definitive_refusal_is_failed_terminal_with_the_rails_status_code_and_body_on_the_attempt(
@@ -275,7 +285,8 @@ def test_a_replaced_mandate_withdraws_the_authorization_and_names_the_hash_it_wa
     assert _audit(world, "TRANSITION")[-1] == {
         "merchant_id": MERCHANT, "sik": SIK, "event": "AUTHORIZATION_WITHDRAWN", "from": "AUTHORIZED",
         "to": "CONFIRMED_NOT_APPLIED", "attempt_seq": 0, "actor": "rail:A",
-        "detail": {"reason_code": "G1_MANDATE_CHANGED", "mandate_hash": judged_under}}  # fmt: skip
+        "detail": {"reason_code": "G1_MANDATE_CHANGED", "mandate_hash": judged_under},
+        "set": {"reason_code": "G1_MANDATE_CHANGED"}}  # fmt: skip
     assert world.rail.calls == []
 
 

@@ -43,9 +43,19 @@ def findings(world: World) -> list[tuple[Any, ...]]:
 
 
 def transition_row(event: str, frm: str, to: str, *, sik: str = SIK, attempt_seq: int = 1,
-                   **extra: Any) -> dict[str, Any]:  # fmt: skip
+                   sets: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """A TRANSITION payload; *sets* is what it says the transition set besides the state (ADR 0020)."""
     return {"merchant_id": MERCHANT, "sik": sik, "event": event, "from": frm, "to": to, "attempt_seq": attempt_seq,
-            **extra}  # fmt: skip
+            "set": sets or {}, **extra}  # fmt: skip
+
+
+LEASE_TTL_MS = 3000  # make_world's lease_ttl_ms: a reconcile pass's per-intent lease runs this long
+
+
+def reconcile_started(at: int, *, sik: str = SIK) -> tuple[str, int, dict[str, Any]]:
+    """The audit row of a reconcile pass taking its per-intent lease at *at*."""
+    return ("TRANSITION", at, transition_row("RECONCILE_STARTED", "UNKNOWN", "RECONCILING", sik=sik, actor=OWNER,
+                                             sets={"lease_owner": OWNER, "lease_expires_at": at + LEASE_TTL_MS}))
 
 
 def in_flight(world: World, conn: sqlite3.Connection, *, sik: str = SIK, tool: str = SETTLEMENT, epoch: int = 1,

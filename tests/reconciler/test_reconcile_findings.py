@@ -31,6 +31,7 @@ from tests.reconciler.recon_world import (
     audit_since,
     findings,
     job,
+    reconcile_started,
     stamped_settlement,
     transition_row,
     unknown,
@@ -43,8 +44,8 @@ def _reconciler(world: World, hub: Hub | None = None, **changes: Any) -> Reconci
     return dataclasses.replace(world.reconciler(), redis=hub, **changes)  # type: ignore[arg-type]
 
 
-def _started(mark_ts: int) -> tuple[str, int, dict[str, Any]]:
-    return ("TRANSITION", mark_ts, transition_row("RECONCILE_STARTED", "UNKNOWN", "RECONCILING", actor=OWNER))
+_started = reconcile_started
+RELEASED = {"lease_owner": None, "lease_expires_at": None}  # what a pass's closing transition sets
 
 
 # -- the stamp is found: APPLIED ---------------------------------------------------------------------------------------
@@ -64,9 +65,11 @@ def test_a_stamped_entity_on_the_first_page_settles_the_intent_applied(world: Wo
     assert audit_since(world, mark) == [
         _started(now),
         ("RECON_FINDING", now, {"merchant_id": MERCHANT, "sik": SIK, "attempt_seq": 1, "outcome": "APPLIED",
-                                "pages_scanned": 1, "pagination_exhausted": False, "matched_entity_id": entity}),
+                                "pages_scanned": 1, "pagination_exhausted": False, "matched_entity_id": entity,
+                                "detail": {"error": None}}),
         ("TRANSITION", now, transition_row("RECONCILE_FOUND_APPLIED", "RECONCILING", "APPLIED", actor=OWNER,
-                                           detail={"pages_scanned": 1}, rail_entity_id=entity)),
+                                           detail={"pages_scanned": 1}, rail_entity_id=entity,
+                                           sets={**RELEASED, "rail_entity_id": entity, "reason_code": None})),
     ]  # fmt: skip
     assert findings(world) == [(SIK, 1, "APPLIED", 1, 0, entity, now, {"error": None})]
     assert hub.jobs == [], "an applied intent is never sent again"
@@ -87,7 +90,9 @@ def test_an_earlier_attempts_stamped_answer_settles_the_intent_without_reading_t
     assert (intent.state, intent.rail_entity_id, intent.reconcile_attempts) == (State.APPLIED, "setlod_kept", 0)
     assert audit_since(world, mark) == [
         ("TRANSITION", T0 + READY, transition_row("EARLIER_ATTEMPT_APPLIED", "UNKNOWN", "APPLIED", actor=OWNER,
-                                                  detail={"evidence_attempt_seq": 1}, rail_entity_id="setlod_kept")),
+                                                  detail={"evidence_attempt_seq": 1}, rail_entity_id="setlod_kept",
+                                                  sets={"rail_entity_id": "setlod_kept", "reason_code": None,
+                                                        **RELEASED})),
     ]  # fmt: skip
     assert findings(world) == [] and hub.jobs == []
 
@@ -110,9 +115,9 @@ def test_a_stamp_proven_absent_authorizes_a_retry_and_hands_it_to_the_rail_worke
         _started(now),
         ("RECON_FINDING", now, {"merchant_id": MERCHANT, "sik": SIK, "attempt_seq": 1,
                                 "outcome": "CONFIRMED_NOT_APPLIED", "pages_scanned": 1, "pagination_exhausted": True,
-                                "matched_entity_id": None}),
+                                "matched_entity_id": None, "detail": {"error": None}}),
         ("TRANSITION", now, transition_row("RECONCILE_CONFIRMED_ABSENT", "RECONCILING", "CONFIRMED_NOT_APPLIED",
-                                           actor=OWNER, detail={"pages_scanned": 1})),
+                                           actor=OWNER, detail={"pages_scanned": 1}, sets=RELEASED)),
     ]  # fmt: skip
     kind, ts, retry = events[3]
     reasserted = retry["detail"].pop("reasserted")
@@ -171,8 +176,9 @@ def test_a_list_read_that_fails_is_inconclusive_and_records_the_error(world: Wor
         State.UNKNOWN, None, None, 1)
     (_, _, finding), (_, _, moved) = audit_since(world, mark)[1:]
     assert finding["outcome"] == "INCONCLUSIVE" and finding["pagination_exhausted"] is False
+    assert finding["detail"] == {"error": str(error)[:500]}  # on the chain too, not only on the row
     assert moved == transition_row("RECONCILE_INCONCLUSIVE", "RECONCILING", "UNKNOWN", actor=OWNER,
-                                   detail={"pages_scanned": 0})  # fmt: skip
+                                   detail={"pages_scanned": 0}, sets=RELEASED)  # fmt: skip
     assert findings(world) == [(SIK, 1, "INCONCLUSIVE", 0, 0, None, now, {"error": str(error)[:500]})]
     assert hub.jobs == []
 

@@ -15,7 +15,16 @@ from ledger.states import State
 from rails.razorpay import RailError, RailErrorKind
 from tests.engine.send_world import T0, World, make_world
 from tests.mandates import MERCHANT
-from tests.reconciler.recon_world import OWNER, SIK, audit_mark, audit_since, findings, transition_row, unknown
+from tests.reconciler.recon_world import (
+    OWNER,
+    SIK,
+    audit_mark,
+    audit_since,
+    findings,
+    reconcile_started,
+    transition_row,
+    unknown,
+)
 
 READY = 3000 + 1000 + 500
 
@@ -41,11 +50,11 @@ def _pass(world: World, at: int) -> list[tuple[str, int, dict[str, Any]]]:
 def _quarantined(at: int, passes: int, age_s: int) -> list[tuple[str, int, dict[str, Any]]]:
     reason = f"unsettled after {passes} reconcile passes, {age_s}s after the attempt started"
     return [("TRANSITION", at, transition_row("QUARANTINE", "UNKNOWN", "QUARANTINED", actor=OWNER,
-                                              detail={"reason": reason}))]  # fmt: skip
+                                              detail={"reason": reason},
+                                              sets={"reason_code": "RECONCILE_EXHAUSTED"}))]  # fmt: skip
 
 
-def _started(at: int) -> tuple[str, int, dict[str, Any]]:
-    return ("TRANSITION", at, transition_row("RECONCILE_STARTED", "UNKNOWN", "RECONCILING", actor=OWNER))
+_started = reconcile_started
 
 
 def test_an_intent_is_quarantined_on_the_pass_after_max_passes_inconclusive_ones(
