@@ -4,11 +4,15 @@ with nothing but this file and Python — no ledger, no Redis, no trust in the e
 A bundle is a directory (or a .tar of one) holding one JSONL file per table and `manifest.json` with
 each file's sha256 and row count and the chain head (seq, hash) at export time. Verification:
 1. the chain, record by record (`ledger.audit.verify_records`): an edited, deleted or reordered
-   record is named by the first seq that does not verify; a cut tail is caught against the head;
-2. each file against the manifest's digest;
-3. each covered row against the chain: an intent's state is where its last recorded transition led,
-   every decision, attempt, finding and operation_ref binding has its audit record.
-The manifest is not signed: compare its printed head hash with one published out of band (e.g. the
+   record is named by the first seq that does not verify, and so is a payload_json that is not byte for
+   byte the canonical JSON that was hashed (a duplicate key); a cut tail is caught against the head;
+2. each file against the manifest's digest (which proves nothing alone: the manifest is unsigned);
+3. every field of every covered row against the chain (`ops.bundle_rows`, ADR 0020): each row is rebuilt
+   from the records alone and must equal the bundle's, column for column; a row without its record, a
+   record without its row (an intent, attempt, decision, finding or operation_ref binding deleted from
+   the rows) and a column the chain does not bind are refused.
+So the rows say only what the chain committed to, and the chain is as good as its head: the manifest is
+not signed, so compare its printed head hash with one published out of band (e.g. the
 `interlock audit verify --ledger` output kept by the auditor) to rule out a re-chained forgery.
 """
 
@@ -18,7 +22,6 @@ import io
 import json
 import sqlite3
 import tarfile
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +29,7 @@ from typing import Any
 from interlock.canonical import sha256_hex
 from interlock.clock import now_ms
 from ledger import audit, operator
+from ops import bundle_rows
 
 FORMAT = "interlock-audit-bundle-v1"
 MANIFEST = "manifest.json"
@@ -120,7 +124,7 @@ def verify_bundle(path: Path) -> BundleReport:
         if sha256_hex(files.get(name, b"")) != meta.get("sha256"):
             report.problems.append(f"{name} does not match the sha256 in {MANIFEST} (edited, truncated or missing)")
     if bad is None:  # rows are judged against the chain only once the chain itself is trusted
-        report.problems.extend(_cross_check(records, tables))
+        report.problems.extend(bundle_rows.check_rows(records, tables))
     return report
 
 
@@ -130,56 +134,7 @@ def _describe(records: list[dict[str, Any]], seq: int) -> str:
         return "record missing (deleted, or the records are out of order)"
     if at != seq - 1:
         return f"record found at line {at + 1}, not line {seq} (deleted or reordered records)"
+    if audit.canonical_payload(records[at].get("payload_json")) is None:
+        return f"the {records[at].get('kind')} record's payload_json is not the canonical JSON the chain hashes " \
+               "(a duplicate key, another spelling of it, or not JSON)"
     return f"the {records[at].get('kind')} record does not hash to its stored value (edited)"
-
-
-def _cross_check(records: list[dict[str, Any]], tables: dict[str, list[dict[str, Any]]]) -> list[str]:
-    payloads = [(int(r["seq"]), str(r["kind"]), json.loads(r["payload_json"])) for r in records]
-    last_state: dict[tuple[str, str], str] = {}
-    entities: set[tuple[str, str, str]] = set()
-    started: set[tuple[str, str, int]] = set()
-    proposed: set[tuple[str, str]] = set()
-    findings: Counter[tuple[Any, ...]] = Counter()
-    bound: set[tuple[str, str, str]] = set()
-    by_seq = {seq: (kind, p) for seq, kind, p in payloads}
-    for _seq, kind, p in payloads:
-        key = (p.get("merchant_id"), p.get("sik"))
-        if kind == "INTENT_PROPOSED":
-            proposed.add(key)
-        elif kind == "TRANSITION":
-            last_state[key] = p["to"]
-            if p.get("rail_entity_id"):
-                entities.add((*key, p["rail_entity_id"]))
-            if p["event"] == "ATTEMPT_STARTED":
-                started.add((*key, int(p["attempt_seq"])))
-        elif kind == "RECON_FINDING":
-            findings[(*key, p["attempt_seq"], p["outcome"], p.get("matched_entity_id"))] += 1
-        elif kind == "OPERATION_REF_BOUND":
-            bound.add((p["merchant_id"], p["operation_ref"], p["sik"]))
-    problems = []
-    for row in tables["intents"]:
-        key = (row["merchant_id"], row["sik"])
-        if key not in proposed:
-            problems.append(f"intent {row['sik']}: no INTENT_PROPOSED record in the chain")
-        elif last_state.get(key, "PROPOSED") != row["state"]:
-            problems.append(f"intent {row['sik']}: row says {row['state']}, the chain says {last_state.get(key)}")
-        if row.get("rail_entity_id") and (*key, row["rail_entity_id"]) not in entities:
-            problems.append(f"intent {row['sik']}: rail_entity_id {row['rail_entity_id']} is not in the chain")
-    for row in tables["intent_attempts"]:
-        if (row["merchant_id"], row["sik"], int(row["attempt_seq"])) not in started:
-            problems.append(f"attempt {row['sik']}#{row['attempt_seq']}: no ATTEMPT_STARTED record in the chain")
-    for row in tables["decisions"]:
-        kind, p = by_seq.get(int(row.get("audit_seq") or 0), ("", {}))
-        if kind != "DECISION" or (p.get("request_id"), p.get("verdict"), p.get("sik")) != (
-                row["request_id"], row["verdict"], row["sik"]):  # fmt: skip
-            problems.append(f"decision {row['request_id']}: audit record {row.get('audit_seq')} does not match it")
-    rows: Counter[tuple[Any, ...]] = Counter(
-        (r["merchant_id"], r["sik"], r["attempt_seq"], r["outcome"], r["matched_entity_id"])
-        for r in tables["recon_findings"]
-    )
-    for extra in rows - findings:
-        problems.append(f"recon finding {extra[1]}#{extra[2]} {extra[3]}: no RECON_FINDING record in the chain")
-    for row in tables["operation_refs"]:
-        if (row["merchant_id"], row["operation_ref"], row["sik"]) not in bound:
-            problems.append(f"operation_ref {row['operation_ref']}: its binding is not in the chain")
-    return problems

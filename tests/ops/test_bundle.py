@@ -104,7 +104,8 @@ def test_a_row_that_disagrees_with_the_chain_is_named(bundle: Path) -> None:
     path.write_text("".join(json.dumps(r, sort_keys=True, separators=(",", ":")) + "\n" for r in rows))
     report = verify_bundle(bundle)
     assert report.first_bad_seq is None
-    assert any(f"intent {rows[1]['sik']}: row says APPLIED, the chain says UNKNOWN" in p for p in report.problems)
+    assert any(f'intent {rows[1]["sik"]}: row says state="APPLIED", the chain says "UNKNOWN"' in p
+               for p in report.problems)  # fmt: skip
     assert any("intents.jsonl does not match the sha256" in p for p in report.problems)
 
 
