@@ -53,7 +53,8 @@ SETTLEMENT_BALANCE = 5_000_000
 MARGIN_MS = 1000
 HOLD_CAP_S = 30.0
 DEFINITE = frozenset({"APPLIED", "FAILED_TERMINAL", "BLOCKED"})
-# What a fenced worker may still write after waking: evidence, never its own outcome (see _writes_after).
+# What a fenced worker may still write after waking: evidence, never its own outcome (see _writes_after). The
+# ATTEMPT_FINISHED record of its fenced answer (ADR 0020) names no actor or owner, so it is never counted either.
 EVIDENCE_KINDS = frozenset({"FENCED_OUTCOME"})
 EVIDENCE_EVENTS = frozenset({"EARLIER_ATTEMPT_APPLIED"})
 

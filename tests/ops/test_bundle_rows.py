@@ -300,7 +300,8 @@ def test_a_tampered_row_is_refused_under_the_same_head(exported: Any, name: str)
 
 def test_a_bundle_written_before_the_rows_were_bound_still_verifies(exported: Any) -> None:
     # What a ledger written before ADR 0020 holds: no "set", request digest, params digest, mandate_id or detail
-    # on its records, and no ATTEMPT_FINISHED. Its rows are checked on what those records did carry.
+    # on its records, and no ATTEMPT_FINISHED (for this ledger, the very chain main's code wrote: same head hash).
+    # Its rows are checked on what those records did carry.
     bundle, _ = exported()
     _as_before_adr_0020(bundle)
     assert verify_bundle(bundle).ok, verify_bundle(bundle).problems
