@@ -231,9 +231,13 @@ def _audit_chain(shard: ShardEvidence) -> list[Violation]:
         conn.close()
     prev, expected = GENESIS, 1
     for seq, ts, kind, payload_json, prev_hash, digest in rows:
-        body = rfc8785.dumps({"seq": seq, "ts": ts, "kind": kind, "payload": json.loads(payload_json)})
+        payload = json.loads(payload_json)
+        # The stored bytes are what is hashed: a payload not in its one canonical spelling (a duplicate key, say,
+        # that one reader takes first-wins and another last-wins) breaks the chain here.
+        canonical = rfc8785.dumps(payload).decode("utf-8") == payload_json
+        body = rfc8785.dumps({"seq": seq, "ts": ts, "kind": kind, "payload": payload})
         mine = hashlib.sha256(prev.encode() + b"\n" + body).hexdigest()
-        if seq != expected or prev_hash != prev or mine != digest:
+        if seq != expected or prev_hash != prev or mine != digest or not canonical:
             return [Violation("AUDIT_CHAIN", f"{shard.name}: the chain breaks at seq {seq}")]
         prev, expected = digest, expected + 1
     if rows and (head is None or head[0] != rows[-1][0] or head[1] != prev):

@@ -5,6 +5,8 @@ deployment of two shards with every fault kind the seed enables."""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,8 +19,10 @@ SHORT_RUN = range(1, 31)
 
 
 @pytest.fixture(autouse=True)
-def _quiet() -> None:
+def _quiet() -> Iterator[None]:
     quiet_logs()
+    yield
+    logging.disable(logging.NOTSET)  # the tests after these assert on log lines
 
 
 def test_a_seed_replays_to_the_same_trace() -> None:
