@@ -47,8 +47,10 @@ node:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; \
 	  else echo "make node: the Node client test needs Node.js and npm: apt-get install nodejs npm" >&2; exit 1; fi; }
 
+# Two test processes (pytest-xdist), each taking whole files so a module's servers start once: the suite's real
+# processes spend much of their time waiting, and two keep both cores of a CI machine busy.
 test: lint browser node
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The scenario benchmark, the performance bench and G5's labelled set, each regenerating its section of RESULTS.md.
 bench: install
