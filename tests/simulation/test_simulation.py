@@ -15,7 +15,7 @@ import pytest
 from simulation.checker import ShardEvidence, check
 from simulation.run import quiet_logs, run_seed
 
-SHORT_RUN = range(1, 31)
+SHORT_RUN = range(1, 101)
 
 
 @pytest.fixture(autouse=True)
