@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import faulthandler
 import logging
 import multiprocessing
 import os
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
 
 import click
 
@@ -18,18 +20,26 @@ from simulation.run import FAULT_KINDS, SeedResult, quiet_logs, run_seed
 HASH_SEED = "0"  # set iteration order is part of a trace: every run of a seed must see the same one
 
 
+SEED_WALL_LIMIT_S = 300  # a seed that takes longer is hung (an actor blocked the one OS thread): say where, and stop
+
+
 def _one(args: tuple[int, int, bool]) -> SeedResult:
     quiet_logs()
     seed, steps, clock_steps = args
-    return run_seed(seed, max_steps=steps, clock_steps=clock_steps)
+    faulthandler.dump_traceback_later(SEED_WALL_LIMIT_S, exit=True)  # the stacks of a hung seed, then exit 1
+    try:
+        return run_seed(seed, max_steps=steps, clock_steps=clock_steps)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def run_seeds(seeds: range, *, steps: int, jobs: int, clock_steps: bool = False) -> list[SeedResult]:
     work = [(seed, steps, clock_steps) for seed in seeds]
     if jobs <= 1:
         return [_one(w) for w in work]
-    with multiprocessing.get_context("spawn").Pool(jobs) as pool:
-        return list(pool.imap(_one, work, chunksize=4))
+    # A worker that dies (a hung seed's watchdog) breaks the pool loudly rather than leaving the run waiting.
+    with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_one, work, chunksize=4))
 
 
 def shrink(seed: int, steps: int, clock_steps: bool) -> tuple[frozenset[str], SeedResult]:

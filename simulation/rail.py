@@ -65,10 +65,12 @@ class FaultPlan:
     money: dict[str, float] = field(default_factory=lambda: {"ok": 1.0})
     read_error: float = 0.0
     list_lag_ms: int = 0
-    # ADR 0010's bound: an entity lands, and shows in its list, by the call's deadline plus the reconcile delay after
-    # it was sent. A rail past it can have a settlement read as "absent" and paid twice; nothing on Interlock's side
-    # can prevent that (the residual risk), so the simulated rail keeps inside it unless `beyond_bounds` is set.
-    settlement_bound_ms: int = 3_000
+    # ADR 0010's bound: an entity is in its list by the end of the call plus the reconcile delay (a late apply lands
+    # after the caller's read timed out, inside that delay). A rail past it can have a settlement read as "absent"
+    # and paid twice; nothing on Interlock's side can prevent that (the residual risk), so the simulated rail keeps
+    # inside it unless `beyond_bounds` is set.
+    call_timeout_ms: int = 2_000  # the caller's deadline: a read that times out is answered then
+    list_delay_ms: int = 1_000
     beyond_bounds: bool = False
 
 
@@ -215,7 +217,7 @@ class SimRail:
         if self._unreachable():
             raise RailError(RailErrorKind.NOT_SENT, "connect timed out (partitioned)", method="POST", path=what)
         fault = self._draw_fault()
-        self._shown_by = self.sched.clock.mono_ms + self._bound() - 50  # ADR 0010: in the list by then
+        self._shown_by = self.sched.clock.mono_ms + self._delay() - 50  # ADR 0010: the call ends now, listed by then
         if fault == "not_applied":
             raise RailError(RailErrorKind.NOT_SENT, "connection refused", method="POST", path=what)
         if fault == "error_not_applied":
@@ -225,9 +227,13 @@ class SimRail:
         if fault == "other_terms" and amount is not None:
             terms = max(amount - 100, 1)  # applied on other terms than asked, with our stamp on it
         if fault == "late_apply":
-            landing = self.sched.clock.mono_ms + self.sched.rng.randint(1, max(self._bound() - 50, 1))
-            shown_by = self._shown_by
+            # The caller's read times out at its deadline; the rail applies the request after that, inside the delay —
+            # counted on the rail's clock from when the request arrived, however long the caller itself then stalls.
+            deadline = self.sched.clock.mono_ms + self.plan.call_timeout_ms
+            shown_by = deadline + self._delay() - 50
+            landing = deadline + self.sched.rng.randint(1, max(self._delay() - 60, 1))
             self.sched.at(landing, lambda: self._late(apply, terms, fault, shown_by))
+            self.sched.sleep(self.plan.call_timeout_ms)
             raise RailError(RailErrorKind.AMBIGUOUS, "read timed out", method="POST", path=what)
         applied = apply(terms, fault)
         self.sched.point(f"rail.{what}.answer")
@@ -247,8 +253,8 @@ class SimRail:
         self._shown_by = shown_by
         apply(terms, fault)
 
-    def _bound(self) -> int:
-        return self.plan.settlement_bound_ms * (4 if self.plan.beyond_bounds else 1)
+    def _delay(self) -> int:
+        return self.plan.list_delay_ms * (4 if self.plan.beyond_bounds else 1)
 
     def _draw_fault(self) -> str:
         roll, acc = self.sched.rng.random(), 0.0

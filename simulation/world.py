@@ -158,7 +158,8 @@ class World:
             path = root / f"ledger-{name}.sqlite3"
             settings = load_settings(ledger=path, shard=name, rail_concurrency=concurrency, **TIMINGS)
             client = SimRedis(sched, name, faults.queues)
-            faults.rail.settlement_bound_ms = settings.rail_timeout_ms + settings.reconcile_min_delay_ms
+            faults.rail.call_timeout_ms = settings.rail_timeout_ms
+            faults.rail.list_delay_ms = settings.reconcile_min_delay_ms
             rail = SimRail(sched, f"acct_{name}", faults.rail, balance=50_000_000)
             merchants = [f"acc_M{s}{m}" for m in range(merchants_per_shard)]
             store: dict[str, Mandate] = {}
@@ -262,6 +263,9 @@ class World:
 
             self.sched.spawn(f"{owner}.heartbeat", proc, beat)
             for merchant_id, sik in stranded:
+                # A call slot first, as the job loop below waits for one: the Dispatcher's semaphore would block
+                # the one OS thread every actor runs on.
+                self.sched.wait(lambda: pool.live < self.concurrency, None)
                 self._run_job(lambda: dispatcher.execute(merchant_id, sik, None))  # noqa: B023
             queue = shard.redis.queue(rail_queue(shard.name))
             while not rt.lease_lost.is_set():
