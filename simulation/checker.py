@@ -196,12 +196,12 @@ def _ledger_vs_rail(shard: ShardEvidence, rows: list[sqlite3.Row], *, settled: b
 
 def _told_applied(shards: Mapping[str, ShardEvidence], answers: Sequence[AnswerLike]) -> list[Violation]:
     out = []
+    journals = {name: {e.id: e for e in shard.journal} for name, shard in shards.items()}
     for a in answers:
         body = a.structured
         if body.get("state") != "APPLIED":
             continue
-        journal = {e.id: e for e in shards[a.action.shard].journal}
-        e = journal.get(body.get("rail_entity_id") or "")
+        e = journals[a.action.shard].get(body.get("rail_entity_id") or "")
         if e is None or e.stamp != body.get("sik"):
             out.append(Violation("TOLD_APPLIED", f"{a.action.agent} told APPLIED {body.get('rail_entity_id')} for "
                                                  f"{body.get('sik')}: not on the rail with that stamp"))  # fmt: skip

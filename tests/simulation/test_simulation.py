@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from simulation.checker import ShardEvidence, check
+from simulation.rail import JournalEntry
 from simulation.run import quiet_logs, run_seed
 
 SHORT_RUN = range(1, 101)
@@ -61,17 +62,6 @@ def test_wall_clock_steps_are_finding_f1_until_the_reconciler_measures_its_delay
 
 
 @dataclass
-class _Entry:
-    kind: str
-    id: str
-    subject: str
-    amount: int
-    fees: int
-    stamp: str | None
-    requested_amount: int
-
-
-@dataclass
 class _Action:
     agent: str
     shard: str
@@ -105,8 +95,8 @@ LIMITS = {"a": {"scope": {"grants": {"create_instant_settlement": {"value": {"mi
 
 
 def test_the_checker_names_two_entities_for_one_action(tmp_path: Path) -> None:
-    journal = [_Entry("settlement", "setlod_1", "balance", 500, 2, "S1", 500),
-               _Entry("settlement", "setlod_2", "balance", 500, 2, "S1", 500)]  # fmt: skip
+    journal = [JournalEntry("settlement", "setlod_1", "m", "balance", 500, 2, "S1", 0, 500),
+               JournalEntry("settlement", "setlod_2", "m", "balance", 500, 2, "S1", 0, 500)]  # fmt: skip
     ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "APPLIED", "create_instant_settlement", "balance", 500,
                                                "setlod_1")])  # fmt: skip
     action = _Action("a", "s0", "create_instant_settlement", "balance", 500)
