@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import redis
@@ -52,6 +53,11 @@ class Reconciler:
     fee_rate: FeeRate = DEFAULT_FEE_RATE
     # The shard's rail queue, where retries go; an RQ queue on `redis` unless given (the simulator gives its own).
     rail_jobs: Any = None
+    # The clock the reconcile delay is also measured on (see _due): the process's monotonic clock unless given.
+    monotonic: Callable[[], float] = clock.monotonic
+    # When this reconciler first saw each unsettled attempt, on that clock. In memory only: a restarted
+    # reconciler starts watching again, which can only make it wait longer.
+    seen: dict[tuple[str, str, int, str], float] = field(default_factory=dict, repr=False)
 
     # -- the sweep -------------------------------------------------------------------------------
 
@@ -102,14 +108,16 @@ class Reconciler:
 
     def _due(self, now: int) -> list[tuple[str, str]]:
         rows = self.ledger.execute(
-            """SELECT i.merchant_id, i.sik, i.tool, i.reconcile_attempts, i.updated_at, a.started_at, a.finished_at,
-                      a.sent_at, a.http_status, a.lease_expires_at AS attempt_lease
+            """SELECT i.merchant_id, i.sik, i.state, i.tool, i.attempt_seq, i.reconcile_attempts, i.updated_at,
+                      a.started_at, a.finished_at, a.sent_at, a.http_status, a.lease_expires_at AS attempt_lease
                FROM intents i LEFT JOIN intent_attempts a
                  ON a.merchant_id = i.merchant_id AND a.sik = i.sik AND a.attempt_seq = i.attempt_seq
-               WHERE i.state = 'UNKNOWN' ORDER BY i.updated_at LIMIT 500"""
+               WHERE i.state IN ('UNKNOWN', 'IN_FLIGHT') ORDER BY i.updated_at LIMIT 1000"""
         ).fetchall()
         due = []
         deadline = self.settings.rail_timeout_ms
+        watched = self.monotonic()
+        sightings: dict[tuple[str, str, int, str], float] = {}
         # Over REST a refund carries X-Refund-Idempotency (and a receipt the rail will not reuse): if it lands
         # after a read that missed it, the retry that read authorizes is answered with that same refund, never
         # a second one. An upstream MCP server's create_refund takes no key, so there it waits like a settlement.
@@ -119,6 +127,13 @@ class Reconciler:
             # over by then; otherwise it may have been out until the attempt's lease plus the call's deadline
             # (ADR 0005). The rail has no read-your-writes after that: look only min_delay later.
             finished = row["finished_at"] is not None
+            attempt = (row["merchant_id"], row["sik"], row["attempt_seq"])
+            seen = sightings[(*attempt, "open")] = self.seen.get((*attempt, "open"), watched)
+            answered = seen
+            if finished:
+                answered = sightings[(*attempt, "answered")] = self.seen.get((*attempt, "answered"), watched)
+            if row["state"] != "UNKNOWN":
+                continue  # IN_FLIGHT: only watched, so that the wait below counts from before it was given up
             # 409: the rail said an earlier request with this key is still running; reading sooner finds nothing.
             keyed = keyed_refunds and row["tool"] == REFUND_TOOL and row["http_status"] != HTTP_IN_PROGRESS
             if finished and keyed:
@@ -136,8 +151,20 @@ class Reconciler:
             if row["reconcile_attempts"] > 0:
                 backoff = min(500 * 2 ** (row["reconcile_attempts"] - 1), MAX_BACKOFF_MS)
                 ready_at = max(ready_at, row["updated_at"] + backoff)
-            if ready_at <= now:
+            # The times above are wall-clock readings, the rail worker's and ours, while the rail's lists lag in
+            # real time. A step of either clock (NTP, a VM resumed, another machine's clock) must not make a list
+            # read early (finding F1, ADR 0023): the same wait must also have passed on our own monotonic clock
+            # since we first saw this attempt unsettled. Seen with its answer recorded, the call had ended (the
+            # rail may still apply a settlement for its deadline). Seen open (IN_FLIGHT, or given up without an
+            # answer), its request may leave until the row's lease, one TTL after the commit, and run its deadline.
+            delay = self.settings.reconcile_min_delay_ms
+            waited = (watched - seen) * 1000 >= self.settings.lease_ttl_ms + deadline + delay
+            if finished:
+                waited = waited or (watched - answered) * 1000 >= (0 if keyed else deadline) + delay
+            if ready_at <= now and waited:
                 due.append((row["merchant_id"], row["sik"]))
+        self.seen.clear()
+        self.seen.update(sightings)  # in place: a copy of this reconciler shares what it has seen
         return due
 
     def _reenqueue_stranded(self, now: int) -> int:

@@ -23,18 +23,18 @@ HASH_SEED = "0"  # set iteration order is part of a trace: every run of a seed m
 SEED_WALL_LIMIT_S = 300  # a seed that takes longer is hung (an actor blocked the one OS thread): say where, and stop
 
 
-def _one(args: tuple[int, int, bool]) -> SeedResult:
+def _one(args: tuple[int, int]) -> SeedResult:
     quiet_logs()
-    seed, steps, clock_steps = args
+    seed, steps = args
     faulthandler.dump_traceback_later(SEED_WALL_LIMIT_S, exit=True)  # the stacks of a hung seed, then exit 1
     try:
-        return run_seed(seed, max_steps=steps, clock_steps=clock_steps)
+        return run_seed(seed, max_steps=steps)
     finally:
         faulthandler.cancel_dump_traceback_later()
 
 
-def run_seeds(seeds: range, *, steps: int, jobs: int, clock_steps: bool = False) -> list[SeedResult]:
-    work = [(seed, steps, clock_steps) for seed in seeds]
+def run_seeds(seeds: range, *, steps: int, jobs: int) -> list[SeedResult]:
+    work = [(seed, steps) for seed in seeds]
     if jobs <= 1:
         return [_one(w) for w in work]
     # A worker that dies (a hung seed's watchdog) breaks the pool loudly rather than leaving the run waiting.
@@ -42,12 +42,12 @@ def run_seeds(seeds: range, *, steps: int, jobs: int, clock_steps: bool = False)
         return list(pool.map(_one, work, chunksize=4))
 
 
-def shrink(seed: int, steps: int, clock_steps: bool) -> tuple[frozenset[str], SeedResult]:
+def shrink(seed: int, steps: int) -> tuple[frozenset[str], SeedResult]:
     """Drop fault kinds one at a time while the seed still fails: the smallest set of kinds that still breaks it."""
     disabled: frozenset[str] = frozenset()
-    failing = run_seed(seed, max_steps=steps, clock_steps=clock_steps)
+    failing = run_seed(seed, max_steps=steps)
     for kind in FAULT_KINDS:
-        trial = run_seed(seed, max_steps=steps, disabled=disabled | {kind}, clock_steps=clock_steps)
+        trial = run_seed(seed, max_steps=steps, disabled=disabled | {kind})
         if not trial.ok:
             disabled, failing = disabled | {kind}, trial
     return disabled, failing
@@ -63,12 +63,11 @@ def edge_names() -> list[str]:
 @click.option("--steps", type=int, default=6_000, show_default=True, help="scheduling steps per seed, at most")
 @click.option("--jobs", type=int, default=1, show_default=True, help="processes running seeds side by side")
 @click.option("--verbose", is_flag=True, help="for one seed: the actors' logs and the end of its trace")
-@click.option("--clock-steps", is_flag=True, help="also step the wall clock forward (finding F1, docs/simulation.md)")
 @click.option("--mutants", is_flag=True, help="re-introduce each known defect and find it (proof it can fail)")
 @click.option("--only", multiple=True, help="with --mutants: only these mutants")
 @click.option("--write-results", is_flag=True, help="write RESULTS.md's simulation section")
-def simulate_command(count: int, seed_start: int, steps: int, jobs: int, verbose: bool, clock_steps: bool,
-                     mutants: bool, only: tuple[str, ...], write_results: bool) -> None:  # fmt: skip
+def simulate_command(count: int, seed_start: int, steps: int, jobs: int, verbose: bool, mutants: bool,
+                     only: tuple[str, ...], write_results: bool) -> None:  # fmt: skip
     """Run the money path's actors in one process under a seeded scheduler, with faults; exit 1 on any violation."""
     if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
         os.execve(sys.executable, [sys.executable, "-m", "interlock.cli", *sys.argv[1:]],
@@ -78,10 +77,10 @@ def simulate_command(count: int, seed_start: int, steps: int, jobs: int, verbose
     started = time.monotonic()
     if verbose:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-        results = [run_seed(s, max_steps=steps, clock_steps=clock_steps) for s in range(seed_start, seed_start + count)]
+        results = [run_seed(s, max_steps=steps) for s in range(seed_start, seed_start + count)]
     else:
         quiet_logs()
-        results = run_seeds(range(seed_start, seed_start + count), steps=steps, jobs=jobs, clock_steps=clock_steps)
+        results = run_seeds(range(seed_start, seed_start + count), steps=steps, jobs=jobs)
     wall = time.monotonic() - started
     failed = [r for r in results if not r.ok]
     for r in results if verbose else failed:
@@ -92,11 +91,11 @@ def simulate_command(count: int, seed_start: int, steps: int, jobs: int, verbose
         if verbose:
             click.echo("  trace tail:\n    " + "\n    ".join(r.trace_tail[-40:]))
     for r in failed[:3]:
-        disabled, smallest = shrink(r.seed, steps, clock_steps)
+        disabled, smallest = shrink(r.seed, steps)
         left = [k for k in FAULT_KINDS if k not in disabled]
         click.echo(f"seed {r.seed} still fails with only these fault kinds on: {', '.join(left)} "
                    f"({sum(smallest.faults.values())} faults); replay: interlock simulate --seed-start {r.seed} "
-                   f"--seeds 1 --verbose{' --clock-steps' if clock_steps else ''}")  # fmt: skip
+                   "--seeds 1 --verbose")  # fmt: skip
     calls = sum(r.money_calls for r in results)
     faults = sum(sum(r.faults.values()) for r in results)
     violations = sum(len(r.violations) for r in results)

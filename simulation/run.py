@@ -51,7 +51,7 @@ FAULT_KINDS = ("crash", "pause", "partition", "clock_step", "redis_flush", "ledg
                "queue", "rail_money", "rail_read_error", "list_lag")  # fmt: skip
 
 
-def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(), *, clock_steps: bool = False) -> Faults:
+def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset()) -> Faults:
     """The seed's swarm: each fault kind is on with some probability, at a rate drawn for this seed. *disabled*
     kinds are drawn all the same (so the rest of the seed's choices stay where they were) and then left off."""
     rng = sched.rng
@@ -64,9 +64,7 @@ def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(), *, clo
     f.crash = crash if on("crash", 0.5) else 0.0
     f.pause = pause if on("pause", 0.5) else 0.0
     f.partition = rng.choice((0.002, 0.005)) if on("partition", 0.3) else 0.0
-    # Off unless asked for: a forward step of the wall clock shortens the reconcile delay (finding F1 in
-    # docs/simulation.md), which is open; `--clock-steps` shows it.
-    f.clock_step = rng.choice((0.001, 0.003)) if on("clock_step", 0.3) and clock_steps else 0.0
+    f.clock_step = rng.choice((0.002, 0.005)) if on("clock_step", 0.5) else 0.0
     f.redis_flush = 0.001 if on("redis_flush", 0.2) else 0.0
     f.writes.begin_busy = rng.choice((0.01, 0.05)) if on("ledger_busy", 0.4) else 0.0
     f.writes.commit_error = rng.choice((0.01, 0.05)) if on("ledger_commit_error", 0.4) else 0.0
@@ -86,15 +84,15 @@ def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(), *, clo
     return f
 
 
-def run_seed(seed: int, *, max_steps: int = 6_000, keep: Path | None = None, disabled: frozenset[str] = frozenset(),
-             clock_steps: bool = False) -> SeedResult:  # fmt: skip
+def run_seed(seed: int, *, max_steps: int = 6_000, keep: Path | None = None,
+             disabled: frozenset[str] = frozenset()) -> SeedResult:  # fmt: skip
     """One seed, start to finish; *keep* a directory to leave the ledger files in (for a replay's inspection)."""
     root = Path(tempfile.mkdtemp(prefix=f"sim{seed}-", dir=_tmp_dir()))
     sched = Scheduler(seed, start_ms=0, max_steps=max_steps)
     rng = sched.rng
     # Sometimes the run starts minutes before midnight, so settlements straddle a window and its grace.
     sched.clock.wall_offset_ms = START_MS - (rng.choice((0, 60_000, 600_000)) if rng.random() < 0.5 else -3_600_000)
-    faults = plan_faults(sched, disabled, clock_steps=clock_steps)
+    faults = plan_faults(sched, disabled)
     world = World(sched, root, faults, shards=2, merchants_per_shard=rng.choice((1, 2)),
                   agents_per_merchant=rng.choice((1, 2)), actions_per_agent=rng.choice((2, 3, 4)),
                   concurrency=rng.choice((1, 4)))  # fmt: skip
@@ -148,7 +146,8 @@ def _quiet(world: World) -> bool:
         try:
             open_rows = conn.execute(
                 "SELECT COUNT(*) FROM intents WHERE state NOT IN "
-                "('APPLIED', 'BLOCKED', 'FAILED_TERMINAL', 'CONFIRMED_NOT_APPLIED', 'QUARANTINED')").fetchone()[0]
+                "('APPLIED', 'BLOCKED', 'FAILED_TERMINAL', 'CONFIRMED_NOT_APPLIED', 'QUARANTINED')"
+            ).fetchone()[0]
         finally:
             conn.close()
         if open_rows:

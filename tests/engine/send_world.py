@@ -37,16 +37,34 @@ _ids = itertools.count(1)
 
 
 class Clock:
-    """The wall clock every patched module reads; tests move it to stand for a pause."""
+    """The wall clock every patched module reads; tests move it to stand for time passing (a pause, a wait), and
+    the monotonic clock the reconciler measures its delay on moves with it. `step` moves the wall clock alone:
+    NTP or a resumed VM setting it, with no time passing."""
 
     def __init__(self, ms: int) -> None:
-        self.ms = ms
+        self._ms = ms
+        self.mono_ms = 0
 
     def __call__(self) -> int:
-        return self.ms
+        return self._ms
+
+    @property
+    def ms(self) -> int:
+        return self._ms
+
+    @ms.setter
+    def ms(self, ms: int) -> None:
+        self.mono_ms += max(ms - self._ms, 0)
+        self._ms = ms
 
     def advance(self, ms: int) -> None:
-        self.ms += ms
+        self.ms = self._ms + ms
+
+    def step(self, ms: int) -> None:
+        self._ms += ms
+
+    def monotonic(self) -> float:
+        return self.mono_ms / 1000
 
 
 class NoRedis:
@@ -141,6 +159,7 @@ class World:
     path: Path
     group_commit: bool = False  # write through a LedgerWriter, as the rail worker process does
     writers: list[LedgerWriter] = field(default_factory=list)
+    running: Reconciler | None = None
 
     def runtime(self, owner: str = "rail:A", *, take_lease: bool = True) -> RailRuntime:
         rt = RailRuntime(settings=self.settings, ledger_path=self.path, ledger=open_ledger(self.path),
@@ -160,8 +179,18 @@ class World:
             writer.stop()
 
     def reconciler(self, mandate: Mandate | None = None) -> Reconciler:
-        return Reconciler(settings=self.settings, ledger=open_ledger(self.path), rail=self.rail, redis=None,
-                          owner="reconciler:1", mandates=MandateStore({AGENT: mandate or self.mandate}))  # fmt: skip
+        """The world's one reconciler (it remembers what it has seen, as the running process does), judging
+        retries against *mandate* (the world's unless given)."""
+        if self.running is None:
+            self.running = Reconciler(settings=self.settings, ledger=open_ledger(self.path), rail=self.rail,
+                                      redis=None, owner="reconciler:1", monotonic=self.clock.monotonic)  # fmt: skip
+        self.running.mandates = MandateStore({AGENT: mandate or self.mandate})
+        return self.running
+
+    def watch(self) -> None:
+        """The running reconciler's sweep as an attempt is left unsettled: it starts counting the attempt's wait
+        on its own clock from here (ADR 0023), as the process sweeping every second would."""
+        self.reconciler()._due(self.clock())
 
     def authorized(self, tool: str = SETTLEMENT, *, sik: str = "S" * 32, amount: int = 50000) -> Intent:
         conn = open_ledger(self.path)

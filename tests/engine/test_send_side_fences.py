@@ -77,6 +77,7 @@ def test_a_fenced_applied_answer_settles_the_intent_instead_of_a_second_settleme
     def worker_a_looks_dead() -> None:
         # While A's request is out (the rail has not applied it yet) A stalls for 3 TTLs: B takes the lease and
         # the reconciler, paging a list that does not show the settlement yet, re-authorizes a retry.
+        world.watch()
         world.clock.advance(3 * world.settings.lease_ttl_ms)
         _standby_takes_over(world)
         world.rail.listed = False
@@ -164,6 +165,7 @@ def test_an_unfinished_attempt_is_not_reconciled_before_its_lease_deadline_and_d
         _attempt_out(world, conn)
         intents.transition(conn, MERCHANT, SIK, Event.LEASE_EXPIRED, now=world.clock())
     rec = world.reconciler()
+    world.watch()
     world.clock.advance(3000 + 1000 + 500 - 1)  # attempt lease + call deadline + min delay, less one ms
     assert rec._due(world.clock()) == []
     world.clock.advance(1)
@@ -254,6 +256,7 @@ def test_a_retry_is_not_authorized_once_the_window_is_full(world: World) -> None
     world.rail.entities.clear()  # the 504 did not apply
     put_intent(open_ledger(world.path), "T" * 32, "APPLIED", amount=100, now=world.clock() + 1,
                tool=SETTLEMENT, subject="balance")  # another call filled the window meanwhile
+    world.watch()
     world.clock.advance(5000)
     world.reconciler(full).sweep()
     assert world.intent().state is State.CONFIRMED_NOT_APPLIED, "the retry must not pass G3's window"
@@ -270,6 +273,7 @@ def _retry_after_a_false_absent(world: World) -> None:
     execute(a, MERCHANT, SIK, request_id=None)  # attempt 1: the rail applied it, but answered 504
     world.rail.apply_then_fail = False
     world.rail.listed = False  # the list lags: the reconciler wrongly confirms absence
+    world.watch()
     world.clock.advance(5000)
     world.reconciler().sweep()
     assert world.intent().state is State.AUTHORIZED
@@ -283,6 +287,7 @@ def test_a_rejected_retry_is_reconciled_by_stamp_before_any_terminal_state(world
     _retry_after_a_false_absent(world)
     assert world.intent().state is State.UNKNOWN, "a 4xx on attempt 2 may describe attempt 1's apply"
     world.rail.listed = True
+    world.watch()
     world.clock.advance(5000)
     world.reconciler().sweep()
     intent = world.intent()
@@ -293,6 +298,7 @@ def test_a_rejected_retry_with_the_stamp_confirmed_absent_is_terminal(world: Wor
     _retry_after_a_false_absent(world)
     world.rail.entities.clear()  # this time nothing of ours is on the rail
     world.rail.listed = True
+    world.watch()
     world.clock.advance(5000)
     world.reconciler().sweep()
     intent = world.intent()
@@ -428,9 +434,12 @@ def test_a_settlement_sent_late_in_its_window_is_read_no_earlier_than_its_own_de
     execute(world.runtime(), MERCHANT, SIK, request_id=None)
     assert world.rail.calls, "the request left inside its window"
     rec = world.reconciler()
+    world.watch()  # seen as soon as it is answered
     earliest = sent + s.rail_timeout_ms + s.reconcile_min_delay_ms
-    assert rec._due(earliest - 1) == []
-    assert rec._due(earliest) == [(MERCHANT, SIK)]
+    world.clock.ms = earliest - 1
+    assert rec._due(world.clock()) == []
+    world.clock.ms = earliest
+    assert rec._due(world.clock()) == [(MERCHANT, SIK)]
 
 
 def test_a_wall_clock_step_after_the_send_check_still_closes_the_window(

@@ -146,6 +146,7 @@ def test_a_fenced_applied_answer_survives_a_full_disk_and_the_authorized_retry_s
         full["on"] = True
 
     def worker_a_looks_dead() -> None:
+        world.watch()
         world.clock.advance(3 * world.settings.lease_ttl_ms)
         lease_module.boot(world.runtime("rail:B", take_lease=False))
         world.rail.listed = False

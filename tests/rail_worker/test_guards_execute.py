@@ -75,6 +75,7 @@ def test_a_superseded_workers_answer_does_not_overwrite_the_retry_in_flight(worl
     def a_stalls_while_a_retry_starts() -> None:
         # A's request is out; A stalls for three TTLs. B takes the lease and recovers A's row, the reconciler
         # reads a lagging list (absent) and authorizes a retry, and B starts attempt 2: IN_FLIGHT under epoch 2.
+        world.watch()
         world.clock.advance(3 * world.settings.lease_ttl_ms)
         b = world.runtime("rail:B", take_lease=False)
         lease_module.boot(b)

@@ -101,6 +101,7 @@ def test_a_fenced_stamped_answer_on_other_terms_quarantines_the_retry_instead_of
     _answers_settlement_with(world, currency="USD")
 
     def worker_a_looks_dead() -> None:
+        world.watch()
         world.clock.advance(3 * world.settings.lease_ttl_ms)
         lease_module.boot(world.runtime("rail:B", take_lease=False))
         world.rail.listed = False

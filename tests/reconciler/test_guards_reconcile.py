@@ -102,6 +102,7 @@ def test_a_call_confirmed_absent_is_not_retried_past_max_attempts(world: World) 
     for attempt in range(1, MAX_ATTEMPTS + 1):
         execute(world.runtime("rail:A"), MERCHANT, SIK, request_id=None)  # a gateway 504 that applied nothing
         assert (world.intent().state, world.intent().attempt_seq) == (State.UNKNOWN, attempt)
+        world.watch()
         world.clock.advance(60_000)  # past the min delay and any backoff
         world.reconciler().sweep()
         expected = State.AUTHORIZED if attempt < MAX_ATTEMPTS else State.CONFIRMED_NOT_APPLIED

@@ -10,17 +10,22 @@ from pathlib import Path
 
 import pytest
 
+from ledger import intents
 from ledger.db import open_ledger, transaction
+from ledger.states import Event
 from tests.engine.send_world import REFUND, SETTLEMENT, T0, World, make_world
 from tests.mandates import MERCHANT
-from tests.reconciler.recon_world import SIK, unknown
+from tests.reconciler.recon_world import SIK, in_flight, unknown
 
 # make_world's timings: rail_timeout_ms 1000, lease_ttl_ms 3000, reconcile_min_delay_ms 500
 
 
 def _due_from(world: World, at: int) -> bool:
-    """True when the intent is due at *at* and was not due the millisecond before."""
+    """True when the intent is due at *at* on the wall clock and was not due the millisecond before, for a
+    reconciler that has watched it for longer than any wait (the monotonic half of the rule is tested below)."""
     reconciler = world.reconciler()
+    reconciler._due(world.clock())
+    world.clock.mono_ms += 3_600_000
     return (reconciler._due(at - 1), reconciler._due(at)) == ([], [(MERCHANT, SIK)])
 
 
@@ -96,3 +101,69 @@ def test_after_a_pass_the_next_waits_out_a_doubling_backoff_from_the_last_update
     with transaction(conn):  # as left by `passes` inconclusive passes, the last at T0 + 10 s
         conn.execute("UPDATE intents SET reconcile_attempts = ?, updated_at = ?", (passes, T0 + 10_000))
     assert _due_from(world, T0 + 10_000 + backoff)
+
+
+# -- the same wait on the reconciler's own monotonic clock (finding F1 of the simulator, ADR 0023) ---------------------
+
+
+def _due_now(world: World) -> bool:
+    return world.reconciler()._due(world.clock()) == [(MERCHANT, SIK)]
+
+
+def test_a_forward_step_of_the_wall_clock_does_not_make_an_answered_settlement_due(world: World,
+                                                                                   conn: sqlite3.Connection) -> None:
+    unknown(world, conn, finished_after=0, http_status=504)  # answered at once; due at T0 + 1.5 s by the wall
+    assert not _due_now(world), "seen now, for the first time"
+    world.clock.step(60_000)  # NTP sets the clock a minute on; no time has passed
+    assert not _due_now(world), "the rail may still apply it, and its list may not show it yet"
+    world.clock.advance(1499)
+    assert not _due_now(world)
+    world.clock.advance(1)  # the deadline and the min delay have passed since it was first seen
+    assert _due_now(world)
+
+
+def test_an_answered_refund_the_rail_deduplicates_waits_only_the_min_delay_since_it_was_seen(
+        world: World, conn: sqlite3.Connection) -> None:  # fmt: skip
+    unknown(world, conn, tool=REFUND, finished_after=0, http_status=502)
+    assert not _due_now(world)
+    world.clock.step(60_000)
+    world.clock.advance(499)
+    assert not _due_now(world)
+    world.clock.advance(1)
+    assert _due_now(world)
+
+
+def test_an_attempt_seen_in_flight_counts_its_wait_from_then(world: World, conn: sqlite3.Connection) -> None:
+    in_flight(world, conn)
+    assert not _due_now(world), "IN_FLIGHT is watched, never due"
+    world.clock.advance(4000)
+    with transaction(conn):  # its worker died: given up without an answer
+        intents.transition(conn, MERCHANT, SIK, Event.LEASE_EXPIRED, now=world.clock())
+    world.clock.step(60_000)
+    world.clock.advance(499)
+    assert not _due_now(world), "a lease, a deadline and the min delay: 4.5 s since it was first seen"
+    world.clock.advance(1)
+    assert _due_now(world)
+
+
+def test_a_reconciler_that_starts_late_watches_for_the_whole_wait_itself(world: World,
+                                                                        conn: sqlite3.Connection) -> None:
+    unknown(world, conn)  # no answer recorded, long ago on the wall clock
+    world.clock.step(3_600_000)
+    assert not _due_now(world), "it cannot know how long the attempt has been out"
+    world.clock.advance(4499)
+    assert not _due_now(world)
+    world.clock.advance(1)
+    assert _due_now(world)
+
+
+def test_a_new_attempt_is_watched_afresh(world: World, conn: sqlite3.Connection) -> None:
+    unknown(world, conn, finished_after=0, http_status=504)
+    world.reconciler()._due(world.clock())
+    world.clock.advance(10_000)
+    with transaction(conn):  # attempt 1 confirmed absent and retried; attempt 2 answered 504 now
+        conn.execute("UPDATE intents SET attempt_seq = 2")
+        conn.execute("UPDATE intent_attempts SET attempt_seq = 2")
+    assert not _due_now(world)
+    world.clock.advance(1500)
+    assert _due_now(world)

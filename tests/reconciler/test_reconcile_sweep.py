@@ -70,6 +70,7 @@ def test_a_sweep_counts_each_intent_it_acted_on_once(world: World, conn: sqlite3
     _held(world, conn, E, T0 + 10_000)
     world.clock.advance(1)
     unknown(world, conn, sik=B)  # due too, but another reconciler takes it while this sweep reads A's list
+    world.watch()
     world.clock.ms = T0 + 6000
     in_flight(world, conn, sik=C)  # abandoned at T0 + 10 s (no rail worker holds a lease)
     world.clock.ms = T0 + 10_000
