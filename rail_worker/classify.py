@@ -25,6 +25,9 @@ from rails.razorpay import RailError, RailErrorKind
 REJECTED_AFTER_RETRY = "REJECTED_AFTER_RETRY"
 # The attempt-row outcome of a stamped answer with other terms than the intent's (ADR 0016).
 TERMS_MISMATCH = "TERMS_MISMATCH"
+# The reason code of a refusal naming our receipt or idempotency key as already used: the rail holds an entity of
+# ours (a list that does not show it yet lags; it is not evidence of absence: finding F2, docs/simulation.md).
+KEY_IN_USE = "RAIL_KEY_IN_USE"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +74,12 @@ def classify_error(exc: RailError, *, attempt_seq: int = 1) -> Classified:
                               detail=detail)  # fmt: skip
         return Classified(Event.RAIL_REJECTED, "REJECTED", http_status=exc.http_status, error_code=exc.code,
                           reason_code="RAIL_REJECTED", response=response, detail=detail)  # fmt: skip
-    reason = "RAIL_NOT_SENT" if exc.kind is RailErrorKind.NOT_SENT else "RAIL_AMBIGUOUS"
+    if exc.kind is RailErrorKind.REJECTED:
+        reason = KEY_IN_USE  # our receipt or key is taken: an earlier attempt of ours reached the rail
+    elif exc.kind is RailErrorKind.NOT_SENT:
+        reason = "RAIL_NOT_SENT"
+    else:
+        reason = "RAIL_AMBIGUOUS"
     return Classified(Event.RAIL_AMBIGUOUS, exc.kind.value, http_status=exc.http_status, error_code=exc.code,
                       reason_code=reason, response=response, detail={"error": str(exc)[:500]})  # fmt: skip
 

@@ -238,12 +238,15 @@ class Reconciler:
                 logger.warning("reconcile lease on %s lost; finding discarded", taken.sik)
                 return False
             rejected = intent.reason_code == "RAIL_REJECTED_AFTER_RETRY"
+            # The rail refused our receipt or key as used: it holds an entity of ours, so a list without our stamp
+            # lags; it does not show absence. Read again (with the backoff) until it shows it, or QUARANTINED.
+            in_use = intent.reason_code == "RAIL_KEY_IN_USE"  # rail_worker/classify.KEY_IN_USE
             differs = intent.mismatch(result.matched_raw) if result.matched_raw is not None else None
             if result.matched_entity_id is not None and differs is not None:
                 return self._quarantine_mismatch(intent, result, differs, now)
             if result.matched_entity_id is not None:
                 outcome, event = "APPLIED", Event.RECONCILE_FOUND_APPLIED
-            elif result.exhausted:
+            elif result.exhausted and not in_use:
                 outcome = "CONFIRMED_NOT_APPLIED"
                 # A retry the rail refused definitively, with our stamp confirmed absent: the refusal was true.
                 event = Event.RECONCILE_CONFIRMED_REJECTED if rejected else Event.RECONCILE_CONFIRMED_ABSENT

@@ -97,6 +97,24 @@ def test_an_earlier_attempts_stamped_answer_settles_the_intent_without_reading_t
     assert findings(world) == [] and hub.jobs == []
 
 
+def test_a_list_without_our_stamp_is_not_absence_when_the_rail_refused_our_receipt_as_used(
+        world: World, conn: sqlite3.Connection, hub: Hub) -> None:  # fmt: skip
+    # Finding F2 (docs/simulation.md): the rail said our receipt is taken, so it holds our refund; a list that does
+    # not show it lags. Read again rather than confirm absence and retry into the same refusal.
+    unknown(world, conn, tool=REFUND, reason_code="RAIL_KEY_IN_USE")
+    world.clock.advance(READY)
+    assert _reconciler(world, hub).reconcile(MERCHANT, SIK) is True
+    intent = world.intent()
+    assert (intent.state, intent.reason_code, intent.attempt_seq) == (State.UNKNOWN, "RAIL_KEY_IN_USE", 1)
+    assert [f[2:5] for f in findings(world)] == [("INCONCLUSIVE", 1, 1)], "the list was read to its end"
+    assert hub.jobs == [] and world.rail.calls == [], "no retry"
+    refund = world.rail.create_refund("pay_SEND0000001", 50000, notes={"interlock_sik": SIK})
+    world.rail.calls.clear()
+    world.clock.advance(60_000)
+    assert _reconciler(world, hub).reconcile(MERCHANT, SIK) is True
+    assert (world.intent().state, world.intent().rail_entity_id) == (State.APPLIED, refund.id)
+
+
 # -- confirmed absent: a retry, re-asserted ----------------------------------------------------------------------------
 
 
