@@ -53,6 +53,7 @@ class Started:
     request: dict[str, Any]
     lease_epoch: int
     request_id: str | None
+    leased_at: float  # the monotonic instant its row lease was counted from (no later than the commit)
     trace: Trace = field(default_factory=dict)
 
 
@@ -83,6 +84,7 @@ def begin_attempt(rt: RailRuntime, merchant_id: str, sik: str, *, request_id: st
 def _begin(rt: RailRuntime, conn: sqlite3.Connection, merchant_id: str, sik: str, *,
            request_id: str | None) -> Started | Outcome | None:  # fmt: skip
     now = now_ms()  # read under the write lock: a wait for the lock must not age the leases we write
+    leased_at = clock.monotonic()
     # Fence and renew in one step: a superseded or already expired lease starts no attempt.
     lease = leases.heartbeat(conn, rt.current_lease(), now=now, ttl_ms=rt.settings.lease_ttl_ms)
     rt.lease = lease
@@ -104,7 +106,7 @@ def _begin(rt: RailRuntime, conn: sqlite3.Connection, merchant_id: str, sik: str
         conn, merchant_id, sik, now=now, lease_owner=rt.owner, lease_epoch=lease.epoch,
         lease_expires_at=now + rt.settings.lease_ttl_ms, request=request,
     )  # fmt: skip
-    return Started(intent, request, lease.epoch, request_id)
+    return Started(intent, request, lease.epoch, request_id, leased_at)
 
 
 def complete(rt: RailRuntime, started: Started) -> Outcome | None:
@@ -112,7 +114,7 @@ def complete(rt: RailRuntime, started: Started) -> Outcome | None:
     intent, request, trace = started.intent, started.request, started.trace
     # Committed: the IN_FLIGHT row is on disk before any byte goes to the rail (I2).
     failpoint("rail.after_wal_before_call")
-    send_by, wall_until = _send_by(rt, intent)
+    send_by, wall_until = _send_by(rt, started)
     late_ms = int((clock.monotonic() - send_by) * 1000)
     sent_at: int | None = None
     if rt.send_stop.is_set() or late_ms >= 0:
@@ -152,15 +154,20 @@ def complete(rt: RailRuntime, started: Started) -> Outcome | None:
         update={"trace": trace})
 
 
-def _send_by(rt: RailRuntime, intent: Intent) -> tuple[float, int]:
+def _send_by(rt: RailRuntime, started: Started) -> tuple[float, int]:
     """When this attempt's request must have left: both the worker's lease and the row's lease must outlive
     the send plus the call's total deadline (ADR 0005). Returned as a monotonic instant (a later wall-clock
     step cannot stretch it) and as the wall-clock instant the standby and the reconciler judge by (a step or
-    a suspend that the monotonic clock does not see still closes it)."""
+    a suspend that the monotonic clock does not see still closes it). The monotonic instant is never later
+    than one TTL less the deadline after the row's lease began: a backward step of the wall clock since the
+    commit cannot stretch it either (the reconciler counts its wait from no earlier than that, ADR 0023)."""
+    intent = started.intent
     wall, mono = now_ms(), clock.monotonic()
     assert intent.lease_expires_at is not None
-    until = min(rt.current_lease().expires_at, intent.lease_expires_at) - rt.settings.rail_timeout_ms
-    return mono + (until - wall) / 1000, until
+    deadline = rt.settings.rail_timeout_ms
+    until = min(rt.current_lease().expires_at, intent.lease_expires_at) - deadline
+    row_by = started.leased_at + (rt.settings.lease_ttl_ms - deadline) / 1000
+    return min(mono + (until - wall) / 1000, row_by), until
 
 
 def _mandate_withdrawn(rt: RailRuntime, conn: Any, intent: Intent, now: int) -> Intent | None:

@@ -70,15 +70,29 @@ def test_the_send_deadline_is_the_earlier_lease_less_the_call_timeout_on_both_cl
     world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     rt = world.runtime()
-    intent = _started(world, rt).intent
+    started = dataclasses.replace(_started(world, rt), leased_at=100.0)
+    intent = started.intent
     monkeypatch.setattr(execute_module, "clock", FakeTime(100.0))
     timeout = world.settings.rail_timeout_ms
     assert rt.current_lease().expires_at == T0 + world.settings.lease_ttl_ms
-    row_shorter = dataclasses.replace(intent, lease_expires_at=T0 + 2500)
+    row_shorter = dataclasses.replace(started, intent=dataclasses.replace(intent, lease_expires_at=T0 + 2500))
     assert execute_module._send_by(rt, row_shorter) == (100.0 + (2500 - timeout) / 1000, T0 + 2500 - timeout)
-    row_longer = dataclasses.replace(intent, lease_expires_at=T0 + 9000)
+    row_longer = dataclasses.replace(started, intent=dataclasses.replace(intent, lease_expires_at=T0 + 9000))
     worker_until = T0 + world.settings.lease_ttl_ms - timeout
     assert execute_module._send_by(rt, row_longer) == (100.0 + (worker_until - T0) / 1000, worker_until)
+
+
+def test_a_backward_step_of_the_wall_clock_since_the_commit_does_not_stretch_the_send_deadline(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rt = world.runtime()
+    started = dataclasses.replace(_started(world, rt), leased_at=100.0)  # committed at T0, monotonic 100 s
+    monkeypatch.setattr(execute_module, "clock", FakeTime(100.5))  # half a second later ...
+    world.clock.step(-5000)  # ... the wall clock is set five seconds back: the leases look 5 s longer
+    ttl, timeout = world.settings.lease_ttl_ms, world.settings.rail_timeout_ms
+    send_by, wall_until = execute_module._send_by(rt, started)
+    assert send_by == 100.0 + (ttl - timeout) / 1000, "one TTL less the deadline after the row's lease began"
+    assert wall_until == T0 + ttl - timeout
 
 
 def test_a_worker_stalled_past_its_send_deadline_records_how_late_it_was_and_sends_nothing(
