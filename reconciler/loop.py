@@ -65,8 +65,8 @@ class Reconciler:
         """One pass over the ledger; returns how many intents it acted on."""
         now = now_ms()
         acted = self._expire_abandoned(now) + self._expire_holds(now)
-        for merchant_id, sik in self._due(now):
-            acted += 1 if self.reconcile(merchant_id, sik) else 0
+        for merchant_id, sik, attempt_seq in self._due(now):
+            acted += 1 if self.reconcile(merchant_id, sik, attempt_seq=attempt_seq) else 0
         acted += self._reenqueue_stranded(now)
         return acted
 
@@ -106,7 +106,8 @@ class Reconciler:
                 logger.exception("could not expire the lease of %s", row["sik"])
         return acted
 
-    def _due(self, now: int) -> list[tuple[str, str]]:
+    def _due(self, now: int) -> list[tuple[str, str, int]]:
+        """The UNKNOWN attempts due for a pass: (merchant, SIK, attempt_seq)."""
         rows = self.ledger.execute(
             """SELECT i.merchant_id, i.sik, i.state, i.tool, i.attempt_seq, i.reconcile_attempts, i.updated_at,
                       a.started_at, a.finished_at, a.sent_at, a.http_status, a.lease_expires_at AS attempt_lease
@@ -158,11 +159,15 @@ class Reconciler:
             # rail may still apply a settlement for its deadline). Seen open (IN_FLIGHT, or given up without an
             # answer), its request may leave until the row's lease, one TTL after the commit, and run its deadline.
             delay = self.settings.reconcile_min_delay_ms
-            waited = (watched - seen) * 1000 >= self.settings.lease_ttl_ms + deadline + delay
+            # The TTL the worker wrote the row lease with, when it was configured longer than ours.
+            ttl = self.settings.lease_ttl_ms
+            if row["attempt_lease"] is not None and row["started_at"] is not None:
+                ttl = max(ttl, row["attempt_lease"] - row["started_at"])
+            waited = (watched - seen) * 1000 >= ttl + deadline + delay
             if finished:
                 waited = waited or (watched - answered) * 1000 >= (0 if keyed else deadline) + delay
             if ready_at <= now and waited:
-                due.append((row["merchant_id"], row["sik"]))
+                due.append(attempt)
         self.seen.clear()
         self.seen.update(sightings)  # in place: a copy of this reconciler shares what it has seen
         return due
@@ -199,12 +204,16 @@ class Reconciler:
 
     # -- one intent ------------------------------------------------------------------------------
 
-    def reconcile(self, merchant_id: str, sik: str) -> bool:
-        """One reconcile pass for one UNKNOWN intent; False when it was not ours to take."""
+    def reconcile(self, merchant_id: str, sik: str, *, attempt_seq: int | None = None) -> bool:
+        """One reconcile pass for one UNKNOWN intent; False when it was not ours to take. With *attempt_seq* (the
+        sweep's), only while the intent is still at the attempt that was judged due: another reconciler may have
+        settled it and authorized a retry since, whose own wait has not passed (ADR 0023)."""
         with transaction(self.ledger):
             now = now_ms()  # under the write lock: a wait for it must not age the lease taken below
             intent = intents.get_intent(self.ledger, merchant_id, sik)
             if intent is None or intent.state is not State.UNKNOWN:
+                return False
+            if attempt_seq is not None and intent.attempt_seq != attempt_seq:
                 return False
             settled = intents.settle_from_evidence(self.ledger, merchant_id, sik, now=now, actor=self.owner)
             if settled is not None:

@@ -34,7 +34,8 @@ HINTS_PER_DRAIN = 1000
 
 
 @click.command("reconciler")
-@click.option("--once", is_flag=True, help="one sweep, then exit")
+@click.option("--once", is_flag=True,
+              help="one sweep, then exit (it settles no ambiguous intent: it has watched none long enough, ADR 0023)")
 def reconciler_command(once: bool) -> None:
     """Settle every UNKNOWN intent by reading the rail; re-enqueue confirmed-absent ones for a retry."""
     settings = load_settings()

@@ -379,10 +379,10 @@ class World:
             sched.counters.fault("partition")
             sched.note(f"partition {proc.name}")
         elif roll < f.crash + pause + f.partition + f.clock_step:
-            step = rng.choice((1_000, 5_000, 30_000))
+            step = rng.choice((1_000, 5_000, 30_000, -1_000, -30_000))  # NTP sets clocks either way
             sched.clock.wall_offset_ms += step
             sched.counters.fault("clock_step")
-            sched.note(f"clock step +{step}")
+            sched.note(f"clock step {step:+d}")
         elif roll < f.crash + pause + f.partition + f.clock_step + f.redis_flush:
             self.shards[proc.name.rsplit(":", 1)[-1]].redis.flush()
 

@@ -166,10 +166,11 @@ def test_an_unfinished_attempt_is_not_reconciled_before_its_lease_deadline_and_d
         intents.transition(conn, MERCHANT, SIK, Event.LEASE_EXPIRED, now=world.clock())
     rec = world.reconciler()
     world.watch()
+    world.clock.mono_ms += 3_600_000  # watched for an hour: the wall-clock rule is the one placed here
     world.clock.advance(3000 + 1000 + 500 - 1)  # attempt lease + call deadline + min delay, less one ms
     assert rec._due(world.clock()) == []
     world.clock.advance(1)
-    assert rec._due(world.clock()) == [(MERCHANT, SIK)]
+    assert rec._due(world.clock()) == [(MERCHANT, SIK, 1)]
 
 
 # -- defect 3: `now` read before the write lock; an expired lease accepted; `lost` never consulted -------------------
@@ -434,12 +435,11 @@ def test_a_settlement_sent_late_in_its_window_is_read_no_earlier_than_its_own_de
     execute(world.runtime(), MERCHANT, SIK, request_id=None)
     assert world.rail.calls, "the request left inside its window"
     rec = world.reconciler()
-    world.watch()  # seen as soon as it is answered
+    world.watch()
+    world.clock.mono_ms += 3_600_000  # watched for an hour: the wall-clock rule is the one placed here
     earliest = sent + s.rail_timeout_ms + s.reconcile_min_delay_ms
-    world.clock.ms = earliest - 1
-    assert rec._due(world.clock()) == []
-    world.clock.ms = earliest
-    assert rec._due(world.clock()) == [(MERCHANT, SIK)]
+    assert rec._due(earliest - 1) == []
+    assert rec._due(earliest) == [(MERCHANT, SIK, 1)]
 
 
 def test_a_wall_clock_step_after_the_send_check_still_closes_the_window(

@@ -108,3 +108,29 @@ def test_a_call_confirmed_absent_is_not_retried_past_max_attempts(world: World) 
         expected = State.AUTHORIZED if attempt < MAX_ATTEMPTS else State.CONFIRMED_NOT_APPLIED
         assert world.intent().state is expected, f"after attempt {attempt}"
     assert len(world.rail.calls) == MAX_ATTEMPTS
+
+
+# -- two reconcilers: a due list is acted on only for the attempt it judged ----------------------------------------
+
+
+def test_a_due_list_gone_stale_behind_another_reconcilers_retry_reads_nothing(world: World) -> None:
+    # Found in review: R1 judges attempt 1 due; before it gets there, R2 confirms attempt 1 absent and authorizes a
+    # retry, and attempt 2 is applied with its answer lost. R1's pass must not read attempt 2's list at once.
+    r1 = world.reconciler()
+    r2 = dataclasses.replace(r1, owner="reconciler:2", seen={})
+    world.authorized(SETTLEMENT)
+    world.rail.reject = RailError(RailErrorKind.AMBIGUOUS, "504", method="POST", path="/x", http_status=504)
+    execute(world.runtime(), MERCHANT, SIK, request_id=None)  # attempt 1: a 504 that applied nothing
+    r1._due(world.clock())
+    r2._due(world.clock())
+    world.clock.advance(5000)
+    due = r1._due(world.clock())
+    assert due == [(MERCHANT, SIK, 1)]
+    assert r2.sweep() == 1 and world.intent().state is State.AUTHORIZED, "R2: truly absent, a retry"
+    world.rail.apply_then_fail = True
+    execute(world.runtime("rail:B"), MERCHANT, SIK, request_id=None)  # attempt 2 applied, its answer lost
+    world.rail.listed = False  # and not listed yet
+    world.clock.advance(1)
+    assert [r1.reconcile(m, s, attempt_seq=a) for m, s, a in due] == [False]
+    assert (world.intent().state, world.intent().attempt_seq) == (State.UNKNOWN, 2)
+    assert len(world.rail.entities) == 1

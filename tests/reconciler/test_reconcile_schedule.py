@@ -26,7 +26,7 @@ def _due_from(world: World, at: int) -> bool:
     reconciler = world.reconciler()
     reconciler._due(world.clock())
     world.clock.mono_ms += 3_600_000
-    return (reconciler._due(at - 1), reconciler._due(at)) == ([], [(MERCHANT, SIK)])
+    return (reconciler._due(at - 1), reconciler._due(at)) == ([], [(MERCHANT, SIK, 1)])
 
 
 def test_an_unanswered_attempt_is_due_after_its_own_lease_the_call_deadline_and_the_min_delay(
@@ -107,7 +107,7 @@ def test_after_a_pass_the_next_waits_out_a_doubling_backoff_from_the_last_update
 
 
 def _due_now(world: World) -> bool:
-    return world.reconciler()._due(world.clock()) == [(MERCHANT, SIK)]
+    return world.reconciler()._due(world.clock()) == [(MERCHANT, SIK, world.intent().attempt_seq)]
 
 
 def test_a_forward_step_of_the_wall_clock_does_not_make_an_answered_settlement_due(world: World,
@@ -166,4 +166,15 @@ def test_a_new_attempt_is_watched_afresh(world: World, conn: sqlite3.Connection)
         conn.execute("UPDATE intent_attempts SET attempt_seq = 2")
     assert not _due_now(world)
     world.clock.advance(1500)
+    assert _due_now(world)
+
+
+def test_an_open_attempt_written_with_a_longer_ttl_than_ours_is_waited_for_with_it(world: World,
+                                                                                  conn: sqlite3.Connection) -> None:
+    unknown(world, conn, lease_expires_at=T0 + 9000)  # its worker ran with a 9 s TTL; ours is 3 s
+    world.clock.step(3_600_000)
+    assert not _due_now(world)
+    world.clock.advance(9000 + 1000 + 500 - 1)
+    assert not _due_now(world)
+    world.clock.advance(1)
     assert _due_now(world)
