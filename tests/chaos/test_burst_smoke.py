@@ -22,4 +22,3 @@ def test_a_rail_worker_killed_with_32_settlements_in_flight_pays_each_exactly_on
     assert result.burst["unfinished"] >= 32, "the ledger held at least 32 unrecorded attempts when it died"
     assert result.burst["rail_pending"] >= 1, "and the rail was still working on calls it had sent"
     assert result.after_retry == "APPLIED ×40; 40 entities", result.after_retry
-    assert result.seconds < 60

@@ -23,7 +23,6 @@ def test_a_few_hundred_hostile_inputs_leave_the_ingress_alive_and_nothing_record
     assert report.inputs == sum(report.per_family.values()) == 400
     assert report.probes >= 4 and report.probes_failed == 0
     assert report.line() == "fuzz: 400 inputs, 0 crashes, 0 intents, 0 rail calls"
-    assert report.seconds < 60
     section = summarise(report, command="interlock fuzz --inputs 400")
     assert report.line() in section and "verdict: PASS" in section and "| http/chunked_garbage |" in section
 

@@ -26,4 +26,3 @@ def test_a_settlement_worker_woken_during_the_standbys_retry_pays_nothing_twice(
     assert result.pause["exit_code"] is not None, "once awake without its lease, it stopped"
     assert result.pause["born_after_wake"] <= 1 and result.pause["writes_after_wake"] == 0
     assert result.after_retry == "APPLIED; 1 entity", result.after_retry
-    assert result.seconds < 60
