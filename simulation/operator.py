@@ -16,6 +16,7 @@ connections, rail, Redis and current mandates where `OpsContext` would open file
 from __future__ import annotations
 
 import logging
+import re
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -102,23 +103,24 @@ def _operate(world: World, w: Workload, contexts: list[SimOpsContext]) -> None:
     due: dict[str, int] = {}  # sik -> the mono ms the operator gets to it
     refusals: dict[str, int] = {}
     while True:
-        sched.sleep(rng.randrange(3_000, 15_000))
+        # Holds need a person within minutes; without them the operator looks in now and then for quarantines.
+        sched.sleep(rng.randrange(2_000, 8_000) if w.holds else rng.randrange(10_000, 30_000))
         for ctx in contexts:
             try:
-                holds = list_holds(ctx)
+                holds = list_holds(ctx) if w.holds else []
                 quarantined = list_quarantined(ctx)
             except (InterlockError, sqlite3.Error) as exc:
                 w.operator["list_failed"] += 1
                 logger.warning("operator: cannot list %s: %s", ctx.shard, exc)
                 continue
             for intent in holds:
-                at = due.setdefault(intent.sik, sched.clock.mono_ms + rng.randrange(15_000, 75_000))
+                at = due.setdefault(intent.sik, sched.clock.mono_ms + rng.randrange(15_000, 45_000))
                 if sched.clock.mono_ms >= at:
                     _decide(ctx, w, intent, refusals)
             for intent in quarantined:
                 at = due.setdefault(intent.sik, sched.clock.mono_ms + rng.randrange(5_000, 60_000))
-                if sched.clock.mono_ms >= at:
-                    _resolve(ctx, w, intent)
+                if sched.clock.mono_ms >= at and not _resolve(ctx, w, intent):
+                    due[intent.sik] = 1 << 62
 
 
 def _decide(ctx: SimOpsContext, w: Workload, intent: Intent, refusals: dict[str, int]) -> None:
@@ -135,15 +137,16 @@ def _decide(ctx: SimOpsContext, w: Workload, intent: Intent, refusals: dict[str,
             w.operator["rejected"] += 1
     except OperatorRefused as exc:
         refusals[intent.sik] = refusals.get(intent.sik, 0) + 1
-        code = str(exc).split(": ", 2)[-1].split(" ", 1)[0]
-        w.operator[f"refused {code[:40]}"] += 1
+        code = re.search(r"\b(G\d_[A-Z_]+|HOLD_EXPIRED|not HELD)", str(exc))
+        w.operator[f"refused {code.group(1) if code else 'other'}"] += 1
         logger.info("operator: %s refused: %s", intent.sik, exc)
     except (InterlockError, sqlite3.Error, RailError) as exc:  # a failed write: the hold is still there next pass
         w.operator["failed"] += 1
         logger.warning("operator: deciding %s failed: %s", intent.sik, exc)
 
 
-def _resolve(ctx: SimOpsContext, w: Workload, intent: Intent) -> None:
+def _resolve(ctx: SimOpsContext, w: Workload, intent: Intent) -> bool:
+    """False when the person leaves it for an investigation (not looked at again)."""
     try:
         found = page_for_stamp(ctx.rail(), intent)
         if found.matched_entity_id is not None:
@@ -154,6 +157,7 @@ def _resolve(ctx: SimOpsContext, w: Workload, intent: Intent) -> None:
             # Our stamp on other terms (ADR 0016): money moved under this intent's stamp. The person investigates
             # rather than declare it not applied; it stays QUARANTINED.
             w.operator["left quarantined (stamped on other terms)"] += 1
+            return False
         elif found.exhausted:
             resolve(ctx, intent.sik, operator_id=APPROVER_ID, applied_entity_id=None, not_applied=True,
                     evidence="paged the rail to the end", merchant_id=intent.merchant_id)  # fmt: skip
@@ -164,3 +168,4 @@ def _resolve(ctx: SimOpsContext, w: Workload, intent: Intent) -> None:
     except (InterlockError, sqlite3.Error, RailError) as exc:
         w.operator["failed"] += 1
         logger.warning("operator: resolving %s failed: %s", intent.sik, exc)
+    return True

@@ -1,7 +1,7 @@
 """The seed's workload beyond plain refunds and settlements (swarm-style: each seed turns some of it on).
 
-* **holds** — one merchant's mandates hold every call above Rs 1,500 for a person and add a short window (two
-  calls in two simulated minutes), and its agents' calls are spread over the first minutes, so the operator
+* **holds** — one merchant's mandates hold every call above Rs 1,000 for a person and add a short window (two
+  calls in 30 simulated seconds), and its agents' calls are spread over the first minutes, so the operator
   (simulation.operator) sometimes approves a hold after the window has filled up behind it (it must be refused);
 * **tasks** — one agent's refunds carry a harness-signed task (audience: its merchant and itself, a ceiling below
   what it asks for in total), and a hostile agent of another merchant, whose mandate trusts the same signer,
@@ -29,8 +29,8 @@ from interlock.mandate import Mandate, MandateStore, validate_mandate
 from interlock.task import new_task, public_key_b64, sign_task
 from simulation.world import REFUND, SETTLEMENT, Action, World, make_mandate
 
-SHORT_WINDOW_MS = 60_000
-HOLD_ABOVE_MINOR = 150_000
+SHORT_WINDOW_MS = 30_000
+HOLD_ABOVE_MINOR = 100_000
 SIGNER = "harness"
 TASK_EXPIRES_AT = 2_000_000_000_000
 # Off until finding F3 (docs/simulation.md) is fixed: an intent withdrawn by the replacement whose repeat the new
@@ -66,7 +66,7 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset()) -> Workload
     """Which parts of the workload this seed runs; its own generator, so the fault plan's draws stay put."""
     rng = random.Random(f"workload:{seed}")
     w = Workload(rng)
-    w.holds = rng.random() < 0.5 and "holds" not in disabled
+    w.holds = rng.random() < 0.35 and "holds" not in disabled
     w.tasks = rng.random() < 0.5 and "tasks" not in disabled
     w.replace = rng.random() < 0.4 and "replace" not in disabled and REPLACE_MANDATES
     w.account = rng.random() < 0.3 and "account" not in disabled
@@ -108,11 +108,11 @@ def install(world: World, w: Workload) -> None:
         for agent, mandate in list(world.mandates.items()):
             if mandate.merchant_id == merchant:
                 _set(world, agent, _edit(mandate, hold))
-                for _ in range(2):
-                    _add_action(world, agent, merchant, REFUND, amount=100 * rng.randrange(1_600, 3_900))
+                for _ in range(4):
+                    _add_action(world, agent, merchant, REFUND, amount=100 * rng.randrange(1_100, 3_900))
         for action in world.actions:
             if action.merchant == merchant:
-                action.start_ms = rng.randrange(0, 100_000)
+                action.start_ms = rng.randrange(0, 45_000)
     if w.tasks:
         _tasks(world, w, merchants)
     if w.replace:
