@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from simulation.checker import ShardEvidence, check
+from simulation.checker import ShardEvidence, check, check_workload
 from simulation.rail import JournalEntry
 from simulation.run import quiet_logs, run_seed
 
@@ -51,14 +51,14 @@ def test_wall_clock_steps_are_finding_f1_until_the_reconciler_measures_its_delay
     """docs/simulation.md, F1: a forward step of the wall clock shortens the reconcile delay, and a settlement
     the rail lists within that delay is read as absent and paid twice. When this fails, F1 is fixed: turn clock
     steps on by default and drop this test."""
-    # Seed 203 shows it under `interlock simulate` (PYTHONHASHSEED=0); pytest's hash seed may order a set differently,
-    # so the first of a few seeds that pays twice is looked for.
-    for seed in range(186, 206):
+    # Seed 174 shows it under `interlock simulate` (PYTHONHASHSEED=0), and 213; pytest's hash seed may order a set
+    # differently, so the first of a few seeds that pays twice is looked for.
+    for seed in range(170, 216):
         result = run_seed(seed, clock_steps=True)
         if any(v.kind == "ONE_ENTITY_PER_ACTION" for v in result.violations):
             assert "clock_step" in result.faults
             return
-    pytest.fail("no seed of 186..205 paid twice with clock steps: has F1 been fixed?")
+    pytest.fail("no seed of 170..215 paid twice with clock steps: has F1 been fixed?")
 
 
 @dataclass
@@ -120,6 +120,37 @@ def test_the_checker_names_an_intent_left_unknown_once_the_run_settled(tmp_path:
     assert [v.kind for v in check([ShardEvidence("s0", ledger, [], {})], [], [], LIMITS, settled=True)] == [
         "NOT_DEFINITE"]
     assert check([ShardEvidence("s0", ledger, [], {})], [], [], LIMITS, settled=False) == []
+
+
+@dataclass
+class _TaskAction(_Action):
+    merchant: str = "m"
+    task: dict[str, object] | None = None
+
+
+def test_the_checker_names_money_for_a_rejected_hold_a_task_of_another_merchant_and_the_wrong_account(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "APPLIED", "create_refund", "pay_1", 500, "rfnd_1")])
+    conn = sqlite3.connect(ledger)
+    conn.execute("CREATE TABLE intent_attempts (merchant_id, sik, started_at)")
+    conn.commit()
+    conn.close()
+    journal = [JournalEntry("refund", "rfnd_1", "acct_s0", "pay_1", 500, 0, "S1", 10, 500)]
+    task = {"interlock/task": {"task_id": "T", "audience": {"merchant_id": "other", "agent_ids": ["b"]}}}
+    action = _TaskAction("a", "s0", "create_refund", "pay_1", 500, merchant="m", task=task)
+    limits = {"a": {**LIMITS["a"], "rail": {"account_id": "acct_s1"}}}
+    evidence = {"rejected": [{"shard": "s0", "merchant": "m", "sik": "S1"}], "accounts": {"s0": "acct_s0"},
+                "tasks": {"T": {"signer": "h", "ceilings": {"create_refund": 400}}}}  # fmt: skip
+    found = check_workload([ShardEvidence("s0", ledger, journal, {})], [action], [], limits, evidence)
+    assert sorted(v.kind for v in found) == ["HOLD_REJECTED_PAID", "RAIL_ACCOUNT", "TASK_AUDIENCE", "TASK_CEILING"]
+    # Addressed to this merchant and agent, within its ceiling, on the account its mandate names: nothing to say.
+    action.task = {"interlock/task": {"task_id": "T", "audience": {"merchant_id": "m", "agent_ids": ["a"]}}}
+    evidence = {"accounts": {"s0": "acct_s0"}, "tasks": {"T": {"signer": "h", "ceilings": {"create_refund": 500}}}}
+    limits["a"]["rail"] = {"account_id": "acct_s0"}
+    assert check_workload([ShardEvidence("s0", ledger, journal, {})], [action], [], limits, evidence) == []
 
 
 @pytest.mark.parametrize("name", ["I3_timeout_is_a_refusal", "admission_skips_limits"])
