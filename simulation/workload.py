@@ -117,8 +117,9 @@ def install(world: World, w: Workload) -> None:
         _tasks(world, w, merchants)
     if w.replace:
         candidates = sorted(a for a in world.mandates if not a.endswith(("x", "hostile")))
-        agent = rng.choice(candidates)
-        at = rng.randrange(10_000, 70_000)
+        settling = sorted({a.agent for a in world.actions if a.tool == SETTLEMENT} & set(candidates))
+        agent = rng.choice(settling or candidates)  # one whose settlements a withdrawn grant stops
+        at = rng.randrange(2_000, 20_000)  # while its calls are on their way
         world.sched.at(at, lambda: _roll_out(world, w, agent))
     world.pending = set(range(len(world.actions)))
 
@@ -181,11 +182,13 @@ def _roll_out(world: World, w: Workload, agent: str) -> None:
     record: dict[str, Any] = {"agent": agent, "shard": shard.name, "mandate": new.model_dump(mode="json"),
                               "effective_ms": None}  # fmt: skip
     w.replacements.append(record)
-    names = [f"{p}:{shard.name}" for p in ("gate-a", "gate-b", "reconciler", "rail-a", "rail-b")]
+    # The rail workers first, then the reconciler and the gate workers: for a few seconds old gate workers still
+    # decide under the old mandate, and only the admission's and the send's re-checks of G1 stand in the way.
+    names = [f"{p}:{shard.name}" for p in ("rail-b", "rail-a", "reconciler", "gate-a", "gate-b")]
     at = sched.clock.mono_ms
     for i, name in enumerate(names):
-        at += rng.randrange(0, 3_000)
-        last = i == len(names) - 1
+        at += rng.randrange(0, 3_000) if i < 2 else rng.randrange(1_000, 6_000)
+        last = i == 1
 
         def restart(name: str = name, last: bool = last) -> None:
             sched.crash(sched.processes[name], fault=False)
