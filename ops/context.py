@@ -11,12 +11,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
 from interlock.config import Settings, load_settings
 from interlock.errors import ConfigError
 from interlock.mandate import MandateStore
+from interlock.queues import rail_queue, rq_queue
 from interlock.redis_conn import connect
 from interlock.shards import Shard, load_shard_map
 from ledger.db import open_ledger
@@ -90,6 +92,10 @@ class OpsContext:
 
     def rail(self) -> RazorpayClient:
         return RazorpayClient.from_settings(self.settings)
+
+    def rail_jobs(self) -> Any:
+        """This shard's rail queue, where released work goes to the rail worker (the normal execute job)."""
+        return rq_queue(rail_queue(self.settings.shard), self.redis())
 
     def redis(self) -> redis.Redis:
         if self._redis is None:

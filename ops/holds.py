@@ -25,7 +25,7 @@ from interlock.canonical import canonical_hash
 from interlock.clock import now_ms
 from interlock.errors import ConfigError, InterlockError, OperatorRefused
 from interlock.mandate import MandateStore
-from interlock.queues import EXECUTE_JOB, rail_queue, rq_queue
+from interlock.queues import EXECUTE_JOB
 from ledger import operator
 from ledger.db import transaction
 from ledger.intents import Intent
@@ -273,9 +273,7 @@ def _terms_problem(intent: Intent, digest: str, expected: Expected) -> str | Non
 def _enqueue_execute(ctx: OpsContext, intent: Intent) -> bool:
     """Hand the released intent to the rail worker (recovery and release go through the normal path)."""
     try:
-        rq_queue(rail_queue(ctx.settings.shard), ctx.redis()).enqueue(
-            EXECUTE_JOB, intent.merchant_id, intent.sik, None, result_ttl=600, failure_ttl=86400
-        )
+        ctx.rail_jobs().enqueue(EXECUTE_JOB, intent.merchant_id, intent.sik, None, result_ttl=600, failure_ttl=86400)
         return True
     except (redis.RedisError, InterlockError) as exc:
         logger.warning("released %s but could not enqueue it (%s); the reconciler's sweep will", intent.sik, exc)

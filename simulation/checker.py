@@ -35,6 +35,7 @@ import rfc8785
 DEFINITE_STATES = frozenset({"APPLIED", "BLOCKED", "FAILED_TERMINAL", "CONFIRMED_NOT_APPLIED", "QUARANTINED"})
 DEFINITE_ACTIONS = frozenset({"DONE", "DO_NOT_RETRY", "ESCALATE_TO_OPERATOR"})
 GENESIS = hashlib.sha256(b"interlock-genesis-v1").hexdigest()
+RUN_SHORTER_THAN_MS = 86_400_000  # every run is shorter than a day: a day's window counts the run's totals
 
 
 @dataclass(frozen=True)
@@ -145,6 +146,8 @@ def _limits(shards: Mapping[str, ShardEvidence], actions: Sequence[ActionLike],
             if not value["min_amount_minor"] <= e.amount <= value["max_amount_minor"]:
                 out.append(Violation("LIMIT", f"{agent}: {e.id} of {e.amount} outside the grant's range"))
         for window in mandate["limits"]["windows"]:
+            if window["window_ms"] < RUN_SHORTER_THAN_MS:
+                continue  # a window shorter than the run slides within it: _short_windows judges it
             if window.get("max_calls") is not None and len(entries) > window["max_calls"]:
                 out.append(Violation("LIMIT", f"{agent}: {len(entries)} calls moved money, window allows "
                                               f"{window['max_calls']}"))  # fmt: skip
@@ -243,3 +246,157 @@ def _audit_chain(shard: ShardEvidence) -> list[Violation]:
     if rows and (head is None or head[0] != rows[-1][0] or head[1] != prev):
         return [Violation("AUDIT_CHAIN", f"{shard.name}: the head {head} is not the last record")]
     return []
+
+
+# -- the workload's invariants (simulation.workload: holds, tasks, a replaced mandate, rail accounts) ------------
+#
+# * HOLD_REJECTED_PAID — no entity carries the stamp of an intent whose hold the operator rejected;
+# * TASK_AUDIENCE — no money for a call presented with a task that names another merchant or agent;
+# * TASK_CEILING — what moved under one (signer, task_id), across every merchant and shard, is within its ceiling;
+# * LIMIT (short windows) — a window shorter than the run: no more than max_calls money-moving intents were
+#   authorized within one window's span (each entity's authorization: the last transition of its intent into
+#   AUTHORIZED, from the audit chain the checker re-hashes, at or before the rail created it);
+# * MANDATE_REPLACED — an entity sent (its attempt started) once no rail worker of the shard held the old mandate
+#   is within the new one: granted, in range, and within its window counting every entity authorized before it;
+# * RAIL_ACCOUNT — money moved only on the rail account its agent's mandate names.
+
+
+def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answers: Sequence[AnswerLike],
+                   limits: Mapping[str, Mapping[str, Any]],
+                   evidence: Mapping[str, Any]) -> list[Violation]:  # fmt: skip
+    found: list[Violation] = []
+    by_shard = {s.name: s for s in shards}
+    owner = {(a.shard, "refund" if a.tool == "create_refund" else "settlement", a.subject, a.amount): a
+             for a in actions}  # fmt: skip
+    entities: list[tuple[ShardEvidence, Any, Any]] = []  # (shard, journal entry, its action)
+    for shard in by_shard.values():
+        for e in shard.journal:
+            action = owner.get((shard.name, *_signature(e)))
+            if action is not None:
+                entities.append((shard, e, action))
+    authorized = {name: _authorized_at(s.ledger) for name, s in by_shard.items()}
+    started = {name: _attempts_started(s.ledger) for name, s in by_shard.items()}
+
+    def auth_of(shard: ShardEvidence, e: Any) -> int | None:
+        times = [t for t in authorized[shard.name].get(e.stamp or "", []) if t <= e.created_ms]
+        return max(times) if times else None
+
+    def started_of(shard: ShardEvidence, e: Any) -> int | None:
+        times = [t for t in started[shard.name].get(e.stamp or "", []) if t <= e.created_ms]
+        return max(times) if times else None
+
+    rejected = {(r["shard"], r["sik"]) for r in evidence.get("rejected", [])}
+    for shard, e, _ in entities:
+        if (shard.name, e.stamp) in rejected:
+            found.append(Violation("HOLD_REJECTED_PAID", f"{shard.name}: {e.id} moved money for {e.stamp}, whose "
+                                                         "hold the operator rejected"))  # fmt: skip
+    tasks = evidence.get("tasks", {})
+    under_task: Counter[tuple[str, str]] = Counter()
+    for shard, e, action in entities:
+        task = (getattr(action, "task", None) or {}).get("interlock/task")
+        if task is None:
+            continue
+        audience = task.get("audience") or {}
+        if audience.get("merchant_id") != action.merchant or action.agent not in audience.get("agent_ids", []):
+            found.append(Violation("TASK_AUDIENCE", f"{shard.name}: {e.id} of {e.amount} for {action.agent} of "
+                                                    f"{action.merchant} under task {task['task_id']}, addressed to "
+                                                    f"{audience}"))  # fmt: skip
+        signer = tasks.get(task["task_id"], {}).get("signer", "?")
+        under_task[(signer, task["task_id"])] += e.amount
+    for (signer, task_id), total in under_task.items():
+        ceiling = tasks.get(task_id, {}).get("ceilings", {}).get("create_refund")
+        if ceiling is not None and total > ceiling:
+            found.append(Violation("TASK_CEILING", f"task {task_id} of {signer}: {total} moved, ceiling {ceiling}"))
+    per_agent: dict[str, list[tuple[ShardEvidence, Any, Any]]] = defaultdict(list)
+    for item in entities:
+        per_agent[item[2].agent].append(item)
+    for agent, items in per_agent.items():
+        for window in limits[agent]["limits"]["windows"]:
+            if window["window_ms"] >= RUN_SHORTER_THAN_MS or window.get("max_calls") is None:
+                continue
+            times = sorted(t for t in (auth_of(s, e) for s, e, _ in items) if t is not None)
+            for t in times:
+                inside = sum(1 for u in times if t - window["window_ms"] < u <= t)
+                if inside > window["max_calls"]:
+                    found.append(Violation("LIMIT", f"{agent}: {inside} money-moving calls authorized within "
+                                                    f"{window['window_ms']} ms up to {t}, window allows "
+                                                    f"{window['max_calls']}"))  # fmt: skip
+                    break
+    for r in evidence.get("replacements", []):
+        if r.get("effective_ms") is None:
+            continue
+        found += _replaced(r, per_agent.get(r["agent"], []), auth_of, started_of)
+    accounts = evidence.get("accounts", {})
+    if accounts:
+        for shard, e, action in entities:
+            named = (limits[action.agent].get("rail") or {}).get("account_id")
+            if named != accounts.get(shard.name):
+                found.append(Violation("RAIL_ACCOUNT", f"{shard.name}: {e.id} moved money on "
+                                                       f"{accounts.get(shard.name)} for {action.agent}, whose "
+                                                       f"mandate names {named}"))  # fmt: skip
+    return found
+
+
+def _replaced(r: Mapping[str, Any], items: list[tuple[ShardEvidence, Any, Any]], auth_of: Any,
+              started_of: Any) -> list[Violation]:  # fmt: skip
+    out = []
+    mandate = r["mandate"]
+    order = sorted((auth_of(s, e) or 0, e.id) for s, e, _ in items)
+    for shard, e, _ in items:
+        sent = started_of(shard, e)
+        if sent is None or sent < r["effective_ms"]:
+            continue
+        tool = "create_refund" if e.kind == "refund" else "create_instant_settlement"
+        grant = mandate["scope"]["grants"].get(tool)
+        if grant is None or not grant["value"]["min_amount_minor"] <= e.amount <= grant["value"]["max_amount_minor"]:
+            out.append(
+                Violation(
+                    "MANDATE_REPLACED",
+                    f"{shard.name}: {e.id} {e.kind} of {e.amount} sent at {sent}, "
+                    f"after {mandate['mandate_id']} replaced the mandate at "
+                    f"{r['effective_ms']}, which grants {sorted(mandate['scope']['grants'])}",
+                )
+            )
+            continue
+        mine = auth_of(shard, e) or 0
+        before = [eid for t, eid in order if t <= mine]
+        amount = sum(x.amount for s, x, _ in items if x.id in before)
+        for window in mandate["limits"]["windows"]:
+            if window["window_ms"] < RUN_SHORTER_THAN_MS:
+                continue
+            if window.get("max_calls") is not None and len(before) > window["max_calls"]:
+                out.append(Violation("MANDATE_REPLACED", f"{shard.name}: {e.id} sent at {sent} is call {len(before)} "
+                                                         f"of {r['agent']}; {mandate['mandate_id']} allows "
+                                                         f"{window['max_calls']}"))  # fmt: skip
+            elif window.get("max_amount_minor") is not None and amount > window["max_amount_minor"]:
+                out.append(Violation("MANDATE_REPLACED", f"{shard.name}: {e.id} sent at {sent} brings {r['agent']} to "
+                                                         f"{amount}; {mandate['mandate_id']} allows "
+                                                         f"{window['max_amount_minor']}"))  # fmt: skip
+    return out
+
+
+def _authorized_at(path: Path) -> dict[str, list[int]]:
+    """sik -> when the audit chain records its intent entering AUTHORIZED (every time)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT ts, payload_json FROM audit_log WHERE kind = 'TRANSITION'").fetchall()
+    finally:
+        conn.close()
+    out: dict[str, list[int]] = defaultdict(list)
+    for ts, payload_json in rows:
+        p = json.loads(payload_json)
+        if p.get("to") == "AUTHORIZED":
+            out[p["sik"]].append(int(ts))
+    return out
+
+
+def _attempts_started(path: Path) -> dict[str, list[int]]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT sik, started_at FROM intent_attempts").fetchall()
+    finally:
+        conn.close()
+    out: dict[str, list[int]] = defaultdict(list)
+    for sik, at in rows:
+        out[sik].append(int(at))
+    return out

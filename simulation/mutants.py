@@ -59,7 +59,32 @@ SEAM_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
             "                        event = Event.LEASE_EXPIRED")),
 )}  # fmt: skip
 
-ALL: dict[str, Mutant] = {**INVARIANT_MUTANTS, **SEAM_MUTANTS}
+# Defects the workload's extras reach (simulation.workload): holds decided by the operator, signed tasks, a mandate
+# naming another rail account, a mandate replaced mid-run.
+WORKLOAD_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    _m("reauthorize_without_reassert",
+       "issue 13 item 5: HOLD_RELEASED / RETRY_AUTHORIZED re-assert G1, G2's range and G3 in their own transaction",
+       Edit("ledger/limits.py", "first admitted under (issue 13, item 5).\"\"\"\n",
+            "first admitted under (issue 13, item 5).\"\"\"\n    return allow(\"REASSERTED\")\n")),
+    _m("task_audience_unchecked", "issue 25 item 5: a task is presented only by the merchant and agents it names",
+       Edit("gate_workers/task_binding.py",
+            "wrong = checked.audience_problem(proposal.merchant_id, proposal.agent_id)", "wrong = None"),
+       Edit("rail_worker/admit.py", "    wrong = _task_audience_problem(decision)\n", "    wrong = None\n")),
+    _m("rail_account_unchecked", "issue 25 item 8: money moves only on the rail account the mandate names",
+       Edit("interlock/rail_account.py", "    if named != configured:", "    if False:")),
+    # The replacement workload is off by default (finding F3, docs/simulation.md): this mutant turns it on.
+    _m("admit_skips_g1", "issue 13 item 9: admission and the send re-check G1 (a replaced or narrowed mandate)",
+       Edit("simulation/workload.py", "REPLACE_MANDATES = False", "REPLACE_MANDATES = True"),
+       Edit("rail_worker/admit.py",
+            "    if mandate is None or rt.mandates.hash_of(decision.agent_id) != decision.mandate_hash:",
+            "    if mandate is None:"),
+       Edit("rail_worker/admit.py", "    elif not mandate.is_active(now) or mandate.grant(decision.tool) is None:",
+            "    elif False:"),
+       Edit("rail_worker/execute.py", "    withdrawn = _mandate_withdrawn(rt, conn, intent, now)",
+            "    withdrawn = None")),
+)}  # fmt: skip
+
+ALL: dict[str, Mutant] = {**INVARIANT_MUTANTS, **SEAM_MUTANTS, **WORKLOAD_MUTANTS}
 
 
 @dataclass

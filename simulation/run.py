@@ -20,7 +20,9 @@ from pathlib import Path
 from interlock.clock import use_clock
 from simulation import checker
 from simulation.checker import ShardEvidence, Violation
+from simulation.operator import start_operator
 from simulation.scheduler import Scheduler
+from simulation.workload import install, plan_workload
 from simulation.world import DAY_MS, Faults, World
 
 FAULT_PHASE_MS = 90_000  # simulated time with faults on
@@ -97,21 +99,23 @@ def run_seed(seed: int, *, max_steps: int = 6_000, keep: Path | None = None,
                   agents_per_merchant=rng.choice((1, 2)), actions_per_agent=rng.choice((2, 3, 4)),
                   concurrency=rng.choice((1, 4)))  # fmt: skip
     sched.before_resume = world.strike
+    extras = plan_workload(seed, disabled)  # holds, tasks, a replaced mandate, rail accounts (simulation.workload)
+    install(world, extras)
     try:
         with use_clock(sched.clock):
             world.start()
+            start_operator(world, extras)
             sched.run(until=lambda: not world.pending, deadline_ms=FAULT_PHASE_MS)
             faults.calm()
             sched.note("faults stop")
             settle_until = sched.clock.mono_ms + SETTLE_MS
             sched.run(until=_settled(world), deadline_ms=settle_until)
             settled = sched.counters.steps < sched.max_steps
-            violations = checker.check(
-                [ShardEvidence(s.name, s.ledger_path, s.rail.journal, s.rail.payment_amounts())
-                 for s in world.shards.values()],
-                world.actions, world.answers, {a: m.model_dump(mode="json") for a, m in world.mandates.items()},
-                settled=settled,
-            )  # fmt: skip
+            evidence = [ShardEvidence(s.name, s.ledger_path, s.rail.journal, s.rail.payment_amounts())
+                        for s in world.shards.values()]  # fmt: skip
+            mandates = {a: m.model_dump(mode="json") for a, m in world.mandates.items()}
+            violations = checker.check(evidence, world.actions, world.answers, mandates, settled=settled)
+            violations += checker.check_workload(evidence, world.actions, world.answers, mandates, extras.evidence())
             if not settled:
                 violations.append(Violation("STEP_BUDGET", f"{max_steps} steps spent before the run settled"))
             edges = Counter(edge for shard in world.shards.values() for edge in _edges(shard.ledger_path))

@@ -34,6 +34,7 @@ from interlock.errors import LeaseHeld
 from interlock.mandate import Mandate, MandateStore, validate_mandate
 from interlock.messages import CallerAction, Decision, Proposal
 from interlock.queues import ADMIT_JOB, EXECUTE_JOB, GATE_JOB, gates_queue, rail_queue
+from interlock.task import TASK_META_KEY, TASK_SIG_META_KEY
 from interlock.tools import current_pins
 from ledger.db import open_ledger
 from rail_worker.dispatch import Dispatcher
@@ -66,6 +67,10 @@ class Action:
     tool: str
     subject: str  # the payment id, or "balance"
     amount: int
+    # The workload's extras (simulation.workload): the harness's signed task sent in `_meta`, and the simulated
+    # instant (mono ms) before which the agent does not make this call.
+    task: dict[str, Any] | None = None
+    start_ms: int = 0
 
 
 @dataclass
@@ -325,11 +330,16 @@ class World:
     def _agent(self, mine: list[int]) -> None:
         for index in mine:
             action = self.actions[index]
+            if action.start_ms > self.sched.clock.mono_ms:
+                self.sched.sleep(action.start_ms - self.sched.clock.mono_ms)
             for _ in range(200):
                 answer = self.call(action)
                 done = answer.get("caller_action") in DEFINITE_ACTIONS
                 if done:
                     break
+                if answer.get("caller_action") == "WAIT_FOR_APPROVAL":  # a held call: a person decides in minutes
+                    self.sched.sleep(self.sched.rng.randint(5_000, 15_000))
+                    continue
                 self.sched.sleep(self.sched.rng.randint(200, 3_000))
             self.pending.discard(index)
 
@@ -341,8 +351,10 @@ class World:
             arguments["payment_id"] = action.subject
         parse_money_call(action.tool, arguments)
         request_id = f"req{self.sched.rng.getrandbits(64):016x}"
+        meta = action.task or {}
         proposal = Proposal(request_id=request_id, agent_id=action.agent, merchant_id=action.merchant, tool=action.tool,
-                            arguments=arguments, received_at_ms=self.sched.clock.now_ms())  # fmt: skip
+                            arguments=arguments, received_at_ms=self.sched.clock.now_ms(),
+                            task=meta.get(TASK_META_KEY), task_sig=meta.get(TASK_SIG_META_KEY))  # fmt: skip
         self.money_calls += 1
         route = SimpleNamespace(queue_redis=shard.redis, gates_queue=lambda: shard.redis.queue(gates_queue(shard.name)))
         structured: dict[str, Any]

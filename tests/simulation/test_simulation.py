@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from simulation.checker import ShardEvidence, check
+from simulation.checker import ShardEvidence, check, check_workload
 from simulation.rail import JournalEntry
 from simulation.run import quiet_logs, run_seed
 
@@ -48,12 +48,12 @@ def test_a_short_run_of_seeds_finds_no_violation() -> None:
 
 
 def test_finding_f1_a_forward_step_of_the_wall_clock_no_longer_pays_a_settlement_twice() -> None:
-    """docs/simulation.md, F1: seed 203 stepped the wall clock forward, the reconciler read a settlement's list
+    """docs/simulation.md, F1: seed 174 stepped the wall clock forward, the reconciler read a settlement's list
     before the rail showed it, confirmed it absent and retried: two settlements. The reconciler now also waits on
     its own monotonic clock (ADR 0023); the mutant `reconcile_delay_on_wall_clock_only` puts F1 back."""
-    # Seed 203 under `interlock simulate` (PYTHONHASHSEED=0); pytest's hash seed may order a set differently, so
+    # Seed 174 under `interlock simulate` (PYTHONHASHSEED=0); pytest's hash seed may order a set differently, so
     # the seeds around it are run too.
-    results = [run_seed(seed) for seed in range(186, 206)]
+    results = [run_seed(seed) for seed in range(166, 182)]
     assert sum(r.faults["clock_step"] for r in results) > 0, "these seeds still step the clock"
     assert [(r.seed, r.violations) for r in results if not r.ok] == []
 
@@ -117,6 +117,37 @@ def test_the_checker_names_an_intent_left_unknown_once_the_run_settled(tmp_path:
     assert [v.kind for v in check([ShardEvidence("s0", ledger, [], {})], [], [], LIMITS, settled=True)] == [
         "NOT_DEFINITE"]
     assert check([ShardEvidence("s0", ledger, [], {})], [], [], LIMITS, settled=False) == []
+
+
+@dataclass
+class _TaskAction(_Action):
+    merchant: str = "m"
+    task: dict[str, object] | None = None
+
+
+def test_the_checker_names_money_for_a_rejected_hold_a_task_of_another_merchant_and_the_wrong_account(
+    tmp_path: Path,
+) -> None:
+    import sqlite3
+
+    ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "APPLIED", "create_refund", "pay_1", 500, "rfnd_1")])
+    conn = sqlite3.connect(ledger)
+    conn.execute("CREATE TABLE intent_attempts (merchant_id, sik, started_at)")
+    conn.commit()
+    conn.close()
+    journal = [JournalEntry("refund", "rfnd_1", "acct_s0", "pay_1", 500, 0, "S1", 10, 500)]
+    task = {"interlock/task": {"task_id": "T", "audience": {"merchant_id": "other", "agent_ids": ["b"]}}}
+    action = _TaskAction("a", "s0", "create_refund", "pay_1", 500, merchant="m", task=task)
+    limits = {"a": {**LIMITS["a"], "rail": {"account_id": "acct_s1"}}}
+    evidence = {"rejected": [{"shard": "s0", "merchant": "m", "sik": "S1"}], "accounts": {"s0": "acct_s0"},
+                "tasks": {"T": {"signer": "h", "ceilings": {"create_refund": 400}}}}  # fmt: skip
+    found = check_workload([ShardEvidence("s0", ledger, journal, {})], [action], [], limits, evidence)
+    assert sorted(v.kind for v in found) == ["HOLD_REJECTED_PAID", "RAIL_ACCOUNT", "TASK_AUDIENCE", "TASK_CEILING"]
+    # Addressed to this merchant and agent, within its ceiling, on the account its mandate names: nothing to say.
+    action.task = {"interlock/task": {"task_id": "T", "audience": {"merchant_id": "m", "agent_ids": ["a"]}}}
+    evidence = {"accounts": {"s0": "acct_s0"}, "tasks": {"T": {"signer": "h", "ceilings": {"create_refund": 500}}}}
+    limits["a"]["rail"] = {"account_id": "acct_s0"}
+    assert check_workload([ShardEvidence("s0", ledger, journal, {})], [action], [], limits, evidence) == []
 
 
 @pytest.mark.parametrize("name", ["I3_timeout_is_a_refusal", "admission_skips_limits"])

@@ -1,0 +1,231 @@
+"""The seed's workload beyond plain refunds and settlements (swarm-style: each seed turns some of it on).
+
+* **holds** — one merchant's mandates hold every call above Rs 1,000 for a person and add a short window (two
+  calls in 30 simulated seconds), and its agents' calls are spread over the first minutes, so the operator
+  (simulation.operator) sometimes approves a hold after the window has filled up behind it (it must be refused);
+* **tasks** — one agent's refunds carry a harness-signed task (audience: its merchant and itself, a ceiling below
+  what it asks for in total), and a hostile agent of another merchant, whose mandate trusts the same signer,
+  replays that task for its own refunds;
+* **replace** — one agent's mandate is replaced mid-run by a new version with fewer calls and less money, often
+  without the settlement grant, rolled out as production rolls it out: the file changes and every process of the
+  shard restarts, one after another;
+* **account** — every mandate names its rail account (INTERLOCK_RAIL_ACCOUNT_ID is set for each shard), and one
+  extra agent's mandate names the other shard's account: each of its calls must be refused.
+
+What the checker needs to judge these is kept here as plain data (`Workload.evidence`).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from interlock.mandate import Mandate, MandateStore, validate_mandate
+from interlock.task import new_task, public_key_b64, sign_task
+from simulation.world import REFUND, SETTLEMENT, Action, World, make_mandate
+
+SHORT_WINDOW_MS = 30_000
+HOLD_ABOVE_MINOR = 100_000
+SIGNER = "harness"
+TASK_EXPIRES_AT = 2_000_000_000_000
+# Off until finding F3 (docs/simulation.md) is fixed: an intent withdrawn by the replacement whose repeat the new
+# mandate refuses is answered CONFIRMED_NOT_APPLIED / RETRY_SAME_CALL for ever, so the seed never settles.
+REPLACE_MANDATES = False
+
+
+@dataclass
+class Workload:
+    rng: random.Random
+    holds: bool = False
+    tasks: bool = False
+    replace: bool = False
+    account: bool = False
+    # Evidence for the checker, plain data.
+    rejected: list[dict[str, str]] = field(default_factory=list)  # holds the operator rejected: shard, merchant, sik
+    approved: list[dict[str, str]] = field(default_factory=list)
+    task_data: dict[str, dict[str, Any]] = field(default_factory=dict)  # task_id -> signer, audience, ceilings
+    replacements: list[dict[str, Any]] = field(default_factory=list)  # agent, shard, mandate, effective_ms
+    accounts: dict[str, str] = field(default_factory=dict)  # shard -> the rail account its key reaches
+    operator: Counter[str] = field(default_factory=Counter)  # what the operator did, by outcome
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "rejected": list(self.rejected),
+            "tasks": dict(self.task_data),
+            "replacements": list(self.replacements),
+            "accounts": dict(self.accounts),
+        }
+
+
+def plan_workload(seed: int, disabled: frozenset[str] = frozenset()) -> Workload:
+    """Which parts of the workload this seed runs; its own generator, so the fault plan's draws stay put."""
+    rng = random.Random(f"workload:{seed}")
+    w = Workload(rng)
+    w.holds = rng.random() < 0.35 and "holds" not in disabled
+    w.tasks = rng.random() < 0.5 and "tasks" not in disabled
+    w.replace = rng.random() < 0.4 and "replace" not in disabled and REPLACE_MANDATES
+    w.account = rng.random() < 0.3 and "account" not in disabled
+    return w
+
+
+def install(world: World, w: Workload) -> None:
+    """Shape the world before it starts: mandates, extra agents and actions, and the mid-run replacement."""
+    rng = w.rng
+    merchants = {m: s.name for s in world.shards.values() for m in s.merchants}
+    if w.account:
+        for shard in world.shards.values():
+            w.accounts[shard.name] = shard.rail.merchant_id
+        for agent, mandate in list(world.mandates.items()):
+            _set(
+                world,
+                agent,
+                _edit(
+                    mandate,
+                    lambda d, a=w.accounts[merchants[mandate.merchant_id]]: (  # type: ignore[misc]
+                        d.update(rail={"account_id": a})
+                    ),
+                ),
+            )
+        # A mandate written for the other shard's account, given to an agent of this one: nothing may move.
+        merchant = rng.choice(sorted(merchants))
+        other = [a for s, a in w.accounts.items() if s != merchants[merchant]]
+        agent = f"agent_{merchant[-2:]}x"
+        _set(world, agent, _edit(make_mandate(merchant, agent), lambda d: d.update(rail={"account_id": other[0]})))
+        for tool in (REFUND, SETTLEMENT):
+            _add_action(world, agent, merchant, tool)
+    if w.holds:
+        merchant = rng.choice(sorted(merchants))
+
+        def hold(d: dict[str, Any]) -> None:
+            d["approval"]["hold_above_minor"] = HOLD_ABOVE_MINOR
+            d["limits"]["windows"].append({"window_ms": SHORT_WINDOW_MS, "max_calls": 2})
+
+        for agent, mandate in list(world.mandates.items()):
+            if mandate.merchant_id == merchant:
+                _set(world, agent, _edit(mandate, hold))
+                for _ in range(4):
+                    _add_action(world, agent, merchant, REFUND, amount=100 * rng.randrange(1_100, 3_900))
+        for action in world.actions:
+            if action.merchant == merchant:
+                action.start_ms = rng.randrange(0, 45_000)
+    if w.tasks:
+        _tasks(world, w, merchants)
+    if w.replace:
+        candidates = sorted(a for a in world.mandates if not a.endswith(("x", "hostile")))
+        settling = sorted({a.agent for a in world.actions if a.tool == SETTLEMENT} & set(candidates))
+        agent = rng.choice(settling or candidates)  # one whose settlements a withdrawn grant stops
+        at = rng.randrange(2_000, 20_000)  # while its calls are on their way
+        world.sched.at(at, lambda: _roll_out(world, w, agent))
+    world.pending = set(range(len(world.actions)))
+
+
+def _tasks(world: World, w: Workload, merchants: dict[str, str]) -> None:
+    rng = w.rng
+    agent = rng.choice(sorted(a for a in world.mandates if not a.endswith("x")))
+    merchant = world.mandates[agent].merchant_id
+    mine = [a for a in world.actions if a.agent == agent and a.tool == REFUND]
+    while len(mine) < 3:
+        mine.append(_add_action(world, agent, merchant, REFUND))
+    ceiling = max(100, sum(a.amount for a in mine) * 6 // 10)
+    key = Ed25519PrivateKey.from_private_bytes(rng.randbytes(32))
+    task = new_task(f"task_{agent}", TASK_EXPIRES_AT, REFUND, merchant_id=merchant, agent_ids=[agent],
+                    max_amount_minor=ceiling)  # fmt: skip
+    meta = sign_task(task, key, SIGNER)
+    w.task_data[task["task_id"]] = {"signer": SIGNER, "audience": task["audience"],
+                                    "ceilings": {REFUND: ceiling}}  # fmt: skip
+    trust = {SIGNER: public_key_b64(key)}
+    _set(world, agent, _edit(world.mandates[agent], lambda d: d.update(task_signers=trust)))
+    for action in mine:
+        action.task = meta
+    # The hostile agent: another merchant's, on the other shard when the seed says so (its ledger then counts
+    # nothing of the task), whose mandate trusts the same harness.
+    others = sorted(m for m in merchants if m != merchant)
+    if not others:
+        return
+    far = [m for m in others if merchants[m] != merchants[merchant]]
+    target = rng.choice(far if far and rng.random() < 0.6 else others)
+    hostile = f"agent_{target[-2:]}hostile"
+    base = make_mandate(target, hostile)
+    if w.accounts:
+        base = _edit(base, lambda d: d.update(rail={"account_id": w.accounts[merchants[target]]}))
+    _set(world, hostile, _edit(base, lambda d: d.update(task_signers=trust)))
+    for _ in range(2):
+        _add_action(world, hostile, target, REFUND).task = meta
+
+
+def _roll_out(world: World, w: Workload, agent: str) -> None:
+    """A new version of *agent*'s mandate: the file is replaced and every process of its shard restarts in turn,
+    each loading the mandates afresh (as `MandateStore.from_settings` does at start)."""
+    rng, sched = w.rng, world.sched
+    old = world.mandates[agent]
+    shard = next(s for s in world.shards.values() if old.merchant_id in s.merchants)
+    withdraw = rng.random() < 0.7
+
+    def lower(d: dict[str, Any]) -> None:
+        d["mandate_id"] = f"{d['mandate_id']}_v2"
+        day = d["limits"]["windows"][0]
+        day["max_calls"], day["max_amount_minor"] = 3, 400_000
+        if withdraw:
+            del d["scope"]["grants"][SETTLEMENT]
+            d["idempotency"].pop(SETTLEMENT, None)
+
+    new = _edit(old, lower)
+    current = shard.mandates.as_dict()
+    current[agent] = new
+    shard.mandates = MandateStore(current, rail_account_id=shard.mandates.rail_account_id)
+    sched.note(f"mandate of {agent} replaced: {new.mandate_id}{' (no settlements)' if withdraw else ''}")
+    record: dict[str, Any] = {"agent": agent, "shard": shard.name, "mandate": new.model_dump(mode="json"),
+                              "effective_ms": None}  # fmt: skip
+    w.replacements.append(record)
+    # The rail workers first, then the reconciler and the gate workers: for a few seconds old gate workers still
+    # decide under the old mandate, and only the admission's and the send's re-checks of G1 stand in the way.
+    names = [f"{p}:{shard.name}" for p in ("rail-b", "rail-a", "reconciler", "gate-a", "gate-b")]
+    at = sched.clock.mono_ms
+    for i, name in enumerate(names):
+        at += rng.randrange(0, 3_000) if i < 2 else rng.randrange(1_000, 6_000)
+        last = i == 1
+
+        def restart(name: str = name, last: bool = last) -> None:
+            sched.crash(sched.processes[name], fault=False)
+            if last:  # from here on no rail worker of the shard holds the old mandate
+                record["effective_ms"] = sched.clock.now_ms()
+
+        sched.at(at, restart)
+
+
+def _edit(mandate: Mandate, change: Any) -> Mandate:
+    data = json.loads(json.dumps(mandate.model_dump(mode="json")))
+    change(data)
+    return validate_mandate(data, source=f"simulated mandate of {data['agent_id']}")
+
+
+def _set(world: World, agent: str, mandate: Mandate) -> None:
+    """Configure *mandate* for *agent* on its merchant's shard (with the account check when the seed names one)."""
+    world.mandates[agent] = mandate
+    for shard in world.shards.values():
+        if mandate.merchant_id in shard.merchants:
+            current = shard.mandates.as_dict()
+            current[agent] = mandate
+            account = shard.rail.merchant_id if mandate.rail.account_id is not None else None
+            shard.mandates = MandateStore(current, rail_account_id=account or shard.mandates.rail_account_id)
+
+
+def _add_action(world: World, agent: str, merchant: str, tool: str, *, amount: int | None = None) -> Action:
+    shard = next(s for s in world.shards.values() if merchant in s.merchants)
+    used = {a.amount for a in world.actions}
+    rng = world.sched.rng
+    while amount is None or amount in used:
+        amount = 100 * rng.randrange(1, 4_000) + rng.randrange(100) if amount is None else amount + 1
+    subject = "balance"
+    if tool == REFUND:
+        subject = f"pay_{merchant[-2:]}{len(world.payments):06d}"
+        shard.rail.add_payment(subject, amount + rng.choice((0, 500, 50_000)))
+        world.payments[subject] = amount
+    action = Action(agent, merchant, shard.name, tool, subject, amount)
+    world.actions.append(action)
+    return action
