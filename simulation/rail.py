@@ -8,7 +8,8 @@ seed: applied and answered; applied with the answer lost (a gateway 504); refuse
 (a connect error, or a 500 before applying); applied only after the caller's deadline; the idempotency key
 forgotten, so a retry after an earlier apply is refused 4xx for its reused receipt;
 answered with a stamped entity on other terms; answered with another call's entity (a gateway's replayed
-response), applied or not. Its lists may lag behind its writes, as Razorpay's do.
+response), applied or not. Its lists may lag behind its writes, as Razorpay's do. It journals every stamped answer
+it gives a caller (`deliveries`), which the checker holds the ledger's attempt rows to.
 
 The first byte of a money request leaves when `rails.deadline.check_send_window()` says it may — after the
 scheduler point, so a pause lands before the check that guards the send, as it would in the REST client.
@@ -29,6 +30,10 @@ from simulation.scheduler import Scheduler
 MONEY_FAULTS = ("ok", "lost_answer", "not_applied", "error_not_applied", "late_apply", "key_forgotten", "other_terms",
                 "replayed_response")
 LIST_MAX = 100
+
+
+def _stamp(notes: Mapping[str, Any] | None) -> str | None:
+    return None if not notes else notes.get("interlock_sik")
 
 
 def settlement_fees(amount: int) -> tuple[int, int]:
@@ -86,6 +91,8 @@ class SimRail:
         self.refunds: list[dict[str, Any]] = []  # newest last
         self.settlements: list[dict[str, Any]] = []
         self.journal: list[JournalEntry] = []
+        # Every stamped answer a money call was given: (stamp, entity id, caller process, its incarnation).
+        self.deliveries: list[tuple[str, str, str, int]] = []
         self.visible_at: dict[str, int] = {}  # entity id → simulated mono ms from which lists show it
         self.idempotency: dict[str, str] = {}  # X-Refund-Idempotency key → refund id
         self.partitioned_until: dict[str, int] = {}  # caller process → mono ms
@@ -160,7 +167,7 @@ class SimRail:
                 self.idempotency[idempotency_key] = raw["id"]
             return raw, self._journal("refund", raw["id"], payment_id, wanted, 0, notes, amount or wanted)
 
-        return Refund.from_raw(self._money("refund.create", amount, apply))
+        return Refund.from_raw(self._money("refund.create", amount, apply, _stamp(notes)))
 
     def create_instant_settlement(self, amount: int | None = None, *, settle_full_balance: bool = False,
                                   description: str | None = None,
@@ -181,7 +188,7 @@ class SimRail:
             self.settlements.append(raw)
             return raw, self._journal("settlement", raw["id"], "balance", wanted, fees, notes, amount or wanted)
 
-        return Settlement.from_raw(self._money("settlement.create", amount, apply))
+        return Settlement.from_raw(self._money("settlement.create", amount, apply, _stamp(notes)))
 
     def close(self) -> None:
         return None
@@ -207,8 +214,7 @@ class SimRail:
             raise RailError(RailErrorKind.AMBIGUOUS, "502 Bad Gateway", method="GET", path=what, http_status=502)
 
     def _money(self, what: str, amount: int | None,
-               apply: Callable[[int, str], Applied],
-               ) -> dict[str, Any]:
+               apply: Callable[[int, str], Applied], stamp: str | None) -> dict[str, Any]:  # fmt: skip
         self.sched.point(f"rail.{what}.send")
         try:
             check_send_window()  # the last check before the request's first byte
@@ -243,9 +249,16 @@ class SimRail:
         if fault == "replayed_response":
             others = [r for r in (self.refunds if raw.get("entity") == "refund" else self.settlements) if r is not raw]
             if others:
-                return dict(self.sched.rng.choice(others))  # a 200 carrying someone else's entity
+                return self._deliver(self.sched.rng.choice(others), stamp)  # a 200 carrying someone else's entity
         if fault == "lost_answer":
             raise RailError(RailErrorKind.AMBIGUOUS, "504 Gateway Time-out", method="POST", path=what, http_status=504)
+        return self._deliver(raw, stamp)
+
+    def _deliver(self, raw: dict[str, Any], stamp: str | None) -> dict[str, Any]:
+        """The answer leaves the rail for its caller; one carrying the caller's own stamp is journalled as given."""
+        actor = self.sched.current
+        if stamp is not None and actor is not None and _stamp(raw.get("notes") or None) == stamp:
+            self.deliveries.append((stamp, str(raw["id"]), actor.process.name, actor.process.incarnation))
         return dict(raw)
 
     def _late(self, apply: Callable[[int, str], Any], terms: int, fault: str, shown_by: int) -> None:

@@ -109,10 +109,10 @@ def run_seed(seed: int, *, max_steps: int = 6_000, keep: Path | None = None, dis
             sched.run(until=_settled(world), deadline_ms=settle_until)
             settled = sched.counters.steps < sched.max_steps
             violations = checker.check(
-                [ShardEvidence(s.name, s.ledger_path, s.rail.journal, s.rail.payment_amounts())
-                 for s in world.shards.values()],
+                [ShardEvidence(s.name, s.ledger_path, s.rail.journal, s.rail.payment_amounts(), s.rail.deliveries,
+                               s.settings.rail_timeout_ms) for s in world.shards.values()],
                 world.actions, world.answers, {a: m.model_dump(mode="json") for a, m in world.mandates.items()},
-                settled=settled,
+                settled=settled, stopped=frozenset(sched.stopped),
             )  # fmt: skip
             if not settled:
                 violations.append(Violation("STEP_BUDGET", f"{max_steps} steps spent before the run settled"))
@@ -142,16 +142,23 @@ def _settled(world: World) -> Callable[[], bool]:
 
 
 def _quiet(world: World) -> bool:
-    """Nothing left to settle: every intent of every shard definite (read with plain SQL, like the checker)."""
+    """Nothing left to settle: every intent of every shard definite, and every rail answer a live worker holds
+    written (read with plain SQL, like the checker)."""
     for shard in world.shards.values():
         conn = sqlite3.connect(f"file:{shard.ledger_path}?mode=ro", uri=True)
         try:
             open_rows = conn.execute(
                 "SELECT COUNT(*) FROM intents WHERE state NOT IN "
                 "('APPLIED', 'BLOCKED', 'FAILED_TERMINAL', 'CONFIRMED_NOT_APPLIED', 'QUARANTINED')").fetchone()[0]
+            kept = set(conn.execute("SELECT sik, rail_entity_id FROM intent_attempts WHERE rail_entity_id IS NOT NULL"))
         finally:
             conn.close()
         if open_rows:
+            return False
+        # And every stamped answer a live worker was given is on its attempt row: one still paused, or retrying a
+        # failed write, keeps it in memory until then (the checker's EVIDENCE_KEPT judges the end).
+        if any((stamp, entity_id) not in kept for stamp, entity_id, process, incarnation in shard.rail.deliveries
+               if (process, incarnation) not in world.sched.stopped):  # fmt: skip
             return False
     return True
 
