@@ -48,7 +48,8 @@ class SeedResult:
 RAIL_FAULTS = ("lost_answer", "not_applied", "error_not_applied", "late_apply", "key_forgotten", "other_terms",
                "replayed_response")
 FAULT_KINDS = ("crash", "pause", "partition", "clock_step", "redis_flush", "ledger_busy", "ledger_commit_error",
-               "queue", "rail_money", "rail_read_error", "list_lag")  # fmt: skip
+               "queue", "rail_money", "rail_read_error", "list_lag", "rail_outage", "refund_list_late",
+               "key_expiry")  # fmt: skip
 
 
 def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(), *, clock_steps: bool = False) -> Faults:
@@ -83,6 +84,20 @@ def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(), *, clo
     read_error, lag = rng.choice((0.02, 0.1)), rng.choice((500, 3_000, 20_000))
     f.rail.read_error = read_error if on("rail_read_error", 0.4) else 0.0
     f.rail.list_lag_ms = lag if on("list_lag", 0.5) else 0
+    # Refunds listed past ADR 0010's bound, by less than the delay (what the keyed early read must survive); a rail
+    # that forgets idempotency keys within the delay; one that checks a refund's amount before its receipt.
+    past, key_ttl = rng.choice((400, 850)), rng.choice((200, 800))
+    if on("refund_list_late", 0.4):
+        f.rail.refund_list_past_bound_ms = past
+    if on("key_expiry", 0.5):
+        f.rail.idempotency_key_ttl_ms = key_ttl
+    f.rail.refund_amount_checked_first = rng.random() < 0.5
+    # The rail workers stop for a while: from the start (so the first calls, made just before a window boundary,
+    # wait in the rail queue while their repeats are judged after it) or at some moment of the fault phase.
+    at, outage_ms = rng.choice((0, rng.randint(0, FAULT_PHASE_MS - 20_000))), rng.randint(3_000, 20_000)
+    both = rng.random() < 0.5
+    if on("rail_outage", 0.3):
+        f.outage_at_ms, f.outage_ms, f.outage_both = at, outage_ms, both
     return f
 
 
@@ -93,7 +108,9 @@ def run_seed(seed: int, *, max_steps: int = 6_000, keep: Path | None = None, dis
     sched = Scheduler(seed, start_ms=0, max_steps=max_steps)
     rng = sched.rng
     # Sometimes the run starts minutes before midnight, so settlements straddle a window and its grace.
-    sched.clock.wall_offset_ms = START_MS - (rng.choice((0, 60_000, 600_000)) if rng.random() < 0.5 else -3_600_000)
+    # Seconds before it too: the first calls are made before the boundary and their repeats after it.
+    sched.clock.wall_offset_ms = START_MS - (rng.choice((2_000, 5_000, 10_000, 60_000, 600_000)) if rng.random() < 0.5
+                                             else -3_600_000)  # fmt: skip
     faults = plan_faults(sched, disabled, clock_steps=clock_steps)
     world = World(sched, root, faults, shards=2, merchants_per_shard=rng.choice((1, 2)),
                   agents_per_merchant=rng.choice((1, 2)), actions_per_agent=rng.choice((2, 3, 4)),
