@@ -51,14 +51,14 @@ def test_wall_clock_steps_are_finding_f1_until_the_reconciler_measures_its_delay
     """docs/simulation.md, F1: a forward step of the wall clock shortens the reconcile delay, and a settlement
     the rail lists within that delay is read as absent and paid twice. When this fails, F1 is fixed: turn clock
     steps on by default and drop this test."""
-    # Seed 203 shows it under `interlock simulate` (PYTHONHASHSEED=0); pytest's hash seed may order a set differently,
+    # Seed 315 shows it under `interlock simulate` (PYTHONHASHSEED=0); pytest's hash seed may order a set differently,
     # so the first of a few seeds that pays twice is looked for.
-    for seed in range(186, 206):
+    for seed in range(306, 326):
         result = run_seed(seed, clock_steps=True)
         if any(v.kind == "ONE_ENTITY_PER_ACTION" for v in result.violations):
             assert "clock_step" in result.faults
             return
-    pytest.fail("no seed of 186..205 paid twice with clock steps: has F1 been fixed?")
+    pytest.fail("no seed of 306..325 paid twice with clock steps: has F1 been fixed?")
 
 
 @dataclass
@@ -132,7 +132,7 @@ def test_the_simulator_finds_a_defect_put_back_into_a_copy_of_the_tree(name: str
     timeout taken for a refusal, and an admission that no longer re-asserts the limits racing gate workers pass."""
     from simulation.mutants import ALL, find
 
-    found = find(ALL[name], tmp_path, seeds=12)
+    found = find(ALL[name], tmp_path, seeds=40)
     assert found.found, found
     assert found.violation.split(":")[0] in {"LEDGER_RAIL", "LIMIT", "ONE_ENTITY_PER_ACTION"}, found
 
@@ -151,12 +151,14 @@ def test_the_checker_probes_that_the_ledger_itself_keeps_applied_absorbing(tmp_p
     ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "APPLIED", "create_instant_settlement", "balance", 500,
                                                "setlod_1")])  # fmt: skip
     journal = [JournalEntry("settlement", "setlod_1", "m", "balance", 500, 2, "S1", 0, 500)]
-    assert check([ShardEvidence("s0", ledger, journal, {})], [], [], LIMITS, settled=False) == []
+    action = _Action("a", "s0", "create_instant_settlement", "balance", 500)
+    assert check([ShardEvidence("s0", ledger, journal, {})], [action], [], LIMITS, settled=False) == []
     _sql(ledger, ("DROP TRIGGER absorbing", ()))
-    found = check([ShardEvidence("s0", ledger, journal, {})], [], [], LIMITS, settled=False)
+    found = check([ShardEvidence("s0", ledger, journal, {})], [action], [], LIMITS, settled=False)
     assert [v.kind for v in found] == ["ABSORBING"]
-    _sql(ledger, ("SELECT 1", ()))  # the probe was rolled back: the row is still APPLIED
-    assert check([ShardEvidence("s0", ledger, journal, {})], [], [], LIMITS, settled=False)[0].kind == "ABSORBING"
+    # The probe was rolled back: the row is still APPLIED, and the ledger still lets it be moved.
+    assert [v.kind for v in check([ShardEvidence("s0", ledger, journal, {})], [action], [], LIMITS,
+                                  settled=False)] == ["ABSORBING"]  # fmt: skip
 
 
 def test_the_checker_names_a_foreign_entity_recorded_as_an_attempts_answer(tmp_path: Path) -> None:
@@ -184,8 +186,10 @@ def test_the_checker_names_a_rail_answer_a_live_worker_dropped(tmp_path: Path) -
                                                "setlod_1")])  # fmt: skip
     journal = [JournalEntry("settlement", "setlod_1", "m", "balance", 500, 2, "S1", 0, 500)]
     shard = ShardEvidence("s0", ledger, journal, {}, deliveries=[("S1", "setlod_1", "rail-a:s0", 0)])
-    assert [v.kind for v in check([shard], [], [], LIMITS, settled=True)] == ["EVIDENCE_KEPT"]
+    action = _Action("a", "s0", "create_instant_settlement", "balance", 500)
+    told = _Answer(action, {"state": "APPLIED", "sik": "S1", "rail_entity_id": "setlod_1", "caller_action": "DONE"})
+    assert [v.kind for v in check([shard], [action], [told], LIMITS, settled=True)] == ["EVIDENCE_KEPT"]
     # A process killed after the answer reached it could not keep it: its memory is gone.
-    assert check([shard], [], [], LIMITS, settled=True, stopped=frozenset({("rail-a:s0", 0)})) == []
+    assert check([shard], [action], [told], LIMITS, settled=True, stopped=frozenset({("rail-a:s0", 0)})) == []
     _sql(ledger, ("INSERT INTO intent_attempts VALUES ('m', 'S1', 1, 'APPLIED', 'setlod_1', 0)", ()))
-    assert check([shard], [], [], LIMITS, settled=True) == []
+    assert check([shard], [action], [told], LIMITS, settled=True) == []
