@@ -143,37 +143,54 @@ def run_seed(seed: int, *, max_steps: int = 6_000, keep: Path | None = None, dis
                       violations, sched.clock.mono_ms, list(sched.trace_tail), edges)  # fmt: skip
 
 
+EVIDENCE_WAIT_MS = 60_000  # longer than any pause or outage: a live worker has written its answers by then
+
+
 def _settled(world: World) -> Callable[[], bool]:
-    """True once every agent has its definite answers and every intent is definite; the ledgers are read at
-    most once a simulated second."""
+    """True once every agent has its definite answers and every intent is definite, and every rail answer a live
+    worker was given is written — or EVIDENCE_WAIT_MS after the rest was, for the checker to name the answer that
+    never was (EVIDENCE_KEPT). The ledgers are read at most once a simulated second."""
     last = [-1]
+    definite_since: list[int | None] = [None]
 
     def settled() -> bool:
         now = world.sched.clock.mono_ms
         if world.pending or now - last[0] < 1_000:
             return False
         last[0] = now
-        return _quiet(world)
+        if not _definite(world):
+            definite_since[0] = None
+            return False
+        since = definite_since[0] = now if definite_since[0] is None else definite_since[0]
+        return _answers_written(world) or now - since >= EVIDENCE_WAIT_MS
 
     return settled
 
 
-def _quiet(world: World) -> bool:
-    """Nothing left to settle: every intent of every shard definite, and every rail answer a live worker holds
-    written (read with plain SQL, like the checker)."""
+def _definite(world: World) -> bool:
+    """Every intent of every shard definite (read with plain SQL, like the checker)."""
     for shard in world.shards.values():
         conn = sqlite3.connect(f"file:{shard.ledger_path}?mode=ro", uri=True)
         try:
             open_rows = conn.execute(
                 "SELECT COUNT(*) FROM intents WHERE state NOT IN "
                 "('APPLIED', 'BLOCKED', 'FAILED_TERMINAL', 'CONFIRMED_NOT_APPLIED', 'QUARANTINED')").fetchone()[0]
-            kept = set(conn.execute("SELECT sik, rail_entity_id FROM intent_attempts WHERE rail_entity_id IS NOT NULL"))
         finally:
             conn.close()
         if open_rows:
             return False
-        # And every stamped answer a live worker was given is on its attempt row: one still paused, or retrying a
-        # failed write, keeps it in memory until then (the checker's EVIDENCE_KEPT judges the end).
+    return True
+
+
+def _answers_written(world: World) -> bool:
+    """Every stamped answer a live worker was given is on its attempt row: one still paused, or retrying a failed
+    write, holds it in memory until then."""
+    for shard in world.shards.values():
+        conn = sqlite3.connect(f"file:{shard.ledger_path}?mode=ro", uri=True)
+        try:
+            kept = set(conn.execute("SELECT sik, rail_entity_id FROM intent_attempts WHERE rail_entity_id IS NOT NULL"))
+        finally:
+            conn.close()
         if any((stamp, entity_id) not in kept for stamp, entity_id, process, incarnation in shard.rail.deliveries
                if (process, incarnation) not in world.sched.stopped):  # fmt: skip
             return False
