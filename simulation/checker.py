@@ -16,7 +16,18 @@ Invariants, each a `Violation` with a kind and the evidence:
 * LEDGER_RAIL — a ledger APPLIED intent has exactly its entity on the rail, on its terms; a stamped entity on
   the rail is APPLIED in the ledger with that id, or QUARANTINED;
 * TOLD_APPLIED — an agent told APPLIED names an entity the rail created with that stamp;
-* AUDIT_CHAIN — every shard's chain re-hashes to its head.
+* AUDIT_CHAIN — every shard's chain re-hashes to its head;
+* AUDIT_TIME — the chain's timestamps never go back from one record to the next: every writer reads the time only
+  once it holds the ledger's write lock, so a record says when its transaction really held it (one wall clock
+  here, never stepped back), and a lease or row written in it is measured from then;
+* ABSORBING — the ledger file itself refuses to move an APPLIED or BLOCKED intent to any other state (I4),
+  probed with a plain UPDATE in a transaction that is always rolled back;
+* ATTRIBUTION — every attempt row that names a rail entity as its answer (APPLIED, TERMS_MISMATCH, or their
+  FENCED_ forms) names one the rail created with that intent's stamp: a foreign entity is never taken as ours;
+* ABANDONED_EARLY — no IN_FLIGHT attempt is treated as abandoned (LEASE_EXPIRED) before its own row lease plus
+  the call's total deadline (ADR 0005: until then its request may still be out);
+* EVIDENCE_KEPT — every stamped answer the rail delivered to a process that lived on is on an attempt row of its
+  intent by the end (issue 25 item 2, ADR 0005: the rail's answer is first-hand evidence, never dropped).
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ import json
 import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -76,11 +87,16 @@ class ShardEvidence:
     ledger: Path
     journal: list[Any]
     payments: Mapping[str, int]  # payment id → captured amount
+    # Every stamped answer the rail gave a money call: (stamp, entity id, caller process, its incarnation).
+    deliveries: Sequence[tuple[str, str, str, int]] = field(default_factory=list)
+    call_deadline_ms: int | None = None  # the deployment's rail call deadline (RAIL_TIMEOUT_MS), as configured
 
 
 def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answers: Sequence[AnswerLike],
-          limits: Mapping[str, Mapping[str, Any]], *, settled: bool) -> list[Violation]:  # fmt: skip
-    """Every invariant over the finished run; *settled* when faults stopped and the run was let settle."""
+          limits: Mapping[str, Mapping[str, Any]], *, settled: bool,
+          stopped: frozenset[tuple[str, int]] = frozenset()) -> list[Violation]:  # fmt: skip
+    """Every invariant over the finished run; *settled* when faults stopped and the run was let settle;
+    *stopped* the (process, incarnation) pairs the OS killed or saw exit (what they held in memory is gone)."""
     found: list[Violation] = []
     by_shard = {s.name: s for s in shards}
     for shard in by_shard.values():
@@ -89,6 +105,11 @@ def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answer
         found += _over_refund(shard)
         found += _ledger_vs_rail(shard, rows, settled=settled)
         found += _audit_chain(shard)
+        found += _absorbing(shard)
+        found += _attribution(shard)
+        found += _abandoned_early(shard)
+        if settled:
+            found += _evidence_kept(shard, stopped)
         if settled:
             found += [Violation("NOT_DEFINITE", f"{shard.name} intent {r['sik']} is {r['state']}")
                       for r in rows if r["state"] not in DEFINITE_STATES]  # fmt: skip
@@ -232,8 +253,13 @@ def _audit_chain(shard: ShardEvidence) -> list[Violation]:
         head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
     finally:
         conn.close()
-    prev, expected = GENESIS, 1
+    prev, expected, last_ts = GENESIS, 1, None
+    went_back: list[Violation] = []
     for seq, ts, kind, payload_json, prev_hash, digest in rows:
+        if last_ts is not None and ts < last_ts and not went_back:
+            went_back.append(Violation("AUDIT_TIME", f"{shard.name}: seq {seq} ({kind}) is stamped {ts}, "
+                                                     f"{last_ts - ts} ms before the record it follows"))  # fmt: skip
+        last_ts = ts
         payload = json.loads(payload_json)
         # The stored bytes are what is hashed: a payload not in its one canonical spelling (a duplicate key, say,
         # that one reader takes first-wins and another last-wins) breaks the chain here.
@@ -245,7 +271,95 @@ def _audit_chain(shard: ShardEvidence) -> list[Violation]:
         prev, expected = digest, expected + 1
     if rows and (head is None or head[0] != rows[-1][0] or head[1] != prev):
         return [Violation("AUDIT_CHAIN", f"{shard.name}: the head {head} is not the last record")]
-    return []
+    return went_back
+
+
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _absorbing(shard: ShardEvidence) -> list[Violation]:
+    """I4 held by the ledger file itself: each APPLIED or BLOCKED row is offered a move to UNKNOWN with a plain
+    UPDATE, inside a transaction that is always rolled back. The file must refuse every one."""
+    conn = sqlite3.connect(shard.ledger, isolation_level=None)
+    out = []
+    try:
+        rows = conn.execute("SELECT merchant_id, sik, state FROM intents WHERE state IN ('APPLIED', 'BLOCKED')"
+                            ).fetchall()  # fmt: skip
+        for merchant_id, sik, state in rows:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                moved = conn.execute("UPDATE intents SET state = 'UNKNOWN' WHERE merchant_id = ? AND sik = ?",
+                                     (merchant_id, sik)).rowcount  # fmt: skip
+            except sqlite3.DatabaseError:
+                moved = 0
+            finally:
+                conn.execute("ROLLBACK")
+            if moved:
+                out.append(Violation("ABSORBING", f"{shard.name}: the ledger lets {state} intent {sik} be moved"))
+                break  # one is proof enough; the rest would say the same
+    finally:
+        conn.close()
+    return out
+
+
+CLAIMS_AN_ENTITY = ("APPLIED", "FENCED_APPLIED", "TERMS_MISMATCH", "FENCED_TERMS_MISMATCH")
+
+
+def _attempts(shard: ShardEvidence, sql: str) -> list[sqlite3.Row]:
+    conn = sqlite3.connect(f"file:{shard.ledger}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        if "intent_attempts" not in _tables(conn):
+            return []
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def _attribution(shard: ShardEvidence) -> list[Violation]:
+    stamps = {e.id: e.stamp for e in shard.journal}
+    rows = _attempts(shard, "SELECT sik, attempt_seq, outcome, rail_entity_id FROM intent_attempts "
+                            "WHERE rail_entity_id IS NOT NULL")  # fmt: skip
+    return [Violation("ATTRIBUTION", f"{shard.name} {r['sik']} attempt {r['attempt_seq']} recorded {r['outcome']} "
+                                     f"{r['rail_entity_id']}, stamped {stamps.get(r['rail_entity_id'])} on the rail")
+            for r in rows
+            if r["outcome"] in CLAIMS_AN_ENTITY and stamps.get(r["rail_entity_id"]) != r["sik"]]  # fmt: skip
+
+
+def _abandoned_early(shard: ShardEvidence) -> list[Violation]:
+    if shard.call_deadline_ms is None:
+        return []
+    leases = {(r["sik"], r["attempt_seq"]): r["lease_expires_at"]
+              for r in _attempts(shard, "SELECT sik, attempt_seq, lease_expires_at FROM intent_attempts")}  # fmt: skip
+    conn = sqlite3.connect(f"file:{shard.ledger}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT ts, payload_json FROM audit_log WHERE kind = 'TRANSITION'").fetchall()
+    finally:
+        conn.close()
+    out = []
+    for ts, payload_json in rows:
+        p = json.loads(payload_json)
+        if p.get("event") != "LEASE_EXPIRED" or p.get("from") != "IN_FLIGHT":
+            continue
+        lease = leases.get((p.get("sik"), p.get("attempt_seq")))
+        if lease is not None and ts < lease + shard.call_deadline_ms:
+            out.append(Violation("ABANDONED_EARLY", f"{shard.name} {p.get('sik')} attempt {p.get('attempt_seq')} "
+                                                    f"abandoned at {ts}, {lease + shard.call_deadline_ms - ts} ms "
+                                                    "before its lease plus the call's deadline"))  # fmt: skip
+    return out
+
+
+def _evidence_kept(shard: ShardEvidence, stopped: frozenset[tuple[str, int]]) -> list[Violation]:
+    rows = _attempts(shard, "SELECT sik, rail_entity_id FROM intent_attempts WHERE rail_entity_id IS NOT NULL")
+    kept = {(r["sik"], r["rail_entity_id"]) for r in rows}
+    out = []
+    for stamp, entity_id, process, incarnation in shard.deliveries:
+        if (process, incarnation) in stopped or (stamp, entity_id) in kept:
+            continue
+        detail = f"the rail answered {process}#{incarnation} with {entity_id} stamped {stamp}"
+        out.append(Violation("EVIDENCE_KEPT", f"{shard.name}: {detail}; no attempt row of {stamp} keeps it"))
+    return out
 
 
 # -- the workload's invariants (simulation.workload: holds, tasks, a replaced mandate, rail accounts) ------------

@@ -57,6 +57,25 @@ SEAM_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
        Edit("reconciler/loop.py", "                        if now < until:\n                            continue\n"
             "                        event = Event.LEASE_EXPIRED",
             "                        event = Event.LEASE_EXPIRED")),
+    _m("now_before_lock", "issue 13 item 3: the IN_FLIGHT transaction reads `now` only once it holds the write lock",
+       Edit("rail_worker/execute.py",
+            "    begun = rt.write(lambda conn: _begin(rt, conn, merchant_id, sik, request_id=request_id))",
+            "    early = now_ms()\n"
+            "    begun = rt.write(lambda conn: _begin(rt, conn, merchant_id, sik, request_id=request_id,\n"
+            "                                         early=early))"),
+       Edit("rail_worker/execute.py",
+            "           request_id: str | None) -> Started | Outcome | None:  # fmt: skip\n    now = now_ms()",
+            "           request_id: str | None, early: int = 0) -> Started | Outcome | None:\n    now = early")),
+    _m("retry_refusal_trusted", "issue 13 item 6: a definitive 4xx on attempt 2 or later is settled by stamp, not "
+       "trusted", Edit("rail_worker/classify.py", "        if attempt_seq > 1:\n", "        if False:\n")),
+    _m("claim_by_repeat", "ADR 0011 (repro claim_by_repeat.py): the claim belongs to the call that executes",
+       # The executing call does not take over the claim: a repeat admitted while it is out finds no one to wait
+       # for and is answered at once with IN_FLIGHT, as when the first thread to reach the claim kept it.
+       Edit("rail_worker/dispatch.py", "                self._calls.setdefault(executes, _Claim()).executing += 1",
+            "                self._calls.setdefault(executes, _Claim())"),
+       Edit("rail_worker/dispatch.py", "            claim = self._calls[key]\n            claim.executing -= 1",
+            "            claim = self._calls.setdefault(key, _Claim())\n"
+            "            claim.executing = max(claim.executing - 1, 0)")),
 )}  # fmt: skip
 
 # Defects the workload's extras reach (simulation.workload): holds decided by the operator, signed tasks, a mandate

@@ -8,7 +8,9 @@ seed: applied and answered; applied with the answer lost (a gateway 504); refuse
 (a connect error, or a 500 before applying); applied only after the caller's deadline; the idempotency key
 forgotten, so a retry after an earlier apply is refused 4xx for its reused receipt;
 answered with a stamped entity on other terms; answered with another call's entity (a gateway's replayed
-response), applied or not. Its lists may lag behind its writes, as Razorpay's do.
+response), applied or not. Its lists may lag behind its writes, as Razorpay's do. Per seed, it may keep refunds'
+idempotency keys only briefly, and may check a refund's amount before its receipt. It journals every stamped answer
+it gives a caller (`deliveries`), which the checker holds the ledger's attempt rows to.
 
 The first byte of a money request leaves when `rails.deadline.check_send_window()` says it may — after the
 scheduler point, so a pause lands before the check that guards the send, as it would in the REST client.
@@ -29,6 +31,10 @@ from simulation.scheduler import Scheduler
 MONEY_FAULTS = ("ok", "lost_answer", "not_applied", "error_not_applied", "late_apply", "key_forgotten", "other_terms",
                 "replayed_response")
 LIST_MAX = 100
+
+
+def _stamp(notes: Mapping[str, Any] | None) -> str | None:
+    return None if not notes else notes.get("interlock_sik")
 
 
 def settlement_fees(amount: int) -> tuple[int, int]:
@@ -72,6 +78,17 @@ class FaultPlan:
     call_timeout_ms: int = 2_000  # the caller's deadline: a read that times out is answered then
     list_delay_ms: int = 1_000
     beyond_bounds: bool = False
+    # A refund is listed this much later than that bound (less than the delay itself). Inside the design:
+    # the reconciler reads a keyed refund early, as soon as the delay after its call's recorded end, because the
+    # retry such a read may authorize carries the same idempotency key and receipt; a refusal of that retry is read
+    # again, at least one more delay later, before it is believed (rail_worker/classify.py). A refund listed later
+    # than both reads is finding F2 (docs/simulation.md).
+    refund_list_past_bound_ms: int = 0
+    # The rail keeps a refund's idempotency key only this long (None: for ever): every retry after it is a new request.
+    idempotency_key_ttl_ms: int | None = None
+    # The rail validates a refund's amount before its receipt: a retry of a refund that did apply (its key forgotten)
+    # is refused "greater than amount captured" rather than for its reused receipt. Razorpay documents neither order.
+    refund_amount_checked_first: bool = False
 
 
 class SimRail:
@@ -86,8 +103,11 @@ class SimRail:
         self.refunds: list[dict[str, Any]] = []  # newest last
         self.settlements: list[dict[str, Any]] = []
         self.journal: list[JournalEntry] = []
+        # Every stamped answer a money call was given: (stamp, entity id, caller process, its incarnation).
+        self.deliveries: list[tuple[str, str, str, int]] = []
         self.visible_at: dict[str, int] = {}  # entity id → simulated mono ms from which lists show it
-        self.idempotency: dict[str, str] = {}  # X-Refund-Idempotency key → refund id
+        # X-Refund-Idempotency key → (refund id, the mono instant the rail forgets it, None: never)
+        self.idempotency: dict[str, tuple[str, int | None]] = {}
         self.partitioned_until: dict[str, int] = {}  # caller process → mono ms
         self._ids = itertools.count(1)
         self._shown_by = 0  # the instant the entity of the call being applied must be listed by (settlements)
@@ -140,13 +160,17 @@ class SimRail:
             payment = self.payments.get(payment_id)
             if payment is None:
                 return self._rejected("The id provided does not exist", "/v1/payments/refund")
-            if idempotency_key in self.idempotency and fault != "key_forgotten":
-                return next(r for r in self.refunds if r["id"] == self.idempotency[idempotency_key]), None
+            refund_id, forget_at = self.idempotency.get(idempotency_key or "", (None, None))
+            if refund_id is not None and fault != "key_forgotten" and (forget_at is None or self._now() < forget_at):
+                return next(r for r in self.refunds if r["id"] == refund_id), None
+            wanted = payment["amount"] - payment["amount_refunded"] if amount is None else terms_amount
+            too_much = wanted <= 0 or wanted > payment["amount"] - payment["amount_refunded"]
+            if too_much and self.plan.refund_amount_checked_first:
+                return self._rejected("The refund amount provided is greater than amount captured", "/refund")
             if receipt is not None and any(r["payment_id"] == payment_id and r.get("receipt") == receipt
                                            for r in self.refunds):  # fmt: skip
                 return self._rejected("The receipt has already been used for another refund", "/refund")
-            wanted = payment["amount"] - payment["amount_refunded"] if amount is None else terms_amount
-            if wanted <= 0 or wanted > payment["amount"] - payment["amount_refunded"]:
+            if too_much:
                 return self._rejected("The refund amount provided is greater than amount captured", "/refund")
             raw: dict[str, Any] = {
                 "id": f"rfnd_{next(self._ids):014d}", "entity": "refund", "amount": wanted, "currency": "INR",
@@ -157,10 +181,11 @@ class SimRail:
             payment["refund_status"] = "full" if payment["amount_refunded"] == payment["amount"] else "partial"
             self.refunds.append(raw)
             if idempotency_key is not None:
-                self.idempotency[idempotency_key] = raw["id"]
+                ttl = self.plan.idempotency_key_ttl_ms
+                self.idempotency[idempotency_key] = raw["id"], None if ttl is None else self._now() + ttl
             return raw, self._journal("refund", raw["id"], payment_id, wanted, 0, notes, amount or wanted)
 
-        return Refund.from_raw(self._money("refund.create", amount, apply))
+        return Refund.from_raw(self._money("refund.create", amount, apply, _stamp(notes)))
 
     def create_instant_settlement(self, amount: int | None = None, *, settle_full_balance: bool = False,
                                   description: str | None = None,
@@ -181,7 +206,7 @@ class SimRail:
             self.settlements.append(raw)
             return raw, self._journal("settlement", raw["id"], "balance", wanted, fees, notes, amount or wanted)
 
-        return Settlement.from_raw(self._money("settlement.create", amount, apply))
+        return Settlement.from_raw(self._money("settlement.create", amount, apply, _stamp(notes)))
 
     def close(self) -> None:
         return None
@@ -190,6 +215,9 @@ class SimRail:
 
     def partition(self, process: str, until_mono_ms: int) -> None:
         self.partitioned_until[process] = until_mono_ms
+
+    def _now(self) -> int:
+        return self.sched.clock.mono_ms
 
     def _caller(self) -> str:
         actor = self.sched.current
@@ -207,8 +235,7 @@ class SimRail:
             raise RailError(RailErrorKind.AMBIGUOUS, "502 Bad Gateway", method="GET", path=what, http_status=502)
 
     def _money(self, what: str, amount: int | None,
-               apply: Callable[[int, str], Applied],
-               ) -> dict[str, Any]:
+               apply: Callable[[int, str], Applied], stamp: str | None) -> dict[str, Any]:  # fmt: skip
         self.sched.point(f"rail.{what}.send")
         try:
             check_send_window()  # the last check before the request's first byte
@@ -243,9 +270,16 @@ class SimRail:
         if fault == "replayed_response":
             others = [r for r in (self.refunds if raw.get("entity") == "refund" else self.settlements) if r is not raw]
             if others:
-                return dict(self.sched.rng.choice(others))  # a 200 carrying someone else's entity
+                return self._deliver(self.sched.rng.choice(others), stamp)  # a 200 carrying someone else's entity
         if fault == "lost_answer":
             raise RailError(RailErrorKind.AMBIGUOUS, "504 Gateway Time-out", method="POST", path=what, http_status=504)
+        return self._deliver(raw, stamp)
+
+    def _deliver(self, raw: dict[str, Any], stamp: str | None) -> dict[str, Any]:
+        """The answer leaves the rail for its caller; one carrying the caller's own stamp is journalled as given."""
+        actor = self.sched.current
+        if stamp is not None and actor is not None and _stamp(raw.get("notes") or None) == stamp:
+            self.deliveries.append((stamp, str(raw["id"]), actor.process.name, actor.process.incarnation))
         return dict(raw)
 
     def _late(self, apply: Callable[[int, str], Any], terms: int, fault: str, shown_by: int) -> None:
@@ -281,6 +315,8 @@ class SimRail:
             # (A refund listed later still cannot be paid twice — its retry carries the same key — but the ledger
             # can then be told "absent" by every pass until its retries run out: see docs/simulation.md.)
             lag = max(0, min(lag, self._shown_by - self.sched.clock.mono_ms))
+        if kind == "refund" and self.plan.refund_list_past_bound_ms:
+            lag = max(lag, self._shown_by + self.plan.refund_list_past_bound_ms - self.sched.clock.mono_ms)
         self.visible_at[entity_id] = self.sched.clock.mono_ms + lag
         return entry
 

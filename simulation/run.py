@@ -50,7 +50,8 @@ class SeedResult:
 RAIL_FAULTS = ("lost_answer", "not_applied", "error_not_applied", "late_apply", "key_forgotten", "other_terms",
                "replayed_response")
 FAULT_KINDS = ("crash", "pause", "partition", "clock_step", "redis_flush", "ledger_busy", "ledger_commit_error",
-               "queue", "rail_money", "rail_read_error", "list_lag")  # fmt: skip
+               "queue", "rail_money", "rail_read_error", "list_lag", "rail_outage", "refund_list_late",
+               "key_expiry")  # fmt: skip
 
 
 def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset()) -> Faults:
@@ -83,6 +84,20 @@ def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset()) -> Fau
     read_error, lag = rng.choice((0.02, 0.1)), rng.choice((500, 3_000, 20_000))
     f.rail.read_error = read_error if on("rail_read_error", 0.4) else 0.0
     f.rail.list_lag_ms = lag if on("list_lag", 0.5) else 0
+    # Refunds listed past ADR 0010's bound, by less than the delay (what the keyed early read must survive); a rail
+    # that forgets idempotency keys within the delay; one that checks a refund's amount before its receipt.
+    past, key_ttl = rng.choice((400, 850)), rng.choice((200, 800))
+    if on("refund_list_late", 0.4):
+        f.rail.refund_list_past_bound_ms = past
+    if on("key_expiry", 0.5):
+        f.rail.idempotency_key_ttl_ms = key_ttl
+    f.rail.refund_amount_checked_first = rng.random() < 0.5
+    # The rail workers stop for a while: from the start (so the first calls, made just before a window boundary,
+    # wait in the rail queue while their repeats are judged after it) or at some moment of the fault phase.
+    at, outage_ms = rng.choice((0, rng.randint(0, FAULT_PHASE_MS - 20_000))), rng.randint(3_000, 20_000)
+    both = rng.random() < 0.5
+    if on("rail_outage", 0.3):
+        f.outage_at_ms, f.outage_ms, f.outage_both = at, outage_ms, both
     return f
 
 
@@ -93,7 +108,9 @@ def run_seed(seed: int, *, max_steps: int = 6_000, keep: Path | None = None,
     sched = Scheduler(seed, start_ms=0, max_steps=max_steps)
     rng = sched.rng
     # Sometimes the run starts minutes before midnight, so settlements straddle a window and its grace.
-    sched.clock.wall_offset_ms = START_MS - (rng.choice((0, 60_000, 600_000)) if rng.random() < 0.5 else -3_600_000)
+    # Seconds before it too: the first calls are made before the boundary and their repeats after it.
+    sched.clock.wall_offset_ms = START_MS - (rng.choice((2_000, 5_000, 10_000, 60_000, 600_000)) if rng.random() < 0.5
+                                             else -3_600_000)  # fmt: skip
     faults = plan_faults(sched, disabled)
     world = World(sched, root, faults, shards=2, merchants_per_shard=rng.choice((1, 2)),
                   agents_per_merchant=rng.choice((1, 2)), actions_per_agent=rng.choice((2, 3, 4)),
@@ -111,10 +128,12 @@ def run_seed(seed: int, *, max_steps: int = 6_000, keep: Path | None = None,
             settle_until = sched.clock.mono_ms + SETTLE_MS
             sched.run(until=_settled(world), deadline_ms=settle_until)
             settled = sched.counters.steps < sched.max_steps
-            evidence = [ShardEvidence(s.name, s.ledger_path, s.rail.journal, s.rail.payment_amounts())
+            evidence = [ShardEvidence(s.name, s.ledger_path, s.rail.journal, s.rail.payment_amounts(),
+                                      s.rail.deliveries, s.settings.rail_timeout_ms)
                         for s in world.shards.values()]  # fmt: skip
             mandates = {a: m.model_dump(mode="json") for a, m in world.mandates.items()}
-            violations = checker.check(evidence, world.actions, world.answers, mandates, settled=settled)
+            violations = checker.check(evidence, world.actions, world.answers, mandates, settled=settled,
+                                       stopped=frozenset(sched.stopped))  # fmt: skip
             violations += checker.check_workload(evidence, world.actions, world.answers, mandates, extras.evidence())
             if not settled:
                 violations.append(Violation("STEP_BUDGET", f"{max_steps} steps spent before the run settled"))
@@ -128,23 +147,32 @@ def run_seed(seed: int, *, max_steps: int = 6_000, keep: Path | None = None,
                       violations, sched.clock.mono_ms, list(sched.trace_tail), edges)  # fmt: skip
 
 
+EVIDENCE_WAIT_MS = 60_000  # longer than any pause or outage: a live worker has written its answers by then
+
+
 def _settled(world: World) -> Callable[[], bool]:
-    """True once every agent has its definite answers and every intent is definite; the ledgers are read at
-    most once a simulated second."""
+    """True once every agent has its definite answers and every intent is definite, and every rail answer a live
+    worker was given is written — or EVIDENCE_WAIT_MS after the rest was, for the checker to name the answer that
+    never was (EVIDENCE_KEPT). The ledgers are read at most once a simulated second."""
     last = [-1]
+    definite_since: list[int | None] = [None]
 
     def settled() -> bool:
         now = world.sched.clock.mono_ms
         if world.pending or now - last[0] < 1_000:
             return False
         last[0] = now
-        return _quiet(world)
+        if not _definite(world):
+            definite_since[0] = None
+            return False
+        since = definite_since[0] = now if definite_since[0] is None else definite_since[0]
+        return _answers_written(world) or now - since >= EVIDENCE_WAIT_MS
 
     return settled
 
 
-def _quiet(world: World) -> bool:
-    """Nothing left to settle: every intent of every shard definite (read with plain SQL, like the checker)."""
+def _definite(world: World) -> bool:
+    """Every intent of every shard definite (read with plain SQL, like the checker)."""
     for shard in world.shards.values():
         conn = sqlite3.connect(f"file:{shard.ledger_path}?mode=ro", uri=True)
         try:
@@ -155,6 +183,21 @@ def _quiet(world: World) -> bool:
         finally:
             conn.close()
         if open_rows:
+            return False
+    return True
+
+
+def _answers_written(world: World) -> bool:
+    """Every stamped answer a live worker was given is on its attempt row: one still paused, or retrying a failed
+    write, holds it in memory until then."""
+    for shard in world.shards.values():
+        conn = sqlite3.connect(f"file:{shard.ledger_path}?mode=ro", uri=True)
+        try:
+            kept = set(conn.execute("SELECT sik, rail_entity_id FROM intent_attempts WHERE rail_entity_id IS NOT NULL"))
+        finally:
+            conn.close()
+        if any((stamp, entity_id) not in kept for stamp, entity_id, process, incarnation in shard.rail.deliveries
+               if (process, incarnation) not in world.sched.stopped):  # fmt: skip
             return False
     return True
 

@@ -111,6 +111,7 @@ class Scheduler:
         # Decides, before an actor resumes, whether a fault strikes it (set by the world's fault plan).
         self.before_resume: Callable[[Actor], None] | None = None
         self._timers: list[tuple[int, int, Callable[[], None]]] = []
+        self.stopped: set[tuple[str, int]] = set()  # (process, incarnation) killed or exited: its memory is gone
         self._timer_seq = 0
 
     # -- building --------------------------------------------------------------------------------------------
@@ -211,6 +212,7 @@ class Scheduler:
         if proc.dead:
             return
         proc.dead = True
+        self.stopped.add((proc.name, proc.incarnation))
         if fault:
             self.counters.fault("crash")
         self.note(f"{'crash' if fault else 'exit'} {proc.name}")

@@ -91,6 +91,11 @@ class Faults:
     clock_step: float = 0.0
     partition: float = 0.0
     redis_flush: float = 0.0
+    # A rail-worker outage (a stalled host, a long GC, a hung disk): from this simulated instant the shard's rail
+    # workers stop for outage_ms; only one of them (the lease holder or its standby) unless outage_both.
+    outage_at_ms: int | None = None
+    outage_ms: int = 0
+    outage_both: bool = True
     writes: WriteFaults = field(default_factory=WriteFaults)
     queues: QueueFaults = field(default_factory=QueueFaults)
     rail: FaultPlan = field(default_factory=FaultPlan)
@@ -188,6 +193,8 @@ class World:
     # -- processes -------------------------------------------------------------------------------------------
 
     def start(self) -> None:
+        if self.faults.outage_at_ms is not None:
+            self.sched.at(self.faults.outage_at_ms, self._outage)
         for shard in self.shards.values():
             self._rail_worker(shard, "rail-a")
             self._rail_worker(shard, "rail-b")  # the standby: takes over once the lease is stale
@@ -370,6 +377,16 @@ class World:
         return structured
 
     # -- faults ----------------------------------------------------------------------------------------------
+
+    def _outage(self) -> None:
+        f, sched = self.faults, self.sched
+        for shard in self.shards.values():
+            for name in ("rail-a", "rail-b") if f.outage_both else (sched.rng.choice(("rail-a", "rail-b")),):
+                proc = sched.processes.get(f"{name}:{shard.name}")
+                if proc is not None and not proc.dead:
+                    proc.paused_until = max(proc.paused_until or 0, sched.clock.mono_ms + f.outage_ms)
+                    sched.counters.fault("rail_outage")
+                    sched.note(f"outage {proc.name} {f.outage_ms}")
 
     def strike(self, actor: Any) -> None:
         """Before an actor resumes: maybe crash or pause its process, step the clock, cut a link, lose Redis."""

@@ -48,9 +48,10 @@ def test_a_short_run_of_seeds_finds_no_violation() -> None:
 
 
 def test_finding_f1_a_forward_step_of_the_wall_clock_no_longer_pays_a_settlement_twice() -> None:
-    """docs/simulation.md, F1: seed 174 stepped the wall clock forward, the reconciler read a settlement's list
-    before the rail showed it, confirmed it absent and retried: two settlements. The reconciler now also waits on
-    its own monotonic clock (ADR 0023); the mutant `reconcile_delay_on_wall_clock_only` puts F1 back."""
+    """docs/simulation.md, F1: seed 203 (later 174, 315) stepped the wall clock forward, the reconciler read a
+    settlement's list before the rail showed it, confirmed it absent and retried: two settlements. The reconciler
+    now also waits on its own monotonic clock (ADR 0023); the mutant `reconcile_delay_on_wall_clock_only` puts F1
+    back."""
     # Seed 174 under `interlock simulate` (PYTHONHASHSEED=0); pytest's hash seed may order a set differently, so
     # the seeds around it are run too.
     results = [run_seed(seed) for seed in range(166, 182)]
@@ -80,6 +81,10 @@ def _ledger(path: Path, rows: list[tuple[str, str, str, str, int, str | None]]) 
     conn.execute("CREATE TABLE intents (merchant_id, sik, state, tool, subject_id, amount_minor, rail_entity_id)")
     conn.execute("CREATE TABLE audit_log (seq, ts, kind, payload_json, prev_hash, hash)")
     conn.execute("CREATE TABLE audit_head (id, seq, hash)")
+    conn.execute("CREATE TABLE intent_attempts (merchant_id, sik, attempt_seq, outcome, rail_entity_id, "
+                 "lease_expires_at)")  # fmt: skip
+    conn.execute("CREATE TRIGGER absorbing BEFORE UPDATE OF state ON intents WHEN OLD.state IN ('APPLIED', 'BLOCKED') "
+                 "AND NEW.state IS NOT OLD.state BEGIN SELECT RAISE(ABORT, 'I4'); END")  # fmt: skip
     conn.executemany("INSERT INTO intents VALUES ('m', ?, ?, ?, ?, ?, ?)", rows)
     conn.commit()
     conn.close()
@@ -156,6 +161,64 @@ def test_the_simulator_finds_a_defect_put_back_into_a_copy_of_the_tree(name: str
     timeout taken for a refusal, and an admission that no longer re-asserts the limits racing gate workers pass."""
     from simulation.mutants import ALL, find
 
-    found = find(ALL[name], tmp_path, seeds=12)
+    found = find(ALL[name], tmp_path, seeds=40)
     assert found.found, found
     assert found.violation.split(":")[0] in {"LEDGER_RAIL", "LIMIT", "ONE_ENTITY_PER_ACTION"}, found
+
+
+def _sql(path: Path, *statements: tuple[str, tuple[object, ...]]) -> None:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    for sql, args in statements:
+        conn.execute(sql, args)
+    conn.commit()
+    conn.close()
+
+
+def test_the_checker_probes_that_the_ledger_itself_keeps_applied_absorbing(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "APPLIED", "create_instant_settlement", "balance", 500,
+                                               "setlod_1")])  # fmt: skip
+    journal = [JournalEntry("settlement", "setlod_1", "m", "balance", 500, 2, "S1", 0, 500)]
+    action = _Action("a", "s0", "create_instant_settlement", "balance", 500)
+    assert check([ShardEvidence("s0", ledger, journal, {})], [action], [], LIMITS, settled=False) == []
+    _sql(ledger, ("DROP TRIGGER absorbing", ()))
+    found = check([ShardEvidence("s0", ledger, journal, {})], [action], [], LIMITS, settled=False)
+    assert [v.kind for v in found] == ["ABSORBING"]
+    # The probe was rolled back: the row is still APPLIED, and the ledger still lets it be moved.
+    assert [v.kind for v in check([ShardEvidence("s0", ledger, journal, {})], [action], [], LIMITS,
+                                  settled=False)] == ["ABSORBING"]  # fmt: skip
+
+
+def test_the_checker_names_a_foreign_entity_recorded_as_an_attempts_answer(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "QUARANTINED", "create_refund", "pay_1", 500, None)])
+    _sql(ledger, ("INSERT INTO intent_attempts VALUES ('m', 'S1', 1, 'TERMS_MISMATCH', 'rfnd_2', 0)", ()))
+    journal = [JournalEntry("refund", "rfnd_2", "m", "pay_2", 700, 0, "S2", 0, 700)]
+    found = check([ShardEvidence("s0", ledger, journal, {"pay_2": 700})], [], [], LIMITS, settled=False)
+    assert "ATTRIBUTION" in {v.kind for v in found}
+
+
+def test_the_checker_names_an_attempt_abandoned_before_its_lease_plus_the_deadline(tmp_path: Path) -> None:
+    import json
+
+    ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "UNKNOWN", "create_instant_settlement", "balance", 500, None)])
+    payload = json.dumps({"sik": "S1", "event": "LEASE_EXPIRED", "from": "IN_FLIGHT", "to": "UNKNOWN",
+                          "attempt_seq": 1})  # fmt: skip
+    _sql(ledger, ("INSERT INTO intent_attempts VALUES ('m', 'S1', 1, NULL, NULL, 10000)", ()),
+         ("INSERT INTO audit_log VALUES (1, 11000, 'TRANSITION', ?, '', '')", (payload,)))  # fmt: skip
+    found = check([ShardEvidence("s0", ledger, [], {}, call_deadline_ms=2_000)], [], [], LIMITS, settled=False)
+    assert "ABANDONED_EARLY" in {v.kind for v in found}
+
+
+def test_the_checker_names_a_rail_answer_a_live_worker_dropped(tmp_path: Path) -> None:
+    ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "APPLIED", "create_instant_settlement", "balance", 500,
+                                               "setlod_1")])  # fmt: skip
+    journal = [JournalEntry("settlement", "setlod_1", "m", "balance", 500, 2, "S1", 0, 500)]
+    shard = ShardEvidence("s0", ledger, journal, {}, deliveries=[("S1", "setlod_1", "rail-a:s0", 0)])
+    action = _Action("a", "s0", "create_instant_settlement", "balance", 500)
+    told = _Answer(action, {"state": "APPLIED", "sik": "S1", "rail_entity_id": "setlod_1", "caller_action": "DONE"})
+    assert [v.kind for v in check([shard], [action], [told], LIMITS, settled=True)] == ["EVIDENCE_KEPT"]
+    # A process killed after the answer reached it could not keep it: its memory is gone.
+    assert check([shard], [action], [told], LIMITS, settled=True, stopped=frozenset({("rail-a:s0", 0)})) == []
+    _sql(ledger, ("INSERT INTO intent_attempts VALUES ('m', 'S1', 1, 'APPLIED', 'setlod_1', 0)", ()))
+    assert check([shard], [action], [told], LIMITS, settled=True) == []
