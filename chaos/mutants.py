@@ -65,11 +65,10 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
               "they_leave",)),
     Mutant("I3_timeout_is_a_refusal", "I3: a timeout, reset or 5xx is UNKNOWN, never a definite answer", (
         Edit("rail_worker/classify.py",
-             '    reason = "RAIL_NOT_SENT" if exc.kind is RailErrorKind.NOT_SENT else "RAIL_AMBIGUOUS"\n',
-             "    if exc.kind is not RailErrorKind.NOT_SENT:\n"
+             '    else:\n        reason = "RAIL_AMBIGUOUS"\n',
+             "    else:\n"
              '        return Classified(Event.RAIL_REJECTED, "REJECTED", http_status=exc.http_status,'
-             ' reason_code="RAIL_REJECTED")\n'
-             '    reason = "RAIL_NOT_SENT"\n'),
+             ' reason_code="RAIL_REJECTED")\n'),
     ), tests=("tests/engine/test_engine_happy_and_ambiguous.py::test_ambiguous_504_after_apply_is_reconciled_to_"
               "applied",)),
     Mutant("I4_applied_not_absorbing", "I4: APPLIED and BLOCKED are absorbing", (

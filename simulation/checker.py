@@ -18,8 +18,9 @@ Invariants, each a `Violation` with a kind and the evidence:
 * TOLD_APPLIED — an agent told APPLIED names an entity the rail created with that stamp;
 * AUDIT_CHAIN — every shard's chain re-hashes to its head;
 * AUDIT_TIME — the chain's timestamps never go back from one record to the next: every writer reads the time only
-  once it holds the ledger's write lock, so a record says when its transaction really held it (one wall clock
-  here, never stepped back), and a lease or row written in it is measured from then;
+  once it holds the ledger's write lock, so a record says when its transaction really held it, and a lease or
+  row written in it is measured from then (one wall clock here: a record may go back only by as much as that
+  clock was set back during the run);
 * ABSORBING — the ledger file itself refuses to move an APPLIED or BLOCKED intent to any other state (I4),
   probed with a plain UPDATE in a transaction that is always rolled back;
 * ATTRIBUTION — every attempt row that names a rail entity as its answer (APPLIED, TERMS_MISMATCH, or their
@@ -94,9 +95,10 @@ class ShardEvidence:
 
 def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answers: Sequence[AnswerLike],
           limits: Mapping[str, Mapping[str, Any]], *, settled: bool,
-          stopped: frozenset[tuple[str, int]] = frozenset()) -> list[Violation]:  # fmt: skip
+          stopped: frozenset[tuple[str, int]] = frozenset(), set_back_ms: int = 0) -> list[Violation]:  # fmt: skip
     """Every invariant over the finished run; *settled* when faults stopped and the run was let settle;
-    *stopped* the (process, incarnation) pairs the OS killed or saw exit (what they held in memory is gone)."""
+    *stopped* the (process, incarnation) pairs the OS killed or saw exit (what they held in memory is gone);
+    *set_back_ms* how far, in all, the wall clock was stepped back during the run."""
     found: list[Violation] = []
     by_shard = {s.name: s for s in shards}
     for shard in by_shard.values():
@@ -104,7 +106,7 @@ def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answer
         found += _one_entity(shard)
         found += _over_refund(shard)
         found += _ledger_vs_rail(shard, rows, settled=settled)
-        found += _audit_chain(shard)
+        found += _audit_chain(shard, set_back_ms)
         found += _absorbing(shard)
         found += _attribution(shard)
         found += _abandoned_early(shard)
@@ -245,7 +247,7 @@ def _answered(actions: Sequence[ActionLike], answers: Sequence[AnswerLike]) -> l
     return out
 
 
-def _audit_chain(shard: ShardEvidence) -> list[Violation]:
+def _audit_chain(shard: ShardEvidence, set_back_ms: int = 0) -> list[Violation]:
     conn = sqlite3.connect(f"file:{shard.ledger}?mode=ro", uri=True)
     try:
         rows = conn.execute("SELECT seq, ts, kind, payload_json, prev_hash, hash FROM audit_log ORDER BY seq"
@@ -256,7 +258,7 @@ def _audit_chain(shard: ShardEvidence) -> list[Violation]:
     prev, expected, last_ts = GENESIS, 1, None
     went_back: list[Violation] = []
     for seq, ts, kind, payload_json, prev_hash, digest in rows:
-        if last_ts is not None and ts < last_ts and not went_back:
+        if last_ts is not None and ts < last_ts - set_back_ms and not went_back:
             went_back.append(Violation("AUDIT_TIME", f"{shard.name}: seq {seq} ({kind}) is stamped {ts}, "
                                                      f"{last_ts - ts} ms before the record it follows"))  # fmt: skip
         last_ts = ts

@@ -101,7 +101,7 @@ def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset()) -> Fau
     return f
 
 
-def run_seed(seed: int, *, max_steps: int = 6_000, keep: Path | None = None,
+def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
              disabled: frozenset[str] = frozenset()) -> SeedResult:  # fmt: skip
     """One seed, start to finish; *keep* a directory to leave the ledger files in (for a replay's inspection)."""
     root = Path(tempfile.mkdtemp(prefix=f"sim{seed}-", dir=_tmp_dir()))
@@ -133,7 +133,8 @@ def run_seed(seed: int, *, max_steps: int = 6_000, keep: Path | None = None,
                         for s in world.shards.values()]  # fmt: skip
             mandates = {a: m.model_dump(mode="json") for a, m in world.mandates.items()}
             violations = checker.check(evidence, world.actions, world.answers, mandates, settled=settled,
-                                       stopped=frozenset(sched.stopped))  # fmt: skip
+                                       stopped=frozenset(sched.stopped),
+                                       set_back_ms=sched.clock.set_back_ms)  # fmt: skip
             violations += checker.check_workload(evidence, world.actions, world.answers, mandates, extras.evidence())
             if not settled:
                 violations.append(Violation("STEP_BUDGET", f"{max_steps} steps spent before the run settled"))

@@ -66,6 +66,7 @@ class SimClock:
     def __init__(self, start_ms: int, scheduler: Scheduler) -> None:
         self.mono_ms = 0
         self.wall_offset_ms = start_ms
+        self.set_back_ms = 0  # how far, in all, the wall clock has been stepped back
         self.scheduler = scheduler
 
     def now_ms(self) -> int:

@@ -410,6 +410,7 @@ class World:
         elif roll < f.crash + pause + f.partition + f.clock_step:
             step = rng.choice((1_000, 5_000, 30_000, -1_000, -30_000))  # NTP sets clocks either way
             sched.clock.wall_offset_ms += step
+            sched.clock.set_back_ms += max(-step, 0)
             sched.counters.fault("clock_step")
             sched.note(f"clock step {step:+d}")
         elif roll < f.crash + pause + f.partition + f.clock_step + f.redis_flush:

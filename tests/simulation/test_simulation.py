@@ -6,6 +6,7 @@ deployment of two shards with every fault kind the seed enables."""
 from __future__ import annotations
 
 import logging
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,11 +134,10 @@ class _TaskAction(_Action):
 def test_the_checker_names_money_for_a_rejected_hold_a_task_of_another_merchant_and_the_wrong_account(
     tmp_path: Path,
 ) -> None:
-    import sqlite3
 
     ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "APPLIED", "create_refund", "pay_1", 500, "rfnd_1")])
     conn = sqlite3.connect(ledger)
-    conn.execute("CREATE TABLE intent_attempts (merchant_id, sik, started_at)")
+    conn.execute("ALTER TABLE intent_attempts ADD COLUMN started_at")
     conn.commit()
     conn.close()
     journal = [JournalEntry("refund", "rfnd_1", "acct_s0", "pay_1", 500, 0, "S1", 10, 500)]
