@@ -114,7 +114,7 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
     faults = plan_faults(sched, disabled)
     world = World(sched, root, faults, shards=2, merchants_per_shard=rng.choice((1, 2)),
                   agents_per_merchant=rng.choice((1, 2)), actions_per_agent=rng.choice((2, 3, 4)),
-                  concurrency=rng.choice((1, 4)))  # fmt: skip
+                  concurrency=rng.choice((1, 4)), reconcilers=rng.choice((1, 2)))  # fmt: skip
     sched.before_resume = world.strike
     extras = plan_workload(seed, disabled)  # holds, tasks, a replaced mandate, rail accounts (simulation.workload)
     install(world, extras)

@@ -184,7 +184,8 @@ def _roll_out(world: World, w: Workload, agent: str) -> None:
     w.replacements.append(record)
     # The rail workers first, then the reconciler and the gate workers: for a few seconds old gate workers still
     # decide under the old mandate, and only the admission's and the send's re-checks of G1 stand in the way.
-    names = [f"{p}:{shard.name}" for p in ("rail-b", "rail-a", "reconciler", "gate-a", "gate-b")]
+    names = [f"{p}:{shard.name}" for p in ("rail-b", "rail-a", "reconciler", "reconciler-b", "gate-a", "gate-b")
+             if f"{p}:{shard.name}" in sched.processes]  # fmt: skip
     at = sched.clock.mono_ms
     for i, name in enumerate(names):
         at += rng.randrange(0, 3_000) if i < 2 else rng.randrange(1_000, 6_000)

@@ -149,8 +149,10 @@ class SimPool(Executor):
 
 class World:
     def __init__(self, sched: Scheduler, root: Path, faults: Faults, *, shards: int, merchants_per_shard: int,
-                 agents_per_merchant: int, actions_per_agent: int, concurrency: int) -> None:  # fmt: skip
+                 agents_per_merchant: int, actions_per_agent: int, concurrency: int,
+                 reconcilers: int = 1) -> None:  # fmt: skip
         self.sched = sched
+        self.reconcilers = reconcilers
         self.root = root
         self.faults = faults
         self.concurrency = concurrency
@@ -200,7 +202,8 @@ class World:
             self._rail_worker(shard, "rail-b")  # the standby: takes over once the lease is stale
             self._gate_worker(shard, "gate-a")
             self._gate_worker(shard, "gate-b")  # racing gate workers: the admission's re-checks are what holds
-            self._reconciler(shard)
+            for name in ("reconciler", "reconciler-b")[: self.reconcilers]:
+                self._reconciler(shard, name)  # a second one races the first: each counts by its own clock
         for agent in sorted({a.agent for a in self.actions}):
             mine = [i for i, a in enumerate(self.actions) if a.agent == agent]
             proc = self.sched.process(f"agent:{agent}", crashable=False)
@@ -305,10 +308,10 @@ class World:
         except Exception:  # noqa: BLE001 - a failed job: RQ keeps it as failed, the ledger keeps the truth
             logger.exception("rail job failed")
 
-    def _reconciler(self, shard: Shard) -> None:
+    def _reconciler(self, shard: Shard, name: str = "reconciler") -> None:
         def body(proc: Process) -> None:
             rec = Reconciler(settings=shard.settings, ledger=self._ledger(shard, proc), rail=shard.rail,
-                             redis=shard.redis, owner=f"reconciler:{shard.name}:{proc.incarnation}",  # type: ignore[arg-type]
+                             redis=shard.redis, owner=f"{name}:{shard.name}:{proc.incarnation}",  # type: ignore[arg-type]
                              mandates=shard.mandates, rail_jobs=shard.redis.queue(rail_queue(shard.name)))  # fmt: skip
             while True:
                 try:
@@ -320,7 +323,7 @@ class World:
                 except redis.RedisError:
                     self.sched.sleep(int(SWEEP_INTERVAL_S * 1000))
 
-        self._supervised(f"reconciler:{shard.name}", body)
+        self._supervised(f"{name}:{shard.name}", body)
 
     def _ledger(self, shard: Shard, proc: Process, *, readonly: bool = False) -> sqlite3.Connection:
         return open_sim_ledger(shard.ledger_path, self.sched, proc, self.faults.writes, readonly=readonly)
