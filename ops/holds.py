@@ -82,12 +82,12 @@ def find_intent(conn: sqlite3.Connection, sik: str, merchant_id: str | None = No
 
 def sweep_expired(ctx: OpsContext, now: int | None = None) -> list[Intent]:
     """HELD past hold_expires_at -> BLOCKED (HOLD_EXPIRED). Run by every hold command and console page."""
-    now = now if now is not None else now_ms()
+    given, now = now, now if now is not None else now_ms()
     with ctx.ledger() as conn:
         if not operator.expired_holds(conn, now):
             return []  # the common case takes no write lock
-        with transaction(conn):
-            expired = operator.expire_holds(conn, now)
+        with transaction(conn):  # the time under the write lock, like every ledger writer
+            expired = operator.expire_holds(conn, now_ms() if given is None else given)
     for intent in expired:
         logger.info("hold on %s expired: BLOCKED (HOLD_EXPIRED)", intent.sik)
     return expired
@@ -104,7 +104,6 @@ def approve(
     expected: Expected | None = None, merchant_id: str | None = None, now: int | None = None,
 ) -> Released:  # fmt: skip
     """Release one held call for *approver*, who saw the terms whose digest is *terms_digest*."""
-    now = now if now is not None else now_ms()
     _require_current(ctx, sik, approver)
     if not terms_digest.strip():
         raise OperatorRefused(sik, "an approval names the terms digest of the call it approves (`holds list` "
@@ -113,6 +112,8 @@ def approve(
     rail_view = _read_referent(ctx, sik, merchant_id)  # before the write lock: a rail call may take seconds
     with ctx.ledger() as conn:
         with transaction(conn):  # every check reads the row under the write lock it is released under
+            # The time too: the rail read above, or a wait for the lock, must not age the expiry and window checks.
+            now = now if now is not None else now_ms()
             intent = find_intent(conn, sik, merchant_id)
             if intent.state is State.HELD and intent.hold_expires_at is not None and now >= intent.hold_expires_at:
                 operator.reject_hold(conn, intent, actor=operator.HOLD_EXPIRY_ACTOR, now=now,
@@ -200,11 +201,11 @@ def reject(ctx: OpsContext, sik: str, *, approver: Approver, reason: str, mercha
            now: int | None = None) -> Intent:  # fmt: skip
     if not reason.strip():
         raise OperatorRefused(sik, "a rejection needs a reason (--reason TEXT)")
-    now = now if now is not None else now_ms()
     _require_current(ctx, sik, approver)
     mandates = ctx.mandates()
     with ctx.ledger() as conn:
         with transaction(conn):
+            now = now if now is not None else now_ms()  # under the write lock, like every ledger writer
             intent = find_intent(conn, sik, merchant_id)
             problem = _not_held(intent) or _approver_problem(mandates, intent, approver.approver_id)
             if problem is None:

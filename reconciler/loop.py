@@ -199,8 +199,8 @@ class Reconciler:
         """A hold past approval.hold_expiry_ms becomes BLOCKED (HOLD_EXPIRED) even when no operator looks."""
         if not operator.expired_holds(self.ledger, now):
             return 0  # the common case takes no write lock away from the rail worker
-        with transaction(self.ledger):
-            return len(operator.expire_holds(self.ledger, now))
+        with transaction(self.ledger):  # the time under the write lock, like every ledger writer
+            return len(operator.expire_holds(self.ledger, now_ms()))
 
     # -- one intent ------------------------------------------------------------------------------
 
