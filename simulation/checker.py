@@ -329,19 +329,23 @@ def _attribution(shard: ShardEvidence) -> list[Violation]:
             if r["outcome"] in CLAIMS_AN_ENTITY and stamps.get(r["rail_entity_id"]) != r["sik"]]  # fmt: skip
 
 
+def _transitions(path: Path) -> list[tuple[int, dict[str, Any]]]:
+    """(ts, payload) of every TRANSITION record of a ledger's audit chain, in chain order."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT ts, payload_json FROM audit_log WHERE kind = 'TRANSITION' ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+    return [(int(ts), json.loads(payload_json)) for ts, payload_json in rows]
+
+
 def _abandoned_early(shard: ShardEvidence) -> list[Violation]:
     if shard.call_deadline_ms is None:
         return []
     leases = {(r["sik"], r["attempt_seq"]): r["lease_expires_at"]
               for r in _attempts(shard, "SELECT sik, attempt_seq, lease_expires_at FROM intent_attempts")}  # fmt: skip
-    conn = sqlite3.connect(f"file:{shard.ledger}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT ts, payload_json FROM audit_log WHERE kind = 'TRANSITION'").fetchall()
-    finally:
-        conn.close()
     out = []
-    for ts, payload_json in rows:
-        p = json.loads(payload_json)
+    for ts, p in _transitions(shard.ledger):
         if p.get("event") != "LEASE_EXPIRED" or p.get("from") != "IN_FLIGHT":
             continue
         lease = leases.get((p.get("sik"), p.get("attempt_seq")))
@@ -493,14 +497,8 @@ def _replaced(r: Mapping[str, Any], items: list[tuple[ShardEvidence, Any, Any]],
 
 def _authorized_at(path: Path) -> dict[str, list[int]]:
     """sik -> when the audit chain records its intent entering AUTHORIZED (every time)."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT ts, payload_json FROM audit_log WHERE kind = 'TRANSITION'").fetchall()
-    finally:
-        conn.close()
     out: dict[str, list[int]] = defaultdict(list)
-    for ts, payload_json in rows:
-        p = json.loads(payload_json)
+    for ts, p in _transitions(path):
         if p.get("to") == "AUTHORIZED":
             out[p["sik"]].append(int(ts))
     return out

@@ -24,6 +24,10 @@ def _m(name: str, breaks: str, *edits: Edit) -> Mutant:
     return Mutant(name, breaks, tuple(edits))
 
 
+# The reconcile delay judged by wall-clock times alone (before ADR 0023): part of two mutants.
+WAIT_ON_WALL_CLOCK_ONLY = Edit("reconciler/loop.py", "            if ready_at <= now and waited:",
+                               "            if ready_at <= now:")
+
 SEAM_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     _m("terms_not_checked", "issue 25 item 7: APPLIED only on the intent's own terms",
        Edit("rail_worker/classify.py", "    differs = intent.mismatch(entity.raw) if intent is not None else None",
@@ -36,12 +40,12 @@ SEAM_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     _m("reconcile_without_delay", "ADR 0010: a settlement is read only after its call's deadline plus the delay",
        Edit("reconciler/loop.py", "            ready_at = gave_up + self.settings.reconcile_min_delay_ms",
             "            ready_at = row[\"started_at\"] or 0"),
-       Edit("reconciler/loop.py", "            if ready_at <= now and waited:", "            if ready_at <= now:")),
+       WAIT_ON_WALL_CLOCK_ONLY),
     _m("stale_due_list", "ADR 0023: a reconcile pass acts only on the attempt its sweep judged due",
        Edit("reconciler/loop.py", "            if attempt_seq is not None and intent.attempt_seq != attempt_seq:",
             "            if False:")),
     _m("reconcile_delay_on_wall_clock_only", "ADR 0023: the reconcile delay also passes on the reconciler's own clock",
-       Edit("reconciler/loop.py", "            if ready_at <= now and waited:", "            if ready_at <= now:")),
+       WAIT_ON_WALL_CLOCK_ONLY),
     _m("admission_skips_limits", "SPEC §7 G3: the rail worker re-asserts the limits inside the admit transaction",
        Edit("rail_worker/admit.py", "        if limits.verdict is Verdict.BLOCK:\n", "        if False:\n")),
     _m("grace_lands_nowhere", "issue 25 item 1: a repeat across the window boundary lands on the first call's intent",
