@@ -98,6 +98,10 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (S.CONFIRMED_NOT_APPLIED, E.RETRY_AUTHORIZED): S.AUTHORIZED,
     (S.CONFIRMED_NOT_APPLIED, E.REOPENED): S.AUTHORIZED,
     (S.FAILED_TERMINAL, E.REOPENED): S.AUTHORIZED,
+    # The repeat of a not-applied call judged afresh and held for a person (ADR 0024): nothing is out on the rail
+    # for it, and the release re-asserts the limits like any other.
+    (S.CONFIRMED_NOT_APPLIED, E.GATES_HELD): S.HELD,
+    (S.FAILED_TERMINAL, E.GATES_HELD): S.HELD,
     (S.QUARANTINED, E.OPERATOR_RESOLVED_APPLIED): S.APPLIED,
     (S.QUARANTINED, E.OPERATOR_RESOLVED_NOT_APPLIED): S.CONFIRMED_NOT_APPLIED,
 }

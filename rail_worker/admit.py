@@ -39,7 +39,10 @@ _REOPENABLE = frozenset({State.FAILED_TERMINAL, State.CONFIRMED_NOT_APPLIED})
 _TRANSIENT_REASONS = frozenset({"G2_RAIL_UNAVAILABLE"})
 G2_STALE_READ = "G2_STALE_RAIL_READ"
 # Refused at admission with nothing recorded but the decision: the repeat of the same call is judged afresh.
-_RETRYABLE_REFUSALS = frozenset({G2_STALE_READ, grace.DECISION_EXPIRED, SHARD_NOT_OWNER, SHARD_MAP_STALE})
+# G1_MANDATE_CHANGED: the gate judged under a mandate replaced since; the repeat is judged under the one now.
+_RETRYABLE_REFUSALS = frozenset({
+    G2_STALE_READ, grace.DECISION_EXPIRED, SHARD_NOT_OWNER, SHARD_MAP_STALE, "G1_MANDATE_CHANGED",
+})  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +115,7 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
     if existing is not None:
         if verdict is not Verdict.BLOCK:  # a refused call binds nothing, even when it lands on an intent
             _bind_ref(conn, decision, existing.sik, now)
-        return _repeat(rt, conn, decision, existing, verdict, mandate, now)
+        return _repeat(rt, conn, decision, existing, verdict, mandate, now, reason)
     if verdict is Verdict.BLOCK:
         # A refusal records the decision, not an intent: BLOCKED is absorbing, and a refund has no SIK
         # window, so an intent would refuse this refund forever — even after the limit that stopped it
@@ -233,10 +236,18 @@ def _bind_ref(conn: sqlite3.Connection, decision: Decision, sik: str, now: int) 
 
 def _repeat(
     rt: RailRuntime, conn: sqlite3.Connection, decision: Decision, existing: Intent, verdict: Verdict,
-    mandate: Mandate | None, now: int,
+    mandate: Mandate | None, now: int, reason: str,
 ) -> Admission:  # fmt: skip
-    """The SIK already has an intent: answer with its state (replayed), or reopen it (SPEC §6, §10)."""
-    if existing.state in _REOPENABLE and verdict is Verdict.ALLOW and mandate is not None:
+    """The SIK already has an intent: answer with its state (replayed), or judge it afresh (SPEC §6, §10).
+
+    A repeat of a not-applied intent (FAILED_TERMINAL, CONFIRMED_NOT_APPLIED) is a new judgement of the same
+    operation under the mandate configured now (ADR 0024): allowed, it reopens the intent; held, the intent waits
+    for a person like a new held call; refused, the answer keeps the intent's state but says why this repeat was
+    refused and whether repeating can change that. Without the last, a call withdrawn by a replaced mandate and
+    refused by the new one would be told to repeat (CONFIRMED_NOT_APPLIED, RETRY_SAME_CALL) for ever."""
+    if existing.state not in _REOPENABLE or mandate is None:
+        return Admission(outcome_from_intent(existing, request_id=decision.request_id, replayed=True), None)
+    if verdict is Verdict.ALLOW:
         check = reassert(conn, existing, mandate, now_ms=now, rate=rt.fee_rate)
         if check.verdict is Verdict.ALLOW:
             # Reopened under the mandate it was judged under now, which is what execute re-checks against.
@@ -247,7 +258,17 @@ def _repeat(
                             "reason_code": None},
             )  # fmt: skip
             return Admission(None, intent)
-    return Admission(outcome_from_intent(existing, request_id=decision.request_id, replayed=True), None)
+        verdict, reason = Verdict.BLOCK, check.reason_code
+    if verdict is Verdict.HOLD:
+        intent = intents.transition(
+            conn, existing.merchant_id, existing.sik, Event.GATES_HELD, now=now,
+            detail={"request_id": decision.request_id, "reason_code": reason},
+            set_fields={"mandate_id": mandate.mandate_id, "mandate_hash": mandate.mandate_hash,
+                        "reason_code": reason, "hold_expires_at": now + mandate.approval.hold_expiry_ms},
+        )  # fmt: skip
+        return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=True), None)
+    outcome = outcome_from_intent(existing, request_id=decision.request_id, replayed=True, reason_code=reason)
+    return Admission(outcome.model_copy(update={"caller_action": _refusal_action(reason)}), None)
 
 
 def _redelivered(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Admission:
@@ -266,12 +287,17 @@ def _unkeyed(decision: Decision, reason: str | None = None) -> Outcome:
     """A refusal with no intent behind it: the referent never resolved (nothing to key), or a redelivery of a
     refused Decision (*reason*: the refusal recorded for it)."""
     reason = reason or decision.reason_code
-    transient = reason in _TRANSIENT_REASONS or reason in _RETRYABLE_REFUSALS
     return Outcome(
         request_id=decision.request_id, state="BLOCKED", sik=None, intent=None, rail_entity_id=None,
-        reason_code=reason,
-        caller_action=CallerAction.RETRY_SAME_CALL if transient else CallerAction.DO_NOT_RETRY, replayed=False,
+        reason_code=reason, caller_action=_refusal_action(reason), replayed=False,
     )  # fmt: skip
+
+
+def _refusal_action(reason: str) -> CallerAction:
+    """A refused call may be repeated when the refusal is transient (the rail unreadable, a stale read or map, a
+    Decision that waited too long, a mandate replaced under it): the repeat is judged afresh."""
+    transient = reason in _TRANSIENT_REASONS or reason in _RETRYABLE_REFUSALS
+    return CallerAction.RETRY_SAME_CALL if transient else CallerAction.DO_NOT_RETRY
 
 
 def _refused(decision: Decision, reason: str) -> Outcome:
@@ -279,8 +305,7 @@ def _refused(decision: Decision, reason: str) -> Outcome:
     return Outcome(
         request_id=decision.request_id, state="BLOCKED", sik=decision.sik,
         intent=IntentTerms(**terms.model_dump()) if terms else None, rail_entity_id=None, reason_code=reason,
-        caller_action=CallerAction.RETRY_SAME_CALL if reason in _RETRYABLE_REFUSALS else CallerAction.DO_NOT_RETRY,
-        replayed=False,
+        caller_action=_refusal_action(reason), replayed=False,
     )  # fmt: skip
 
 

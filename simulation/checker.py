@@ -67,6 +67,7 @@ class Entry(Protocol):
     fees: int
     stamp: str | None
     requested_amount: int
+    sent_mono_ms: int
 
 
 class ActionLike(Protocol):
@@ -395,14 +396,9 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
             if action is not None:
                 entities.append((shard, e, action))
     authorized = {name: _authorized_at(s.ledger) for name, s in by_shard.items()}
-    started = {name: _attempts_started(s.ledger) for name, s in by_shard.items()}
 
     def auth_of(shard: ShardEvidence, e: Any) -> int | None:
         times = [t for t in authorized[shard.name].get(e.stamp or "", []) if t <= e.created_ms]
-        return max(times) if times else None
-
-    def started_of(shard: ShardEvidence, e: Any) -> int | None:
-        times = [t for t in started[shard.name].get(e.stamp or "", []) if t <= e.created_ms]
         return max(times) if times else None
 
     rejected = {(r["shard"], r["sik"]) for r in evidence.get("rejected", [])}
@@ -443,9 +439,9 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
                                                     f"{window['max_calls']}"))  # fmt: skip
                     break
     for r in evidence.get("replacements", []):
-        if r.get("effective_ms") is None:
+        if r.get("effective_mono_ms") is None:
             continue
-        found += _replaced(r, per_agent.get(r["agent"], []), auth_of, started_of)
+        found += _replaced(r, per_agent.get(r["agent"], []), auth_of)
     accounts = evidence.get("accounts", {})
     if accounts:
         for shard, e, action in entities:
@@ -457,14 +453,15 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
     return found
 
 
-def _replaced(r: Mapping[str, Any], items: list[tuple[ShardEvidence, Any, Any]], auth_of: Any,
-              started_of: Any) -> list[Violation]:  # fmt: skip
+def _replaced(r: Mapping[str, Any], items: list[tuple[ShardEvidence, Any, Any]], auth_of: Any) -> list[Violation]:
     out = []
     mandate = r["mandate"]
     order = sorted((auth_of(s, e) or 0, e.id) for s, e, _ in items)
     for shard, e, _ in items:
-        sent = started_of(shard, e)
-        if sent is None or sent < r["effective_ms"]:
+        # When its request reached the rail, on the run's true clock: the ledger's wall-clock times may be out of
+        # order across a clock stepped back, and a request an old worker sent may be applied later.
+        sent = e.sent_mono_ms
+        if sent < r["effective_mono_ms"]:
             continue
         tool = "create_refund" if e.kind == "refund" else "create_instant_settlement"
         grant = mandate["scope"]["grants"].get(tool)
@@ -472,9 +469,9 @@ def _replaced(r: Mapping[str, Any], items: list[tuple[ShardEvidence, Any, Any]],
             out.append(
                 Violation(
                     "MANDATE_REPLACED",
-                    f"{shard.name}: {e.id} {e.kind} of {e.amount} sent at {sent}, "
+                    f"{shard.name}: {e.id} {e.kind} of {e.amount} sent at mono {sent}, "
                     f"after {mandate['mandate_id']} replaced the mandate at "
-                    f"{r['effective_ms']}, which grants {sorted(mandate['scope']['grants'])}",
+                    f"mono {r['effective_mono_ms']}, which grants {sorted(mandate['scope']['grants'])}",
                 )
             )
             continue
@@ -501,16 +498,4 @@ def _authorized_at(path: Path) -> dict[str, list[int]]:
     for ts, p in _transitions(path):
         if p.get("to") == "AUTHORIZED":
             out[p["sik"]].append(int(ts))
-    return out
-
-
-def _attempts_started(path: Path) -> dict[str, list[int]]:
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    try:
-        rows = conn.execute("SELECT sik, started_at FROM intent_attempts").fetchall()
-    finally:
-        conn.close()
-    out: dict[str, list[int]] = defaultdict(list)
-    for sik, at in rows:
-        out[sik].append(int(at))
     return out

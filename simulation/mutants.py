@@ -98,9 +98,7 @@ WORKLOAD_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
        Edit("rail_worker/admit.py", "    wrong = _task_audience_problem(decision)\n", "    wrong = None\n")),
     _m("rail_account_unchecked", "issue 25 item 8: money moves only on the rail account the mandate names",
        Edit("interlock/rail_account.py", "    if named != configured:", "    if False:")),
-    # The replacement workload is off by default (finding F3, docs/simulation.md): this mutant turns it on.
     _m("admit_skips_g1", "issue 13 item 9: admission and the send re-check G1 (a replaced or narrowed mandate)",
-       Edit("simulation/workload.py", "REPLACE_MANDATES = False", "REPLACE_MANDATES = True"),
        Edit("rail_worker/admit.py",
             "    if mandate is None or rt.mandates.hash_of(decision.agent_id) != decision.mandate_hash:",
             "    if mandate is None:"),

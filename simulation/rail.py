@@ -57,6 +57,7 @@ class JournalEntry:
     stamp: str | None  # notes.interlock_sik as the rail stored it
     created_ms: int  # the simulated wall clock at which it was applied
     requested_amount: int  # what the request asked for (differs only under the other_terms fault)
+    sent_mono_ms: int = 0  # when the request that created it reached the rail, on the simulation's true clock
 
 
 # What a money call did on the rail: the entity (and its journal entry, None when an idempotency key replayed it),
@@ -111,6 +112,7 @@ class SimRail:
         self.partitioned_until: dict[str, int] = {}  # caller process → mono ms
         self._ids = itertools.count(1)
         self._shown_by = 0  # the instant the entity of the call being applied must be listed by (settlements)
+        self._sent_mono_ms = 0  # when the request being applied reached the rail
 
     # -- set-up ----------------------------------------------------------------------------------------------
 
@@ -245,6 +247,7 @@ class SimRail:
             raise RailError(RailErrorKind.NOT_SENT, "connect timed out (partitioned)", method="POST", path=what)
         fault = self._draw_fault()
         self._shown_by = self.sched.clock.mono_ms + self._delay() - 50  # ADR 0010: the call ends now, listed by then
+        sent = self._sent_mono_ms = self.sched.clock.mono_ms
         if fault == "not_applied":
             raise RailError(RailErrorKind.NOT_SENT, "connection refused", method="POST", path=what)
         if fault == "error_not_applied":
@@ -259,7 +262,7 @@ class SimRail:
             deadline = self.sched.clock.mono_ms + self.plan.call_timeout_ms
             shown_by = deadline + self._delay() - 50
             landing = deadline + self.sched.rng.randint(1, max(self._delay() - 60, 1))
-            self.sched.at(landing, lambda: self._late(apply, terms, fault, shown_by))
+            self.sched.at(landing, lambda: self._late(apply, terms, fault, shown_by, sent))
             self.sched.sleep(self.plan.call_timeout_ms)
             raise RailError(RailErrorKind.AMBIGUOUS, "read timed out", method="POST", path=what)
         applied = apply(terms, fault)
@@ -282,9 +285,9 @@ class SimRail:
             self.deliveries.append((stamp, str(raw["id"]), actor.process.name, actor.process.incarnation))
         return dict(raw)
 
-    def _late(self, apply: Callable[[int, str], Any], terms: int, fault: str, shown_by: int) -> None:
+    def _late(self, apply: Callable[[int, str], Any], terms: int, fault: str, shown_by: int, sent: int) -> None:
         self.sched.note(f"rail {self.merchant_id} applies late")
-        self._shown_by = shown_by
+        self._shown_by, self._sent_mono_ms = shown_by, sent
         apply(terms, fault)
 
     def _delay(self) -> int:
@@ -307,7 +310,8 @@ class SimRail:
     def _journal(self, kind: str, entity_id: str, subject: str, amount: int, fees: int,
                  notes: Mapping[str, Any] | None, requested: int) -> JournalEntry:  # fmt: skip
         entry = JournalEntry(kind, entity_id, self.merchant_id, subject, amount, fees,
-                             None if not notes else notes.get("interlock_sik"), self.sched.clock.now_ms(), requested)
+                             None if not notes else notes.get("interlock_sik"), self.sched.clock.now_ms(), requested,
+                             self._sent_mono_ms)  # fmt: skip
         self.journal.append(entry)
         lag = self.sched.rng.randint(0, self.plan.list_lag_ms) if self.plan.list_lag_ms else 0
         if not self.plan.beyond_bounds:

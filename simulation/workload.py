@@ -33,9 +33,6 @@ SHORT_WINDOW_MS = 30_000
 HOLD_ABOVE_MINOR = 100_000
 SIGNER = "harness"
 TASK_EXPIRES_AT = 2_000_000_000_000
-# Off until finding F3 (docs/simulation.md) is fixed: an intent withdrawn by the replacement whose repeat the new
-# mandate refuses is answered CONFIRMED_NOT_APPLIED / RETRY_SAME_CALL for ever, so the seed never settles.
-REPLACE_MANDATES = False
 
 
 @dataclass
@@ -49,7 +46,7 @@ class Workload:
     rejected: list[dict[str, str]] = field(default_factory=list)  # holds the operator rejected: shard, merchant, sik
     approved: list[dict[str, str]] = field(default_factory=list)
     task_data: dict[str, dict[str, Any]] = field(default_factory=dict)  # task_id -> signer, audience, ceilings
-    replacements: list[dict[str, Any]] = field(default_factory=list)  # agent, shard, mandate, effective_ms
+    replacements: list[dict[str, Any]] = field(default_factory=list)  # agent, shard, mandate, effective_mono_ms
     accounts: dict[str, str] = field(default_factory=dict)  # shard -> the rail account its key reaches
     operator: Counter[str] = field(default_factory=Counter)  # what the operator did, by outcome
 
@@ -68,7 +65,7 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset()) -> Workload
     w = Workload(rng)
     w.holds = rng.random() < 0.35 and "holds" not in disabled
     w.tasks = rng.random() < 0.5 and "tasks" not in disabled
-    w.replace = rng.random() < 0.4 and "replace" not in disabled and REPLACE_MANDATES
+    w.replace = rng.random() < 0.4 and "replace" not in disabled
     w.account = rng.random() < 0.3 and "account" not in disabled
     return w
 
@@ -180,7 +177,7 @@ def _roll_out(world: World, w: Workload, agent: str) -> None:
     shard.mandates = MandateStore(current, rail_account_id=shard.mandates.rail_account_id)
     sched.note(f"mandate of {agent} replaced: {new.mandate_id}{' (no settlements)' if withdraw else ''}")
     record: dict[str, Any] = {"agent": agent, "shard": shard.name, "mandate": new.model_dump(mode="json"),
-                              "effective_ms": None}  # fmt: skip
+                              "effective_mono_ms": None}  # fmt: skip
     w.replacements.append(record)
     # The rail workers first, then the reconciler and the gate workers: for a few seconds old gate workers still
     # decide under the old mandate, and only the admission's and the send's re-checks of G1 stand in the way.
@@ -193,8 +190,8 @@ def _roll_out(world: World, w: Workload, agent: str) -> None:
 
         def restart(name: str = name, last: bool = last) -> None:
             sched.crash(sched.processes[name], fault=False)
-            if last:  # from here on no rail worker of the shard holds the old mandate
-                record["effective_ms"] = sched.clock.now_ms()
+            if last:  # from here on no rail worker of the shard holds the old mandate (the true clock: the wall
+                record["effective_mono_ms"] = sched.clock.mono_ms  # clock may be stepped back after this)
 
         sched.at(at, restart)
 

@@ -70,10 +70,16 @@ CONFIRMED_NOT_APPLIED TERMS_MISMATCH QUARANTINED
 FAILED_TERMINAL TERMS_MISMATCH QUARANTINED
 """
 
+# Edges ADR 0024 adds: the repeat of a not-applied call, judged afresh and held, waits for a person.
+REJUDGED_EDGES = """
+CONFIRMED_NOT_APPLIED GATES_HELD HELD
+FAILED_TERMINAL GATES_HELD HELD
+"""
+
 
 def spec_edges() -> dict[tuple[State, Event], State]:
     edges = {}
-    for line in (SPEC_TABLE + SEND_SIDE_EDGES + TERMS_EDGES).split("\n"):
+    for line in (SPEC_TABLE + SEND_SIDE_EDGES + TERMS_EDGES + REJUDGED_EDGES).split("\n"):
         if not line.strip():
             continue
         src, event, dst = line.split()
@@ -106,7 +112,7 @@ def test_random_event_sequences_keep_the_invariants(events: list[Event]) -> None
         conn = open_ledger(Path(tmp) / "l.sqlite3")
         sik = "P" * 32
         propose(conn, sik)
-        state, attempt_seq, attempted = State.PROPOSED, 0, False
+        state, attempt_seq, attempted, rejudged_hold = State.PROPOSED, 0, False, False
         expected_audit = 1
         for now, event in enumerate(events, start=2):
             legal = (state, event) in spec_edges()
@@ -127,7 +133,11 @@ def test_random_event_sequences_keep_the_invariants(events: list[Event]) -> None
                     (State.CONFIRMED_NOT_APPLIED, Event.RETRY_AUTHORIZED),
                     (State.CONFIRMED_NOT_APPLIED, Event.REOPENED),
                     (State.FAILED_TERMINAL, Event.REOPENED),
-                }, f"re-entered AUTHORIZED after an attempt via {state} {event}"
+                } or (state, event, rejudged_hold) == (State.HELD, Event.HOLD_RELEASED, True), (
+                    f"re-entered AUTHORIZED after an attempt via {state} {event}")
+            if new is State.HELD:  # ADR 0024: after an attempt, a hold comes only from a not-applied state
+                rejudged_hold = state in (State.CONFIRMED_NOT_APPLIED, State.FAILED_TERMINAL)
+                assert rejudged_hold or not attempted, f"held after an attempt from {state}"
             row = intents.require_intent(conn, "acc_TEST", sik)
             if event is Event.ATTEMPT_STARTED:
                 assert row.attempt_seq == attempt_seq + 1, "I5: attempt_seq must increase by one per attempt"

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from interlock.mandate import Mandate
-from interlock.messages import Decision, IntentTerms, Verdict
+from interlock.messages import CallerAction, Decision, IntentTerms, Verdict
 from ledger.db import open_ledger
 from ledger.states import State
 from rail_worker.admit import admit
@@ -108,17 +108,83 @@ def _failed_terminal(world: World, sik: str) -> None:
     assert world.intent(sik).state is State.FAILED_TERMINAL
 
 
-@pytest.mark.parametrize("verdict", ["HOLD", "BLOCK"])
-def test_a_repeat_the_gates_did_not_allow_does_not_reopen_a_failed_intent(world: World, verdict: str) -> None:
+def test_a_repeat_the_gates_refused_does_not_reopen_a_failed_intent_and_says_why(world: World) -> None:
     sik = "Q" * 32
     _failed_terminal(world, sik)
     rt = world.runtime()
-    repeat = admit(rt, _decision(world, sik, verdict=verdict, request_id="the-repeat"))
-    assert repeat.execute is None, f"a {verdict} reopened the intent for another money call"
+    repeat = admit(rt, _decision(world, sik, verdict="BLOCK", request_id="the-repeat"))
+    assert repeat.execute is None, "a refused repeat reopened the intent for another money call"
     assert repeat.outcome is not None
-    assert (repeat.outcome.state, repeat.outcome.replayed) == ("FAILED_TERMINAL", True)
+    assert (repeat.outcome.state, repeat.outcome.replayed, repeat.outcome.reason_code,
+            repeat.outcome.caller_action) == ("FAILED_TERMINAL", True, "G6_TOOL_DRIFT", CallerAction.DO_NOT_RETRY)
     assert world.intent(sik).state is State.FAILED_TERMINAL
     # The control: the same repeat, allowed by every gate, does reopen it.
     allowed = admit(rt, _decision(world, sik, request_id="allowed-repeat"))
     assert allowed.execute is not None and allowed.execute.state is State.AUTHORIZED
 
+
+
+# -- ADR 0024: the repeat of a not-applied call is judged afresh, and its answer says what came of that ---------------
+
+
+def test_a_held_repeat_of_a_failed_intent_waits_for_a_person_under_the_mandate_configured_now(world: World) -> None:
+    sik = "Q" * 32
+    _failed_terminal(world, sik)
+    world.mandate = _mandate(world, purpose="re-pinned with a hold", **{"approval.hold_above_minor": 1000})
+    world.clock.advance(11)
+    repeat = admit(world.runtime(), _decision(world, sik, verdict="HOLD", request_id="the-repeat"))
+    assert repeat.execute is None, "a held repeat was sent without a person's approval"
+    assert repeat.outcome is not None
+    assert (repeat.outcome.state, repeat.outcome.caller_action, repeat.outcome.reason_code) == (
+        "HELD", CallerAction.WAIT_FOR_APPROVAL, "G2_ABOVE_HOLD")
+    intent = world.intent(sik)
+    assert (intent.state, intent.mandate_hash, intent.hold_expires_at, intent.attempt_seq) == (
+        State.HELD, world.mandate.mandate_hash, world.clock() + world.mandate.approval.hold_expiry_ms, 1)
+
+
+def _withdrawn(world: World, sik: str) -> Mandate:
+    """An AUTHORIZED settlement withdrawn before it was sent: its mandate was replaced (G1_MANDATE_CHANGED)."""
+    admission = admit(world.runtime(), _decision(world, sik))
+    assert admission.execute is not None
+    stale = world.mandate
+    lower = {"window_ms": DAY, "max_amount_minor": 1000, "currency": "INR"}
+    world.mandate = _mandate(world, purpose="replaced: lower limits", **{"limits.windows": [lower]})
+    execute(world.runtime(), MERCHANT, sik, request_id=None)
+    assert (world.intent(sik).state, world.intent(sik).reason_code) == (State.CONFIRMED_NOT_APPLIED,
+                                                                        "G1_MANDATE_CHANGED")  # fmt: skip
+    assert world.rail.calls == []
+    return stale
+
+
+def test_a_withdrawn_call_the_new_mandate_refuses_is_answered_with_the_refusal_not_told_to_repeat(
+    world: World,
+) -> None:
+    # Finding F3 of the simulator (docs/simulation.md): this repeat used to be answered CONFIRMED_NOT_APPLIED with
+    # RETRY_SAME_CALL every time, so the agent repeated it for ever.
+    sik = "Q" * 32
+    _withdrawn(world, sik)
+    repeat = admit(world.runtime(), _decision(world, sik, request_id="the-repeat"))
+    assert repeat.execute is None
+    assert repeat.outcome is not None
+    assert (repeat.outcome.state, repeat.outcome.replayed, repeat.outcome.reason_code,
+            repeat.outcome.caller_action) == ("CONFIRMED_NOT_APPLIED", True, "G3_WINDOW_AMOUNT",
+                                              CallerAction.DO_NOT_RETRY)  # fmt: skip
+    assert (world.intent(sik).state, world.intent(sik).reason_code) == (State.CONFIRMED_NOT_APPLIED,
+                                                                        "G1_MANDATE_CHANGED")  # fmt: skip
+
+
+def test_a_withdrawn_calls_repeat_judged_under_the_replaced_mandate_is_told_to_repeat_again(world: World) -> None:
+    sik = "Q" * 32
+    stale = _withdrawn(world, sik)
+    repeat = admit(world.runtime(), _decision(world, sik, request_id="judged-stale", mandate=stale))
+    assert repeat.outcome is not None and repeat.execute is None
+    assert (repeat.outcome.state, repeat.outcome.reason_code, repeat.outcome.caller_action) == (
+        "CONFIRMED_NOT_APPLIED", "G1_MANDATE_CHANGED", CallerAction.RETRY_SAME_CALL)
+
+
+def test_a_fresh_call_judged_under_a_replaced_mandate_is_told_to_repeat(world: World) -> None:
+    stale = world.mandate
+    world.mandate = _mandate(world, purpose="a different mandate")
+    admission = admit(world.runtime(), _decision(world, "P" * 32, mandate=stale))
+    assert admission.outcome is not None
+    assert (admission.outcome.state, admission.outcome.caller_action) == ("BLOCKED", CallerAction.RETRY_SAME_CALL)
