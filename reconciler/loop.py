@@ -36,7 +36,10 @@ from rails.pager import PageResult, RailLister, find_stamped
 logger = logging.getLogger(__name__)
 
 MAX_BACKOFF_MS = 30_000
-MAX_ATTEMPTS = 5  # automatic retries of a confirmed-absent call; past that the agent or an operator decides
+# Attempts of one intent the reconciler retries automatically. An intent confirmed absent after this many is
+# QUARANTINED for a person (ADR 0025): every attempt's answer was lost, and a list that showed none of them lags.
+MAX_ATTEMPTS = 5
+RETRIES_EXHAUSTED = "RECONCILE_RETRIES_EXHAUSTED"
 STRANDED_AUTHORIZED_MS = 5_000
 HTTP_IN_PROGRESS = 409
 
@@ -259,6 +262,8 @@ class Reconciler:
                 outcome = "CONFIRMED_NOT_APPLIED"
                 # A retry the rail refused definitively, with our stamp confirmed absent: the refusal was true.
                 event = Event.RECONCILE_CONFIRMED_REJECTED if rejected else Event.RECONCILE_CONFIRMED_ABSENT
+                if event is Event.RECONCILE_CONFIRMED_ABSENT and intent.attempt_seq >= MAX_ATTEMPTS:
+                    event = Event.QUARANTINE  # ADR 0025: a person reads the rail, not another automatic "absent"
             else:
                 outcome, event = "INCONCLUSIVE", Event.RECONCILE_INCONCLUSIVE
             intents.record_finding(
@@ -271,11 +276,21 @@ class Reconciler:
                 fields.update(rail_entity_id=result.matched_entity_id, reason_code=None)
             elif event is Event.RECONCILE_CONFIRMED_REJECTED:
                 fields.update(reason_code="RAIL_REJECTED")
+            elif event is Event.QUARANTINE:
+                fields.update(reason_code=RETRIES_EXHAUSTED)
+            detail: dict[str, object] = {"pages_scanned": result.pages_scanned}
+            if event is Event.QUARANTINE:
+                detail["reason"] = (f"confirmed absent after attempt {intent.attempt_seq}, the last automatic one: "
+                                    "every answer was lost, so a person checks the rail")  # fmt: skip
             intent = intents.transition(self.ledger, intent.merchant_id, intent.sik, event, now=now, actor=self.owner,
-                                        detail={"pages_scanned": result.pages_scanned}, set_fields=fields)  # fmt: skip
+                                        detail=detail, set_fields=fields)  # fmt: skip
             if event is Event.RECONCILE_CONFIRMED_ABSENT and intent.attempt_seq < MAX_ATTEMPTS:
                 return self._authorize_retry(intent, now, result.pages_scanned)
-        logger.info("intent %s: %s after %d pages", taken.sik, outcome, result.pages_scanned)
+        if intent.state is State.QUARANTINED:
+            logger.error("intent %s QUARANTINED: confirmed absent after its last automatic attempt (%d)", taken.sik,
+                         intent.attempt_seq)  # fmt: skip
+        else:
+            logger.info("intent %s: %s after %d pages", taken.sik, outcome, result.pages_scanned)
         return False
 
     def _quarantine_mismatch(self, intent: Intent, result: PageResult, differs: dict[str, object], now: int) -> bool:

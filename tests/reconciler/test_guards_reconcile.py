@@ -13,7 +13,7 @@ from ledger.db import open_ledger, transaction
 from ledger.states import Event, State
 from rail_worker.execute import execute
 from rails.razorpay import RailError, RailErrorKind
-from reconciler.loop import MAX_ATTEMPTS
+from reconciler.loop import MAX_ATTEMPTS, RETRIES_EXHAUSTED
 from tests.engine.send_world import SETTLEMENT, World
 from tests.mandates import MERCHANT
 
@@ -96,7 +96,8 @@ def test_a_finding_made_after_the_reconcile_lease_was_lost_is_discarded(world: W
 # -- automatic retries stop at MAX_ATTEMPTS ----------------------------------------------------------------------------
 
 
-def test_a_call_confirmed_absent_is_not_retried_past_max_attempts(world: World) -> None:
+def test_a_call_confirmed_absent_after_its_last_automatic_attempt_is_quarantined_for_a_person(world: World) -> None:
+    # ADR 0025: five answers lost and five lists without our stamp — a lagging list looks exactly like this.
     world.authorized(SETTLEMENT)
     world.rail.reject = RailError(RailErrorKind.AMBIGUOUS, "504", method="POST", path="/x", http_status=504)
     for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -105,9 +106,13 @@ def test_a_call_confirmed_absent_is_not_retried_past_max_attempts(world: World) 
         world.watch()
         world.clock.advance(60_000)  # past the min delay and any backoff
         world.reconciler().sweep()
-        expected = State.AUTHORIZED if attempt < MAX_ATTEMPTS else State.CONFIRMED_NOT_APPLIED
+        expected = State.AUTHORIZED if attempt < MAX_ATTEMPTS else State.QUARANTINED
         assert world.intent().state is expected, f"after attempt {attempt}"
     assert len(world.rail.calls) == MAX_ATTEMPTS
+    assert world.intent().reason_code == RETRIES_EXHAUSTED
+    world.clock.advance(600_000)
+    world.reconciler().sweep()
+    assert len(world.rail.calls) == MAX_ATTEMPTS, "a quarantined intent was sent again"
 
 
 # -- two reconcilers: a due list is acted on only for the attempt it judged ----------------------------------------
