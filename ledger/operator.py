@@ -159,6 +159,16 @@ def expire_holds(conn: sqlite3.Connection, now: int) -> list[Intent]:
     return expired
 
 
+def stamped_answers(conn: sqlite3.Connection, merchant_id: str, sik: str) -> list[tuple[int, str, str]]:
+    """(attempt_seq, outcome, rail entity id) of every attempt the rail answered with an entity of ours: first-hand
+    evidence that money moved under this intent (ADR 0005), on its terms or not (ADR 0016)."""
+    rows = conn.execute(
+        "SELECT attempt_seq, outcome, rail_entity_id FROM intent_attempts WHERE merchant_id = ? AND sik = ? "
+        "AND rail_entity_id IS NOT NULL ORDER BY attempt_seq", (merchant_id, sik),
+    ).fetchall()
+    return [(int(seq), str(outcome), str(entity)) for seq, outcome, entity in rows]
+
+
 def resolve_quarantine(
     conn: sqlite3.Connection,
     intent: Intent,

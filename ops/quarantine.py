@@ -1,7 +1,8 @@
 """Quarantined intents: list them and resolve one with evidence (SPEC §6: operator only, with evidence).
 
 `--not-applied` is refused unless the operator's own paging of the rail ran to the end without finding
-our stamp: a person's belief never outranks the rail. `--applied ID` is refused unless that entity
+our stamp, and no attempt was ever answered with an entity of ours (the rail's answer outranks a lagging list):
+a person's belief never outranks the rail. `--applied ID` is refused unless that entity
 carries our stamp. The rail is read first, outside the transaction (a QUARANTINED intent has no rail
 worker calling for it); the write then re-reads the row and refuses if it moved meanwhile.
 
@@ -78,7 +79,8 @@ def resolve(
         with transaction(conn):
             current = find_intent(conn, sik, intent.merchant_id)
             moved = current.state is not State.QUARANTINED or current.attempt_seq != intent.attempt_seq
-            if not moved:
+            answered = operator.stamped_answers(conn, current.merchant_id, sik) if not_applied else []
+            if not moved and not answered:
                 current = operator.resolve_quarantine(
                     conn, current, operator=operator_id, evidence=text, applied=applied_entity_id is not None,
                     rail_entity_id=applied_entity_id, pages_scanned=pages, pagination_exhausted=exhausted, now=now,
@@ -86,5 +88,12 @@ def resolve(
                 )  # fmt: skip
     if moved:
         raise OperatorRefused(sik, f"it moved to {current.state.value} while the rail was being checked")
+    if answered:
+        # The rail's own answer outranks a list that does not show it (yet): lists lag, an answer does not.
+        seq, outcome, entity = answered[-1]
+        raise OperatorRefused(sik, f"the rail answered attempt {seq} with {entity}, which carries this intent's stamp "
+                                   f"(recorded {outcome}): money moved under it, so it cannot be resolved as not "
+                                   f"applied. Check {entity} on the rail; if it is this call on its terms, resolve "
+                                   f"with --applied {entity}")  # fmt: skip
     logger.info("quarantine of %s resolved by %s: %s (%s)", sik, operator_id, current.state, text)
     return current

@@ -5,14 +5,18 @@ SQLite ledger with the scripted rail (tests/engine/send_world.py) answering with
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
 import pytest
 
+from interlock.errors import OperatorRefused
 from ledger import leases
 from ledger.db import open_ledger
 from ledger.states import State
+from ops import quarantine
+from ops.context import OpsContext
 from rail_worker import lease as lease_module
 from rail_worker.execute import execute
 from rails.models import Refund, Settlement
@@ -117,4 +121,32 @@ def test_a_fenced_stamped_answer_on_other_terms_quarantines_the_retry_instead_of
     b.lease = leases.get_lease(b.ledger, leases.RAIL_WORKER_LEASE)
     execute(b, MERCHANT, SIK, request_id=None)
     assert len(world.rail.calls) == 1, "nothing sent again"
+    assert world.intent().state is State.QUARANTINED
+
+
+@dataclasses.dataclass
+class _Ops(OpsContext):
+    """The operator's tools against this world's ledger and scripted rail."""
+
+    scripted: Any = None
+
+    def rail(self) -> Any:
+        rail = self.scripted
+        rail.close = lambda: None
+        return rail
+
+
+def test_a_person_cannot_resolve_as_not_applied_what_the_rail_answered_with_our_stamp(world: World) -> None:
+    # Found by the simulator (seed 378): the rail answered with our stamp on other terms (QUARANTINED), and the
+    # operator's paging of a list that did not show the refund yet ran to the end. "Not applied" was accepted,
+    # and the ledger said CONFIRMED_NOT_APPLIED for money that had moved.
+    world.authorized(REFUND, amount=189900)
+    _answers_refund_with(world, amount=189800)
+    execute(world.runtime(), MERCHANT, SIK, request_id=None)
+    assert world.intent().state is State.QUARANTINED
+    world.rail.listed = False  # the list lags behind the answer
+    ops = _Ops(settings=world.settings, scripted=world.rail)
+    with pytest.raises(OperatorRefused, match="answered attempt 1 with rfnd_FAKE000000001"):
+        quarantine.resolve(ops, SIK, operator_id="oncall@example.com", applied_entity_id=None, not_applied=True,
+                           evidence="paged the rail to the end")  # fmt: skip
     assert world.intent().state is State.QUARANTINED
