@@ -117,15 +117,16 @@ def _mutants(only: list[str], write: bool) -> int:
     import tempfile
     from pathlib import Path
 
-    from simulation.mutants import ALL, find, summarise
+    from simulation.mutants import ALL, EVERY, find, summarise
 
-    unknown = [name for name in only if name not in ALL]
+    unknown = [name for name in only if name not in EVERY]
     if unknown:
-        raise click.BadParameter(f"no such mutant: {', '.join(unknown)} (known: {', '.join(ALL)})", param_hint="--only")
+        raise click.BadParameter(f"no such mutant: {', '.join(unknown)} (known: {', '.join(EVERY)})",
+                                 param_hint="--only")  # fmt: skip
     base = Path(tempfile.mkdtemp(prefix="sim-mutants-"))
     results = []
     for name in only or list(ALL):
-        found = find(ALL[name], base)
+        found = find(EVERY[name], base)
         click.echo(f"{name}: {'found by seed ' + str(found.seed) if found.found else 'NOT FOUND'} {found.violation}")
         results.append(found)
     table = summarise(results)
@@ -133,7 +134,8 @@ def _mutants(only: list[str], write: bool) -> int:
     if write and not only:
         write_section("simulation-mutants", "## Simulation mutants (`interlock simulate --mutants`)\n\nEvidence: "
                       f"**simulated**, commit {commit_id()}: each defect re-introduced into a copy of the tree, seeds "
-                      "1, 2, ... run until one fails.\n\n" + table)  # fmt: skip
+                      "1, 2, ... run until one fails. A search with a focus gives every seed those ingredients "
+                      "(`run_seed(focus=...)`); the rest of each seed is its own.\n\n" + table)  # fmt: skip
     return 0 if all(r.found for r in results) else 1
 
 

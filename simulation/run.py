@@ -54,14 +54,17 @@ FAULT_KINDS = ("crash", "pause", "partition", "clock_step", "redis_flush", "ledg
                "key_expiry")  # fmt: skip
 
 
-def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset()) -> Faults:
+def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(),
+                focus: frozenset[str] = frozenset()) -> Faults:  # fmt: skip
     """The seed's swarm: each fault kind is on with some probability, at a rate drawn for this seed. *disabled*
-    kinds are drawn all the same (so the rest of the seed's choices stay where they were) and then left off."""
+    kinds are drawn all the same (so the rest of the seed's choices stay where they were) and then left off;
+    *focus* kinds are drawn the same way and then always on (a search aimed at one defect's ingredients)."""
     rng = sched.rng
     f = Faults()
 
     def on(kind: str, p: float) -> bool:
-        return rng.random() < p and kind not in disabled
+        drawn = rng.random() < p
+        return (drawn or kind in focus) and kind not in disabled
 
     crash, pause = rng.choice((0.002, 0.005, 0.01)), rng.choice((0.002, 0.005, 0.01))
     f.crash = crash if on("crash", 0.5) else 0.0
@@ -101,9 +104,19 @@ def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset()) -> Fau
     return f
 
 
+# Beside the fault kinds, a focus may name parts of the deployment a seed otherwise draws.
+TWO_RECONCILERS = "two_reconcilers"
+FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS)
+
+
 def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
-             disabled: frozenset[str] = frozenset()) -> SeedResult:  # fmt: skip
-    """One seed, start to finish; *keep* a directory to leave the ledger files in (for a replay's inspection)."""
+             disabled: frozenset[str] = frozenset(), focus: frozenset[str] = frozenset()) -> SeedResult:  # fmt: skip
+    """One seed, start to finish; *keep* a directory to leave the ledger files in (for a replay's inspection).
+    *focus* (FOCUS_KINDS) turns those fault kinds on, and two reconcilers per shard, whatever the seed drew: the
+    rest of the seed is the seed's own, and without a focus nothing changes."""
+    unknown = focus - set(FOCUS_KINDS)
+    if unknown:
+        raise ValueError(f"unknown focus {sorted(unknown)}; known: {', '.join(FOCUS_KINDS)}")
     root = Path(tempfile.mkdtemp(prefix=f"sim{seed}-", dir=_tmp_dir()))
     sched = Scheduler(seed, start_ms=0, max_steps=max_steps)
     rng = sched.rng
@@ -111,10 +124,12 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
     # Seconds before it too: the first calls are made before the boundary and their repeats after it.
     sched.clock.wall_offset_ms = START_MS - (rng.choice((2_000, 5_000, 10_000, 60_000, 600_000)) if rng.random() < 0.5
                                              else -3_600_000)  # fmt: skip
-    faults = plan_faults(sched, disabled)
-    world = World(sched, root, faults, shards=2, merchants_per_shard=rng.choice((1, 2)),
-                  agents_per_merchant=rng.choice((1, 2)), actions_per_agent=rng.choice((2, 3, 4)),
-                  concurrency=rng.choice((1, 4)), reconcilers=rng.choice((1, 2)))  # fmt: skip
+    faults = plan_faults(sched, disabled, focus)
+    merchants, agents, actions = rng.choice((1, 2)), rng.choice((1, 2)), rng.choice((2, 3, 4))
+    concurrency, reconcilers = rng.choice((1, 4)), rng.choice((1, 2))
+    world = World(sched, root, faults, shards=2, merchants_per_shard=merchants, agents_per_merchant=agents,
+                  actions_per_agent=actions, concurrency=concurrency,
+                  reconcilers=2 if TWO_RECONCILERS in focus else reconcilers)  # fmt: skip
     sched.before_resume = world.strike
     extras = plan_workload(seed, disabled)  # holds, tasks, a replaced mandate, rail accounts (simulation.workload)
     install(world, extras)
