@@ -69,7 +69,9 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
         return Admission(_unkeyed(decision), None)
     mandate = rt.mandates.get(decision.agent_id)
     verdict, reason = decision.verdict, decision.reason_code
-    if mandate is None or rt.mandates.hash_of(decision.agent_id) != decision.mandate_hash:
+    if mandate is None:
+        verdict, reason = Verdict.BLOCK, "G1_NO_MANDATE"  # none configured for this agent now: nothing to repeat for
+    elif rt.mandates.hash_of(decision.agent_id) != decision.mandate_hash:
         # The mandate changed between the gate and here: judge nothing against a stale policy.
         verdict, reason = Verdict.BLOCK, "G1_MANDATE_CHANGED"
     elif not mandate.is_active(now) or mandate.grant(decision.tool) is None:
@@ -245,9 +247,9 @@ def _repeat(
     for a person like a new held call; refused, the answer keeps the intent's state but says why this repeat was
     refused and whether repeating can change that. Without the last, a call withdrawn by a replaced mandate and
     refused by the new one would be told to repeat (CONFIRMED_NOT_APPLIED, RETRY_SAME_CALL) for ever."""
-    if existing.state not in _REOPENABLE or mandate is None:
+    if existing.state not in _REOPENABLE:
         return Admission(outcome_from_intent(existing, request_id=decision.request_id, replayed=True), None)
-    if verdict is Verdict.ALLOW:
+    if verdict is Verdict.ALLOW and mandate is not None:
         check = reassert(conn, existing, mandate, now_ms=now, rate=rt.fee_rate)
         if check.verdict is Verdict.ALLOW:
             # Reopened under the mandate it was judged under now, which is what execute re-checks against.
@@ -259,7 +261,7 @@ def _repeat(
             )  # fmt: skip
             return Admission(None, intent)
         verdict, reason = Verdict.BLOCK, check.reason_code
-    if verdict is Verdict.HOLD:
+    if verdict is Verdict.HOLD and mandate is not None:
         intent = intents.transition(
             conn, existing.merchant_id, existing.sik, Event.GATES_HELD, now=now,
             detail={"request_id": decision.request_id, "reason_code": reason},

@@ -188,3 +188,12 @@ def test_a_fresh_call_judged_under_a_replaced_mandate_is_told_to_repeat(world: W
     admission = admit(world.runtime(), _decision(world, "P" * 32, mandate=stale))
     assert admission.outcome is not None
     assert (admission.outcome.state, admission.outcome.caller_action) == ("BLOCKED", CallerAction.RETRY_SAME_CALL)
+
+
+def test_a_call_for_an_agent_whose_mandate_was_removed_is_refused_for_good(world: World) -> None:
+    rt = world.runtime()
+    rt.mandates = type(rt.mandates)({})  # a person removed the agent's mandate after the gate judged the call
+    admission = admit(rt, _decision(world, "P" * 32))
+    assert admission.outcome is not None
+    assert (admission.outcome.state, admission.outcome.reason_code, admission.outcome.caller_action) == (
+        "BLOCKED", "G1_NO_MANDATE", CallerAction.DO_NOT_RETRY)
