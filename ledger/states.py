@@ -45,6 +45,7 @@ class Event(StrEnum):
     EARLIER_ATTEMPT_APPLIED = "EARLIER_ATTEMPT_APPLIED"
     TERMS_MISMATCH = "TERMS_MISMATCH"
     AUTHORIZATION_WITHDRAWN = "AUTHORIZATION_WITHDRAWN"
+    RETRY_WITHDRAWN = "RETRY_WITHDRAWN"
     RETRY_AUTHORIZED = "RETRY_AUTHORIZED"
     REOPENED = "REOPENED"
     OPERATOR_RESOLVED_APPLIED = "OPERATOR_RESOLVED_APPLIED"
@@ -65,6 +66,9 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (S.AUTHORIZED, E.QUARANTINE): S.QUARANTINED,
     # Nothing was sent under this authorisation: the mandate it was judged under was replaced (ADR 0005).
     (S.AUTHORIZED, E.AUTHORIZATION_WITHDRAWN): S.CONFIRMED_NOT_APPLIED,
+    # A retry withdrawn before it was sent (ADR 0026): the absence that authorized it may have been read early — for
+    # a keyed refund it is proved only by the retry's own answer — so the earlier attempt is reconciled again.
+    (S.AUTHORIZED, E.RETRY_WITHDRAWN): S.UNKNOWN,
     (S.IN_FLIGHT, E.RAIL_APPLIED): S.APPLIED,
     (S.IN_FLIGHT, E.RAIL_REJECTED): S.FAILED_TERMINAL,
     (S.IN_FLIGHT, E.RAIL_AMBIGUOUS): S.UNKNOWN,

@@ -179,13 +179,18 @@ def _mandate_withdrawn(rt: RailRuntime, conn: Any, intent: Intent, now: int) -> 
         if mandate.is_active(now) and grant is not None:
             return None
         reason = "G1_MANDATE_EXPIRED" if not mandate.is_active(now) else "G1_TOOL_NOT_GRANTED"
-        # A first attempt is refused for good; a retry is withdrawn instead, because BLOCKED is absorbing and a
+        # A first attempt is refused for good. A retry is withdrawn instead (below): BLOCKED is absorbing, and a
         # superseded attempt's late stamped answer must still be able to settle it (ADR 0005).
-        event = Event.GATES_BLOCKED if intent.attempt_seq == 0 else Event.AUTHORIZATION_WITHDRAWN
+        event = Event.GATES_BLOCKED
     else:
         # Replaced (or removed): nothing was sent under this authorisation. The agent's repeat is judged afresh
         # under the mandate configured now and may reopen the intent.
         reason, event = "G1_MANDATE_CHANGED", Event.AUTHORIZATION_WITHDRAWN
+    if intent.attempt_seq > 0:
+        # A retry: the reconciler authorized it on a list that did not show the earlier attempt, and that absence
+        # is proved only once the retry's own answer comes (a keyed refund's list may lag). With no retry, the
+        # earlier attempt is reconciled again, as UNKNOWN (ADR 0026).
+        event = Event.RETRY_WITHDRAWN
     logger.warning("intent %s not executed: %s", intent.sik, reason)
     return intents.transition(conn, intent.merchant_id, intent.sik, event, now=now, actor=rt.owner,
                               detail={"reason_code": reason, "mandate_hash": intent.mandate_hash},

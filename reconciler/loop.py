@@ -25,6 +25,7 @@ from interlock.fees import DEFAULT_FEE_RATE, FeeRate
 from interlock.mandate import REFUND_TOOL, MandateStore
 from interlock.messages import Verdict
 from interlock.queues import EXECUTE_JOB, NAMESPACE, rail_queue, rq_queue
+from interlock.verdicts import GateResult
 from ledger import intents, leases, operator
 from ledger.db import transaction
 from ledger.intents import Intent
@@ -136,6 +137,8 @@ class Reconciler:
             answered = seen
             if finished:
                 answered = sightings[(*attempt, "answered")] = self.seen.get((*attempt, "answered"), watched)
+            if (absent := self.seen.get((*attempt, "absent"))) is not None:
+                sightings[(*attempt, "absent")] = absent  # a keyed refund's first absent read (ADR 0026)
             if row["state"] != "UNKNOWN":
                 continue  # IN_FLIGHT: only watched, so that the wait below counts from before it was given up
             # 409: the rail said an earlier request with this key is still running; reading sooner finds nothing.
@@ -254,6 +257,8 @@ class Reconciler:
             # lags; it does not show absence. Read again (with the backoff) until it shows it, or QUARANTINED.
             in_use = intent.reason_code == "RAIL_KEY_IN_USE"  # rail_worker/classify.KEY_IN_USE
             differs = intent.mismatch(result.matched_raw) if result.matched_raw is not None else None
+            retry: GateResult | None = None
+            why = ""
             if result.matched_entity_id is not None and differs is not None:
                 return self._quarantine_mismatch(intent, result, differs, now)
             if result.matched_entity_id is not None:
@@ -264,12 +269,20 @@ class Reconciler:
                 event = Event.RECONCILE_CONFIRMED_REJECTED if rejected else Event.RECONCILE_CONFIRMED_ABSENT
                 if event is Event.RECONCILE_CONFIRMED_ABSENT and intent.attempt_seq >= MAX_ATTEMPTS:
                     event = Event.QUARANTINE  # ADR 0025: a person reads the rail, not another automatic "absent"
+                elif event is Event.RECONCILE_CONFIRMED_ABSENT:
+                    retry, why = self._retry_check(intent, now)
+                    if retry is None and not self._absence_proved(intent):
+                        # ADR 0026: read early, as a keyed refund may be, and no retry will prove it: read again.
+                        outcome, event = "INCONCLUSIVE", Event.RECONCILE_INCONCLUSIVE
             else:
                 outcome, event = "INCONCLUSIVE", Event.RECONCILE_INCONCLUSIVE
+            finding: dict[str, object] = {"error": result.error}
+            if outcome == "INCONCLUSIVE" and result.exhausted and not in_use:
+                finding["absent_once"] = f"no retry will follow ({why}): absence is read again after the delay"
             intents.record_finding(
                 self.ledger, merchant_id=intent.merchant_id, sik=intent.sik, attempt_seq=intent.attempt_seq,
                 outcome=outcome, pages_scanned=result.pages_scanned, pagination_exhausted=result.exhausted,
-                matched_entity_id=result.matched_entity_id, now=now, detail={"error": result.error},
+                matched_entity_id=result.matched_entity_id, now=now, detail=finding,
             )  # fmt: skip
             fields: dict[str, object] = {"lease_owner": None, "lease_expires_at": None}
             if result.matched_entity_id is not None:
@@ -284,8 +297,10 @@ class Reconciler:
                                     "every answer was lost, so a person checks the rail")  # fmt: skip
             intent = intents.transition(self.ledger, intent.merchant_id, intent.sik, event, now=now, actor=self.owner,
                                         detail=detail, set_fields=fields)  # fmt: skip
-            if event is Event.RECONCILE_CONFIRMED_ABSENT and intent.attempt_seq < MAX_ATTEMPTS:
-                return self._authorize_retry(intent, now, result.pages_scanned)
+            if event is Event.RECONCILE_CONFIRMED_ABSENT and retry is not None:
+                return self._authorize_retry(intent, now, result.pages_scanned, retry)
+            if event is Event.RECONCILE_CONFIRMED_ABSENT:
+                logger.warning("intent %s confirmed not applied; no retry: %s", intent.sik, why)
         if intent.state is State.QUARANTINED:
             logger.error("intent %s QUARANTINED: confirmed absent after its last automatic attempt (%d)", taken.sik,
                          intent.attempt_seq)  # fmt: skip
@@ -310,19 +325,33 @@ class Reconciler:
                      result.matched_entity_id, differs)  # fmt: skip
         return False
 
-    def _authorize_retry(self, intent: Intent, now: int, pages: int) -> bool:
-        """CONFIRMED_NOT_APPLIED → AUTHORIZED only when the mandate it was judged under is still the one
-        configured and still allows it now — grant, expiry, range and G3 windows (issue 13, items 5 and 9).
-        Otherwise it stays CONFIRMED_NOT_APPLIED: the agent's repeat is judged afresh by the gates."""
+    def _retry_check(self, intent: Intent, now: int) -> tuple[GateResult | None, str]:
+        """Whether a confirmed-absent call may be retried now: CONFIRMED_NOT_APPLIED → AUTHORIZED only while the
+        mandate it was judged under is still the one configured and still allows it — grant, expiry, range and G3
+        windows (issue 13, items 5 and 9) — and within MAX_ATTEMPTS. The ALLOW to authorize it with, or why not.
+        Without a retry it stays CONFIRMED_NOT_APPLIED: the agent's repeat is judged afresh by the gates."""
+        if intent.attempt_seq >= MAX_ATTEMPTS:
+            return None, f"{intent.attempt_seq} attempts made"
         mandate = self.mandates.get(intent.agent_id) if self.mandates is not None else None
         if mandate is None or mandate.mandate_hash != intent.mandate_hash:
-            logger.warning("intent %s confirmed not applied; no retry: its mandate is no longer configured", intent.sik)
-            return False
+            return None, "its mandate is no longer configured"
         check = reassert(self.ledger, intent, mandate, now_ms=now, rate=self.fee_rate)
         if check.verdict is not Verdict.ALLOW:
-            logger.warning("intent %s confirmed not applied; no retry: %s %s", intent.sik, check.reason_code,
-                           check.detail)  # fmt: skip
-            return False
+            return None, f"{check.reason_code} {check.detail}"
+        return check, ""
+
+    def _absence_proved(self, intent: Intent) -> bool:
+        """A list read concludes absence for good only once it can no longer be early (ADR 0026). A keyed REST
+        refund is read as soon as its answer is recorded plus the delay (`_due`): early on purpose, because the
+        retry that read authorizes carries the same key and its answer settles it. When no retry will follow, the
+        stamp must be absent again on a read at least the delay later on this reconciler's own clock."""
+        if not (self.settings.rail == RAIL_REST and intent.tool == REFUND_TOOL):
+            return True  # read only after the call's deadline plus the delay (ADR 0010)
+        key = (intent.merchant_id, intent.sik, intent.attempt_seq, "absent")
+        first = self.seen.setdefault(key, self.monotonic())
+        return (self.monotonic() - first) * 1000 >= self.settings.reconcile_min_delay_ms
+
+    def _authorize_retry(self, intent: Intent, now: int, pages: int, check: GateResult) -> bool:
         intents.transition(self.ledger, intent.merchant_id, intent.sik, Event.RETRY_AUTHORIZED, now=now,
                            actor=self.owner, detail={"after_attempt": intent.attempt_seq},
                            reasserted=check)  # fmt: skip

@@ -466,6 +466,8 @@ def test_a_wall_clock_step_after_the_send_check_still_closes_the_window(
 
 
 def test_an_expired_mandate_withdraws_a_retry_so_late_evidence_can_still_settle_it(world: World) -> None:
+    world.mandate = make_mandate({"issued_at": world.mandate.issued_at, "expires_at": world.clock() + 120_000,
+                                  "limits.fee_budgets": {}, "approval.hold_above_minor": None})  # fmt: skip
     world.authorized(SETTLEMENT)
     conn = open_ledger(world.path)
     with transaction(conn):
@@ -474,7 +476,43 @@ def test_an_expired_mandate_withdraws_a_retry_so_late_evidence_can_still_settle_
     world.clock.ms = world.mandate.expires_at
     execute(world.runtime(), MERCHANT, SIK, request_id=None)
     assert world.rail.calls == []
-    assert (world.intent().state, world.intent().reason_code) == (State.CONFIRMED_NOT_APPLIED, "G1_MANDATE_EXPIRED")
+    # ADR 0026: the earlier attempt is reconciled again, and with no retry to follow its absence is final.
+    assert (world.intent().state, world.intent().reason_code) == (State.UNKNOWN, "G1_MANDATE_EXPIRED")
+    world.watch()
+    world.clock.advance(30_000)
+    world.reconciler().sweep()
+    assert world.intent().state is State.CONFIRMED_NOT_APPLIED and world.rail.calls == []
+
+
+def test_a_withdrawn_retry_of_a_keyed_refund_is_settled_by_the_list_that_shows_it_late(world: World) -> None:
+    # Found by the simulator (seed 1175): a keyed refund applied with its answer lost; the reconciler read its list
+    # early (its retry would carry the same key), found nothing and authorized a retry; the mandate was replaced and
+    # the retry withdrawn. The intent was left CONFIRMED_NOT_APPLIED for a refund the customer had received.
+    world.authorized(REFUND, amount=189900)
+    world.rail.reject = RailError(RailErrorKind.AMBIGUOUS, "504", method="POST", path="/x", http_status=504)
+    world.rail.apply_then_fail = True
+    execute(world.runtime(), MERCHANT, SIK, request_id=None)  # applied, then the answer was lost
+    world.rail.reject, world.rail.listed = None, False  # the refund list lags behind
+    world.watch()
+    world.clock.advance(5000)
+    world.reconciler().sweep()
+    assert world.intent().state is State.AUTHORIZED  # the early read found nothing: a retry, keyed like the first
+    replaced = make_mandate({"issued_at": world.mandate.issued_at, "expires_at": world.mandate.expires_at,
+                             "purpose": "replaced"})  # fmt: skip
+    rt = world.runtime()
+    rt.mandates = type(rt.mandates)({AGENT: replaced})
+    execute(rt, MERCHANT, SIK, request_id=None)
+    assert len(world.rail.calls) == 1, "the withdrawn retry was sent"
+    assert world.intent().state is State.UNKNOWN
+    reconciler = world.reconciler(replaced)  # restarted under the new mandate: no retry will follow now
+    world.clock.advance(5000)
+    reconciler.sweep()
+    assert world.intent().state is State.UNKNOWN, "one early read without a retry to prove it was taken as absence"
+    world.rail.listed = True
+    world.clock.advance(5000)
+    reconciler.sweep()
+    intent = world.intent()
+    assert (intent.state, intent.rail_entity_id) == (State.APPLIED, world.rail.stamped(SIK)[0])
 
 
 def test_a_refusal_caused_only_by_money_applied_since_the_gates_read_asks_for_a_repeat(

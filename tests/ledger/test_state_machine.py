@@ -76,10 +76,15 @@ CONFIRMED_NOT_APPLIED GATES_HELD HELD
 FAILED_TERMINAL GATES_HELD HELD
 """
 
+# The edge ADR 0026 adds: a retry withdrawn before it was sent puts the earlier attempt back to be reconciled.
+WITHDRAWN_RETRY_EDGES = """
+AUTHORIZED RETRY_WITHDRAWN UNKNOWN
+"""
+
 
 def spec_edges() -> dict[tuple[State, Event], State]:
     edges = {}
-    for line in (SPEC_TABLE + SEND_SIDE_EDGES + TERMS_EDGES + REJUDGED_EDGES).split("\n"):
+    for line in (SPEC_TABLE + SEND_SIDE_EDGES + TERMS_EDGES + REJUDGED_EDGES + WITHDRAWN_RETRY_EDGES).split("\n"):
         if not line.strip():
             continue
         src, event, dst = line.split()

@@ -14,8 +14,8 @@ from ledger.states import Event, State
 from rail_worker.execute import execute
 from rails.razorpay import RailError, RailErrorKind
 from reconciler.loop import MAX_ATTEMPTS, RETRIES_EXHAUSTED
-from tests.engine.send_world import SETTLEMENT, World
-from tests.mandates import MERCHANT
+from tests.engine.send_world import REFUND, SETTLEMENT, World
+from tests.mandates import MERCHANT, make_mandate
 
 SIK = "S" * 32
 
@@ -139,3 +139,25 @@ def test_a_due_list_gone_stale_behind_another_reconcilers_retry_reads_nothing(wo
     assert [r1.reconcile(m, s, attempt_seq=a) for m, s, a in due] == [False]
     assert (world.intent().state, world.intent().attempt_seq) == (State.UNKNOWN, 2)
     assert len(world.rail.entities) == 1
+
+
+# -- ADR 0026: a keyed refund's early read is absence only when a retry will prove it ---------------------------------
+
+
+def test_a_keyed_refund_no_retry_will_follow_is_confirmed_absent_only_by_a_second_read_a_delay_later(
+    world: World,
+) -> None:
+    world.authorized(REFUND, amount=189900)
+    world.rail.reject = RailError(RailErrorKind.AMBIGUOUS, "504", method="POST", path="/x", http_status=504)
+    execute(world.runtime(), MERCHANT, SIK, request_id=None)  # a gateway 504 that applied nothing
+    replaced = make_mandate({"issued_at": world.mandate.issued_at, "expires_at": world.mandate.expires_at,
+                             "purpose": "replaced"})  # fmt: skip
+    reconciler = world.reconciler(replaced)  # no retry under the mandate configured now
+    reconciler._due(world.clock())
+    world.clock.advance(world.settings.reconcile_min_delay_ms)  # its answer plus the delay: a keyed refund is due
+    reconciler.sweep()
+    assert world.intent().state is State.UNKNOWN, "an early read with no retry to prove it was taken as absence"
+    world.clock.advance(world.settings.reconcile_min_delay_ms)
+    reconciler.sweep()
+    assert world.intent().state is State.CONFIRMED_NOT_APPLIED
+    assert len(world.rail.calls) == 1
