@@ -377,7 +377,7 @@ def _evidence_kept(shard: ShardEvidence, stopped: frozenset[tuple[str, int]]) ->
 # * LIMIT (short windows) — a window shorter than the run: no more than max_calls money-moving intents were
 #   authorized within one window's span (each entity's authorization: the last transition of its intent into
 #   AUTHORIZED, from the audit chain the checker re-hashes, at or before the rail created it);
-# * MANDATE_REPLACED — an entity sent (its attempt started) once no rail worker of the shard held the old mandate
+# * MANDATE_REPLACED — an entity whose request reached the rail once no rail worker of the shard held the old mandate
 #   is within the new one: granted, in range, and within its window counting every entity authorized before it;
 # * RAIL_ACCOUNT — money moved only on the rail account its agent's mandate names.
 
