@@ -328,10 +328,9 @@ class Reconciler:
     def _retry_check(self, intent: Intent, now: int) -> tuple[GateResult | None, str]:
         """Whether a confirmed-absent call may be retried now: CONFIRMED_NOT_APPLIED → AUTHORIZED only while the
         mandate it was judged under is still the one configured and still allows it — grant, expiry, range and G3
-        windows (issue 13, items 5 and 9) — and within MAX_ATTEMPTS. The ALLOW to authorize it with, or why not.
-        Without a retry it stays CONFIRMED_NOT_APPLIED: the agent's repeat is judged afresh by the gates."""
-        if intent.attempt_seq >= MAX_ATTEMPTS:
-            return None, f"{intent.attempt_seq} attempts made"
+        windows (issue 13, items 5 and 9); past MAX_ATTEMPTS it is QUARANTINED before this is asked. The ALLOW to
+        authorize it with, or why not. Without a retry it stays CONFIRMED_NOT_APPLIED: the agent's repeat is judged
+        afresh by the gates."""
         mandate = self.mandates.get(intent.agent_id) if self.mandates is not None else None
         if mandate is None or mandate.mandate_hash != intent.mandate_hash:
             return None, "its mandate is no longer configured"
