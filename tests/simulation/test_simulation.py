@@ -222,3 +222,13 @@ def test_the_checker_names_a_rail_answer_a_live_worker_dropped(tmp_path: Path) -
     assert check([shard], [action], [told], LIMITS, settled=True, stopped=frozenset({("rail-a:s0", 0)})) == []
     _sql(ledger, ("INSERT INTO intent_attempts VALUES ('m', 'S1', 1, 'APPLIED', 'setlod_1', 0)", ()))
     assert check([shard], [action], [told], LIMITS, settled=True) == []
+
+
+def test_every_mutant_the_search_aims_at_or_leaves_out_exists_and_every_focus_is_known() -> None:
+    from simulation.mutants import ALL, EQUIVALENT, EVERY, SEARCHES
+    from simulation.run import FOCUS_KINDS
+
+    assert set(EQUIVALENT) <= set(EVERY) and set(SEARCHES) <= set(ALL)
+    assert set(ALL) == set(EVERY) - set(EQUIVALENT)
+    for name, search in SEARCHES.items():
+        assert search.focus <= set(FOCUS_KINDS), name
