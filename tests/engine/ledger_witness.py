@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from interlock.sik import RECEIPT_PREFIX
+
 
 class _Server(ThreadingHTTPServer):
     # Many gate reads and money calls open connections at once: the default backlog of 5 drops SYNs.
@@ -30,6 +32,9 @@ class LedgerWitness:
         self.split = split
         self.violations: list[str] = []
         self.money_calls = 0
+        # Requests whose caller died between sending the headers and the whole body (a SIGKILL, or a thread
+        # descheduled between the two writes): the rail never receives them, so they are not forwarded.
+        self.truncated = 0
         self.max_concurrent = 0
         self._out = 0
         self._lock = threading.Lock()
@@ -64,6 +69,19 @@ class LedgerWitness:
             return f"{sik}: request arrived with no committed IN_FLIGHT attempt (ledger has {row})"
         return None
 
+    def _sik_of_key(self, idempotency_key: str | None) -> str | None:
+        if idempotency_key and idempotency_key.startswith(RECEIPT_PREFIX):
+            return idempotency_key.removeprefix(RECEIPT_PREFIX)
+        return None
+
+    def _cut_off(self, problem: str | None) -> None:
+        """A money request cut off before its body arrived: not forwarded (the rail would never have read it),
+        but its headers left the caller, so I2 must have held when they arrived (*problem* was judged then)."""
+        with self._lock:
+            self.truncated += 1
+            if problem:
+                self.violations.append(problem)
+
     @property
     def out(self) -> int:
         with self._lock:
@@ -97,8 +115,16 @@ class LedgerWitness:
 
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
                 money = self.command == "POST"
+                # Judged when the headers arrive, for the case that the body never does.
+                keyed = witness._sik_of_key(self.headers.get("X-Refund-Idempotency")) if money else None
+                at_headers = witness._committed_in_flight(keyed) if keyed else None
+                body = self.rfile.read(length) if length else b""
+                if len(body) < length:
+                    if money:
+                        witness._cut_off(at_headers)
+                    self.close_connection = True
+                    return
                 hold_after = witness._money(body) if money else False
                 try:
                     headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "content-length")}
