@@ -67,12 +67,12 @@ def _merchants_of(client: redis.Redis, queue_name: str, job_ids: list[str]) -> l
         except Exception:  # noqa: BLE001 - an unreadable job is reported, not skipped: it may be this merchant's
             out.append(UNREADABLE)
             continue
-        merchant = _merchant_arg(args)
+        merchant = merchant_of_job(args)
         out.append(merchant if merchant is not None else UNREADABLE)
     return out
 
 
-def _merchant_arg(args: Any) -> str | None:
+def merchant_of_job(args: Any) -> str | None:
     """A proposal or Decision travels as JSON with merchant_id; an execution as (merchant_id, sik, request_id)."""
     if not args or not isinstance(args[0], str):
         return None

@@ -8,8 +8,8 @@ definition (SPEC §5: sha256 over prev_hash and the RFC 8785 form of {seq, ts, k
 
 Invariants, each a `Violation` with a kind and the evidence:
 * ONE_ENTITY_PER_ACTION — at most one rail entity per business action (each simulated action has its own
-  signature: tool, subject, amount), and at most one per stamp;
-* OVER_REFUND — no payment refunded past its captured amount;
+  signature: tool, subject, amount), and at most one per stamp, across every shard's rail;
+* OVER_REFUND — no payment refunded past its captured amount, across every shard's rail;
 * LIMIT — no mandate's per-call range, window (calls, amount) or fee budget exceeded by what the rail did;
 * NOT_DEFINITE — after faults stop and time runs on, every intent is definite or QUARANTINED, and every
   action's last answer tells its agent what to do for good (liveness);
@@ -81,6 +81,7 @@ class ActionLike(Protocol):
 class AnswerLike(Protocol):
     action: Any
     structured: dict[str, Any]
+    shard: str  # the shard that answered
 
 
 @dataclass
@@ -104,8 +105,6 @@ def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answer
     by_shard = {s.name: s for s in shards}
     for shard in by_shard.values():
         rows = _intents(shard.ledger)
-        found += _one_entity(shard)
-        found += _over_refund(shard)
         found += _ledger_vs_rail(shard, rows, settled=settled)
         found += _audit_chain(shard, set_back_ms)
         found += _absorbing(shard)
@@ -116,6 +115,8 @@ def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answer
         if settled:
             found += [Violation("NOT_DEFINITE", f"{shard.name} intent {r['sik']} is {r['state']}")
                       for r in rows if r["state"] not in DEFINITE_STATES]  # fmt: skip
+    found += _one_entity(by_shard.values())
+    found += _over_refund(by_shard.values())
     found += _limits(by_shard, actions, limits)
     found += _told_applied(by_shard, answers)
     if settled:
@@ -127,37 +128,43 @@ def _signature(entry: Entry) -> tuple[str, str, int]:
     return entry.kind, entry.subject, entry.requested_amount
 
 
-def _one_entity(shard: ShardEvidence) -> list[Violation]:
+def _one_entity(shards: Iterable[ShardEvidence]) -> list[Violation]:
+    """Across every shard's rail: a merchant moved between shards is paid from either, and must be paid once."""
+    entries = [(shard.name, e) for shard in shards for e in shard.journal]
     out = []
-    for sig, n in Counter(_signature(e) for e in shard.journal).items():
+    for sig, n in Counter(_signature(e) for _, e in entries).items():
         if n > 1:
-            ids = [e.id for e in shard.journal if _signature(e) == sig]
-            out.append(Violation("ONE_ENTITY_PER_ACTION", f"{shard.name}: {n} entities for one action {sig}: {ids}"))
-    for stamp, n in Counter(e.stamp for e in shard.journal if e.stamp).items():
+            ids = [f"{name}:{e.id}" for name, e in entries if _signature(e) == sig]
+            out.append(Violation("ONE_ENTITY_PER_ACTION", f"{n} entities for one action {sig}: {ids}"))
+    for stamp, n in Counter(e.stamp for _, e in entries if e.stamp).items():
         if n > 1:
-            out.append(Violation("ONE_ENTITY_PER_ACTION", f"{shard.name}: {n} entities stamped {stamp}"))
+            ids = [f"{name}:{e.id}" for name, e in entries if e.stamp == stamp]
+            out.append(Violation("ONE_ENTITY_PER_ACTION", f"{n} entities stamped {stamp}: {ids}"))
     return out
 
 
-def _over_refund(shard: ShardEvidence) -> list[Violation]:
+def _over_refund(shards: Iterable[ShardEvidence]) -> list[Violation]:
+    """A payment both shards reach (a moved merchant's) is one payment: its refunds are summed across them."""
     refunded: Counter[str] = Counter()
-    for e in shard.journal:
-        if e.kind == "refund":
-            refunded[e.subject] += e.amount
-    return [Violation("OVER_REFUND", f"{pid}: refunded {total} of {shard.payments.get(pid)}")
-            for pid, total in refunded.items() if total > shard.payments.get(pid, 0)]  # fmt: skip
+    captured: dict[str, int] = {}
+    for shard in shards:
+        captured.update(shard.payments)
+        for e in shard.journal:
+            if e.kind == "refund":
+                refunded[e.subject] += e.amount
+    return [Violation("OVER_REFUND", f"{pid}: refunded {total} of {captured.get(pid)}")
+            for pid, total in refunded.items() if total > captured.get(pid, 0)]  # fmt: skip
 
 
 def _limits(shards: Mapping[str, ShardEvidence], actions: Sequence[ActionLike],
             limits: Mapping[str, Mapping[str, Any]]) -> list[Violation]:  # fmt: skip
     """The run is shorter than every window, so each window's limit holds for the run's totals."""
-    owner = {(a.shard, "refund" if a.tool == "create_refund" else "settlement", a.subject, a.amount): a
-             for a in actions}  # fmt: skip
+    owner = _owners(actions)
     per_agent: dict[str, list[Entry]] = defaultdict(list)
     out = []
     for shard in shards.values():
         for e in shard.journal:
-            action = owner.get((shard.name, *_signature(e)))
+            action = owner.get(_signature(e))
             if action is None:
                 out.append(Violation("LIMIT", f"{shard.name}: entity {e.id} {_signature(e)} is no agent's action"))
                 continue
@@ -183,6 +190,12 @@ def _limits(shards: Mapping[str, ShardEvidence], actions: Sequence[ActionLike],
         if budget is not None and fees > budget["max_fee_minor"]:
             out.append(Violation("LIMIT", f"{agent}: {fees} of fees charged, budget {budget['max_fee_minor']}"))
     return out
+
+
+def _owners(actions: Sequence[ActionLike]) -> dict[tuple[str, str, int], ActionLike]:
+    """Each action by its signature, which is its own (an action may be served by either shard once its merchant
+    moves, so the shard is not part of it)."""
+    return {("refund" if a.tool == "create_refund" else "settlement", a.subject, a.amount): a for a in actions}
 
 
 def _intents(path: Path) -> list[sqlite3.Row]:
@@ -228,7 +241,7 @@ def _told_applied(shards: Mapping[str, ShardEvidence], answers: Sequence[AnswerL
         body = a.structured
         if body.get("state") != "APPLIED":
             continue
-        e = journals[a.action.shard].get(body.get("rail_entity_id") or "")
+        e = journals[a.shard].get(body.get("rail_entity_id") or "")
         if e is None or e.stamp != body.get("sik"):
             out.append(Violation("TOLD_APPLIED", f"{a.action.agent} told APPLIED {body.get('rail_entity_id')} for "
                                                  f"{body.get('sik')}: not on the rail with that stamp"))  # fmt: skip
@@ -379,7 +392,8 @@ def _evidence_kept(shard: ShardEvidence, stopped: frozenset[tuple[str, int]]) ->
 #   AUTHORIZED, from the audit chain the checker re-hashes, at or before the rail created it);
 # * MANDATE_REPLACED — an entity whose request reached the rail once no rail worker of the shard held the old mandate
 #   is within the new one: granted, in range, and within its window counting every entity authorized before it;
-# * RAIL_ACCOUNT — money moved only on the rail account its agent's mandate names.
+# * RAIL_ACCOUNT — money moved only on the rail account its agent's mandate names;
+# * SHARD_MOVED — once a merchant has moved, the shard it left never admits a call of it (the ledger fence).
 
 
 def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answers: Sequence[AnswerLike],
@@ -387,12 +401,11 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
                    evidence: Mapping[str, Any]) -> list[Violation]:  # fmt: skip
     found: list[Violation] = []
     by_shard = {s.name: s for s in shards}
-    owner = {(a.shard, "refund" if a.tool == "create_refund" else "settlement", a.subject, a.amount): a
-             for a in actions}  # fmt: skip
+    owner = _owners(actions)
     entities: list[tuple[ShardEvidence, Any, Any]] = []  # (shard, journal entry, its action)
     for shard in by_shard.values():
         for e in shard.journal:
-            action = owner.get((shard.name, *_signature(e)))
+            action = owner.get(_signature(e))
             if action is not None:
                 entities.append((shard, e, action))
     authorized = {name: _authorized_at(s.ledger) for name, s in by_shard.items()}
@@ -442,6 +455,9 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
         if r.get("effective_mono_ms") is None:
             continue
         found += _replaced(r, per_agent.get(r["agent"], []), auth_of)
+    for move in evidence.get("moves", []):
+        if move.get("applied_mono_ms") is not None and move["source"] in by_shard:
+            found += _moved(by_shard[move["source"]], move)
     accounts = evidence.get("accounts", {})
     if accounts:
         for shard, e, action in entities:
@@ -490,6 +506,18 @@ def _replaced(r: Mapping[str, Any], items: list[tuple[ShardEvidence, Any, Any]],
                                                          f"{amount}; {mandate['mandate_id']} allows "
                                                          f"{window['max_amount_minor']}"))  # fmt: skip
     return out
+
+
+def _moved(source: ShardEvidence, move: Mapping[str, Any]) -> list[Violation]:
+    """The move was applied only while the source ledger held no intent of the merchant (its re-check runs under
+    the write lock): any intent of it there now was admitted after the move."""
+    conn = sqlite3.connect(f"file:{source.ledger}?mode=ro", uri=True)
+    try:
+        rows = conn.execute("SELECT sik, state FROM intents WHERE merchant_id = ?", (move["merchant"],)).fetchall()
+    finally:
+        conn.close()
+    return [Violation("SHARD_MOVED", f"{source.name}: intent {sik} ({state}) of {move['merchant']}, which moved to "
+                                     f"{move['target']} at mono {move['applied_mono_ms']}") for sik, state in rows]
 
 
 def _authorized_at(path: Path) -> dict[str, list[int]]:

@@ -142,15 +142,18 @@ def _mutants(only: list[str], write: bool) -> int:
 def coverage(results: list[SeedResult]) -> str:
     edges: Counter[str] = Counter()
     kinds: Counter[str] = Counter()
+    operator: Counter[str] = Counter()
     for r in results:
         edges.update(r.edges)
         kinds.update(r.faults)
+        operator.update(r.operator)
     names = edge_names()
     missing = [e for e in names if edges[e] == 0]
     lines = [f"state-machine edges taken: {len(names) - len(missing)} of {len(names)}"]
     if missing:
         lines.append("  never taken: " + "; ".join(missing))
     lines.append("faults injected by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
+    lines.append("operator actions: " + ", ".join(f"{k} {n}" for k, n in sorted(operator.items())))
     return "\n".join(lines)
 
 

@@ -83,6 +83,16 @@ SEAM_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
        Edit("rail_worker/dispatch.py", "            claim = self._calls[key]\n            claim.executing -= 1",
             "            claim = self._calls.setdefault(key, _Claim())\n"
             "            claim.executing = max(claim.executing - 1, 0)")),
+    _m("shard_fence_off", "issue 25 item 3: admission refuses a merchant the ledger's accepted map gives another shard",
+       Edit("rail_worker/ownership.py",
+            "        return None if accepted.ownership.shard_of(merchant_id) == self.shard else SHARD_NOT_OWNER",
+            "        return None")),
+    _m("move_leaves_intents_behind", "issue 25 item 3: a merchant with intents in its shard's ledger does not move",
+       Edit("ops/shards_cli.py", "        states = found.get(source, {}).get(merchant, {})",
+            "        states: dict[str, int] = {}"),
+       Edit("ops/shard_apply.py",
+            "        states = ownership.intents_by_state(conn, merchant) if conn is not None else {}",
+            "        states: dict[str, int] = {}")),
 )}  # fmt: skip
 
 # Defects the workload's extras reach (simulation.workload): holds decided by the operator, signed tasks, a mandate
@@ -145,6 +155,9 @@ SEARCHES: dict[str, Search] = {
     "retry_refusal_trusted": Search(400, frozenset({"rail_money", "refund_list_late", "key_expiry"})),
     # two reconcilers, one acting on a due list that went stale behind the other's retry
     "stale_due_list": Search(400, frozenset({"rail_money", "list_lag", "two_reconcilers"})),
+    # a merchant moved between shards while its calls are on their way (simulation.shard_move)
+    "shard_fence_off": Search(200, frozenset({"move"})),
+    "move_leaves_intents_behind": Search(200, frozenset({"move"})),
 }
 
 

@@ -41,6 +41,7 @@ class SeedResult:
     sim_ms: int
     trace_tail: list[str] = field(default_factory=list)
     edges: Counter[str] = field(default_factory=Counter)  # state-machine edges taken, "FROM -EVENT-> TO"
+    operator: Counter[str] = field(default_factory=Counter)  # what the operator did (holds, quarantines, moves)
 
     @property
     def ok(self) -> bool:
@@ -106,14 +107,15 @@ def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(),
 
 # Beside the fault kinds, a focus may name parts of the deployment a seed otherwise draws.
 TWO_RECONCILERS = "two_reconcilers"
-FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS)
+MOVE = "move"  # the workload's merchant moved between shards (simulation.shard_move)
+FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE)
 
 
 def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
              disabled: frozenset[str] = frozenset(), focus: frozenset[str] = frozenset()) -> SeedResult:  # fmt: skip
     """One seed, start to finish; *keep* a directory to leave the ledger files in (for a replay's inspection).
-    *focus* (FOCUS_KINDS) turns those fault kinds on, and two reconcilers per shard, whatever the seed drew: the
-    rest of the seed is the seed's own, and without a focus nothing changes."""
+    *focus* (FOCUS_KINDS) turns those fault kinds on, two reconcilers per shard, or the merchant's move, whatever the
+    seed drew: the rest of the seed is the seed's own, and without a focus nothing changes."""
     unknown = focus - set(FOCUS_KINDS)
     if unknown:
         raise ValueError(f"unknown focus {sorted(unknown)}; known: {', '.join(FOCUS_KINDS)}")
@@ -131,7 +133,8 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
                   actions_per_agent=actions, concurrency=concurrency,
                   reconcilers=2 if TWO_RECONCILERS in focus else reconcilers)  # fmt: skip
     sched.before_resume = world.strike
-    extras = plan_workload(seed, disabled)  # holds, tasks, a replaced mandate, rail accounts (simulation.workload)
+    # Holds, tasks, a replaced mandate, rail accounts, a merchant moved (simulation.workload).
+    extras = plan_workload(seed, disabled, focus & {MOVE})
     install(world, extras)
     try:
         with use_clock(sched.clock):
@@ -160,7 +163,8 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
             shutil.copytree(root, keep, dirs_exist_ok=True)
         shutil.rmtree(root, ignore_errors=True)
     return SeedResult(seed, sched.trace_hash, sched.counters.steps, world.money_calls, Counter(sched.counters.faults),
-                      violations, sched.clock.mono_ms, list(sched.trace_tail), edges)  # fmt: skip
+                      violations, sched.clock.mono_ms, list(sched.trace_tail), edges,
+                      Counter(extras.operator))  # fmt: skip
 
 
 EVIDENCE_WAIT_MS = 60_000  # longer than any pause or outage: a live worker has written its answers by then

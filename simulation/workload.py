@@ -10,7 +10,9 @@
   without the settlement grant, rolled out as production rolls it out: the file changes and every process of the
   shard restarts, one after another;
 * **account** — every mandate names its rail account (INTERLOCK_RAIL_ACCOUNT_ID is set for each shard), and one
-  extra agent's mandate names the other shard's account: each of its calls must be refused.
+  extra agent's mandate names the other shard's account: each of its calls must be refused;
+* **move** — a merchant is moved from s0 to s1 with `shards apply`'s code while its first calls are on their way
+  (simulation.shard_move); never with **account**, as a moved merchant's payments must be reachable from both.
 
 What the checker needs to judge these is kept here as plain data (`Workload.evidence`).
 """
@@ -27,7 +29,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from interlock.mandate import Mandate, MandateStore, validate_mandate
 from interlock.task import new_task, public_key_b64, sign_task
-from simulation.world import REFUND, SETTLEMENT, Action, World, make_mandate
+from simulation.shard_move import install_move
+from simulation.world import REFUND, SETTLEMENT, World, make_mandate
 
 SHORT_WINDOW_MS = 30_000
 HOLD_ABOVE_MINOR = 100_000
@@ -42,12 +45,14 @@ class Workload:
     tasks: bool = False
     replace: bool = False
     account: bool = False
+    move: bool = False
     # Evidence for the checker, plain data.
     rejected: list[dict[str, str]] = field(default_factory=list)  # holds the operator rejected: shard, merchant, sik
     approved: list[dict[str, str]] = field(default_factory=list)
     task_data: dict[str, dict[str, Any]] = field(default_factory=dict)  # task_id -> signer, audience, ceilings
     replacements: list[dict[str, Any]] = field(default_factory=list)  # agent, shard, mandate, effective_mono_ms
     accounts: dict[str, str] = field(default_factory=dict)  # shard -> the rail account its key reaches
+    moves: list[dict[str, Any]] = field(default_factory=list)  # merchant, source, target, applied_mono_ms
     operator: Counter[str] = field(default_factory=Counter)  # what the operator did, by outcome
 
     def evidence(self) -> dict[str, Any]:
@@ -56,17 +61,26 @@ class Workload:
             "tasks": dict(self.task_data),
             "replacements": list(self.replacements),
             "accounts": dict(self.accounts),
+            "moves": list(self.moves),
         }
 
 
-def plan_workload(seed: int, disabled: frozenset[str] = frozenset()) -> Workload:
-    """Which parts of the workload this seed runs; its own generator, so the fault plan's draws stay put."""
+PARTS = ("holds", "tasks", "replace", "account", "move")
+
+
+def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: frozenset[str] = frozenset()) -> Workload:
+    """Which parts of the workload this seed runs; its own generator, so the fault plan's draws stay put.
+    *focus* parts are on whatever the seed drew (the move then displaces the rail accounts)."""
     rng = random.Random(f"workload:{seed}")
     w = Workload(rng)
     w.holds = rng.random() < 0.35 and "holds" not in disabled
     w.tasks = rng.random() < 0.5 and "tasks" not in disabled
     w.replace = rng.random() < 0.4 and "replace" not in disabled
     w.account = rng.random() < 0.3 and "account" not in disabled
+    # Drawn from a generator of its own, so that the seeds without a move run as they did before it existed.
+    moved = random.Random(f"move:{seed}").random() < 0.25
+    w.move = "move" not in disabled and ("move" in focus or moved and not w.account)
+    w.account = w.account and not w.move
     return w
 
 
@@ -94,7 +108,7 @@ def install(world: World, w: Workload) -> None:
         agent = f"agent_{merchant[-2:]}x"
         _set(world, agent, _edit(make_mandate(merchant, agent), lambda d: d.update(rail={"account_id": other[0]})))
         for tool in (REFUND, SETTLEMENT):
-            _add_action(world, agent, merchant, tool)
+            world.add_action(agent, merchant, tool)
     if w.holds:
         merchant = rng.choice(sorted(merchants))
 
@@ -106,7 +120,7 @@ def install(world: World, w: Workload) -> None:
             if mandate.merchant_id == merchant:
                 _set(world, agent, _edit(mandate, hold))
                 for _ in range(4):
-                    _add_action(world, agent, merchant, REFUND, amount=100 * rng.randrange(1_100, 3_900))
+                    world.add_action(agent, merchant, REFUND, amount=100 * rng.randrange(1_100, 3_900))
         for action in world.actions:
             if action.merchant == merchant:
                 action.start_ms = rng.randrange(0, 45_000)
@@ -118,6 +132,8 @@ def install(world: World, w: Workload) -> None:
         agent = rng.choice(settling or candidates)  # one whose settlements a withdrawn grant stops
         at = rng.randrange(2_000, 20_000)  # while its calls are on their way
         world.sched.at(at, lambda: _roll_out(world, w, agent))
+    if w.move:
+        install_move(world, w)  # last: no other part picks the moving merchant's agent
     world.pending = set(range(len(world.actions)))
 
 
@@ -127,7 +143,7 @@ def _tasks(world: World, w: Workload, merchants: dict[str, str]) -> None:
     merchant = world.mandates[agent].merchant_id
     mine = [a for a in world.actions if a.agent == agent and a.tool == REFUND]
     while len(mine) < 3:
-        mine.append(_add_action(world, agent, merchant, REFUND))
+        mine.append(world.add_action(agent, merchant, REFUND))
     ceiling = max(100, sum(a.amount for a in mine) * 6 // 10)
     key = Ed25519PrivateKey.from_private_bytes(rng.randbytes(32))
     task = new_task(f"task_{agent}", TASK_EXPIRES_AT, REFUND, merchant_id=merchant, agent_ids=[agent],
@@ -152,7 +168,7 @@ def _tasks(world: World, w: Workload, merchants: dict[str, str]) -> None:
         base = _edit(base, lambda d: d.update(rail={"account_id": w.accounts[merchants[target]]}))
     _set(world, hostile, _edit(base, lambda d: d.update(task_signers=trust)))
     for _ in range(2):
-        _add_action(world, hostile, target, REFUND).task = meta
+        world.add_action(hostile, target, REFUND).task = meta
 
 
 def _roll_out(world: World, w: Workload, agent: str) -> None:
@@ -211,19 +227,3 @@ def _set(world: World, agent: str, mandate: Mandate) -> None:
             current[agent] = mandate
             account = shard.rail.merchant_id if mandate.rail.account_id is not None else None
             shard.mandates = MandateStore(current, rail_account_id=account or shard.mandates.rail_account_id)
-
-
-def _add_action(world: World, agent: str, merchant: str, tool: str, *, amount: int | None = None) -> Action:
-    shard = next(s for s in world.shards.values() if merchant in s.merchants)
-    used = {a.amount for a in world.actions}
-    rng = world.sched.rng
-    while amount is None or amount in used:
-        amount = 100 * rng.randrange(1, 4_000) + rng.randrange(100) if amount is None else amount + 1
-    subject = "balance"
-    if tool == REFUND:
-        subject = f"pay_{merchant[-2:]}{len(world.payments):06d}"
-        shard.rail.add_payment(subject, amount + rng.choice((0, 500, 50_000)))
-        world.payments[subject] = amount
-    action = Action(agent, merchant, shard.name, tool, subject, amount)
-    world.actions.append(action)
-    return action

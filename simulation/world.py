@@ -79,6 +79,7 @@ class Answer:
     request_id: str
     at_ms: int
     structured: dict[str, Any]  # the ingress's answer: the Outcome's structured body, or the error object
+    shard: str  # the shard the ingress routed the call to (a moved merchant's calls change shard)
 
 
 @dataclass
@@ -160,6 +161,9 @@ class World:
         self.answers: list[Answer] = []
         self.actions: list[Action] = []
         self.pending: set[int] = set()  # actions whose agent has not had a definite answer yet
+        # The ingress's routing where it differs from each action's first shard: a merchant the shard map moved
+        # (simulation.shard_move), once the ingress has loaded the new map.
+        self.routing: dict[str, str] = {}
         self.money_calls = 0
         self.payments: dict[str, int] = {}
         self.mandates: dict[str, Mandate] = {}
@@ -191,6 +195,24 @@ class World:
             open_ledger(path).close()  # created as the rail worker's first start creates it, before anyone reads it
             self.shards[name] = Shard(name, settings, client, rail, MandateStore(store), merchants, path)
         self.pending = set(range(len(self.actions)))
+
+    def add_action(self, agent: str, merchant: str, tool: str, *, amount: int | None = None,
+                   shard: Shard | None = None) -> Action:  # fmt: skip
+        """One more business action for *agent*, on *shard* (its merchant's), with an amount no other action has
+        (the checker tells actions apart by tool, subject and amount); a refund gets a payment of its own."""
+        shard = shard or next(s for s in self.shards.values() if merchant in s.merchants)
+        used = {a.amount for a in self.actions}
+        rng = self.sched.rng
+        while amount is None or amount in used:
+            amount = 100 * rng.randrange(1, 4_000) + rng.randrange(100) if amount is None else amount + 1
+        subject = "balance"
+        if tool == REFUND:
+            subject = f"pay_{merchant[-2:]}{len(self.payments):06d}"
+            shard.rail.add_payment(subject, amount + rng.choice((0, 500, 50_000)))
+            self.payments[subject] = amount
+        action = Action(agent, merchant, shard.name, tool, subject, amount)
+        self.actions.append(action)
+        return action
 
     # -- processes -------------------------------------------------------------------------------------------
 
@@ -355,7 +377,7 @@ class World:
 
     def call(self, action: Action) -> dict[str, Any]:
         """One money call through the ingress's path: validate, enqueue the Proposal, wait for the Outcome."""
-        shard = self.shards[action.shard]
+        shard = self.shards[self.routing.get(action.merchant, action.shard)]
         arguments: dict[str, Any] = {"amount": action.amount}
         if action.tool == REFUND:
             arguments["payment_id"] = action.subject
@@ -376,7 +398,7 @@ class World:
         except redis.RedisError:
             error = results.error("QUEUE_UNAVAILABLE", "queue unreachable", CallerAction.RETRY_SAME_CALL)
             structured = results.error_body(error) or {}
-        self.answers.append(Answer(action, request_id, self.sched.clock.now_ms(), structured))
+        self.answers.append(Answer(action, request_id, self.sched.clock.now_ms(), structured, shard.name))
         return structured
 
     # -- faults ----------------------------------------------------------------------------------------------

@@ -73,6 +73,7 @@ class _Action:
 class _Answer:
     action: _Action
     structured: dict[str, object]
+    shard: str = "s0"
 
 
 def _ledger(path: Path, rows: list[tuple[str, str, str, str, int, str | None]]) -> Path:
