@@ -59,6 +59,7 @@ COMMANDS: dict[str, str] = {
     "bench": "bench.cli:bench_group",
     "fuzz": "chaos.cli:fuzz_command",
     "simulate": "simulation.cli:simulate_command",
+    "webhooks": "webhooks.cli:webhooks_command",
 }
 
 

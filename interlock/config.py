@@ -125,6 +125,14 @@ class Settings(BaseSettings):
     )  # fmt: skip
     kill_at: str | None = Field(default=None, description="failpoint name at which to SIGKILL (chaos only)")
     console_token: str | None = Field(default=None, description="token that unlocks the operator web console")
+    webhook_secrets: str | None = Field(
+        default=None, description="Razorpay webhook secret(s), comma-separated, all accepted (SPEC §17)"
+    )
+    webhook_inbox: Path | None = Field(
+        default=None, description="SQLite file the webhook receiver stores accepted events in (default: beside the "
+        "ledger, webhooks.sqlite3)",
+    )  # fmt: skip
+    webhook_rate: int = Field(default=100, gt=0, le=100_000, description="webhook deliveries accepted per second")
     approvers: Path | None = Field(
         default=None, description="YAML of approver credential hashes: who may decide holds (ADR 0015)"
     )

@@ -1,0 +1,50 @@
+"""`interlock webhooks [--host 127.0.0.1] [--port 8720]`: the Razorpay webhook receiver as a process (SPEC §17)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import click
+
+from interlock.config import Settings, load_settings
+from interlock.errors import ConfigError
+from interlock.ports import port_in_use
+
+logger = logging.getLogger(__name__)
+
+
+def inbox_path(settings: Settings) -> Path:
+    """INTERLOCK_WEBHOOK_INBOX, else webhooks.sqlite3 beside the ledger."""
+    if settings.webhook_inbox is not None:
+        return settings.webhook_inbox
+    if settings.ledger is not None:
+        return Path(settings.ledger).parent / "webhooks.sqlite3"
+    raise ConfigError("INTERLOCK_WEBHOOK_INBOX is not set (nor INTERLOCK_LEDGER, beside which it would go): the "
+                      "receiver stores every accepted event there before answering",
+                      variable="INTERLOCK_WEBHOOK_INBOX")  # fmt: skip
+
+
+@click.command("webhooks")
+@click.option("--host", default="127.0.0.1", show_default=True, help="bind address (keep it loopback; front it with "
+              "a TLS proxy that Razorpay can reach)")
+@click.option("--port", type=int, default=8720, show_default=True)
+def webhooks_command(host: str, port: int) -> None:
+    """Receive Razorpay webhooks at POST /webhooks/razorpay: verified against INTERLOCK_WEBHOOK_SECRETS, stored in
+    the inbox before they are acknowledged."""
+    import uvicorn
+
+    from webhooks.receiver import PATH, Receiver, create_app
+    from webhooks.signature import parse_secrets
+
+    settings = load_settings()
+    secrets = parse_secrets(settings.webhook_secrets)
+    inbox = inbox_path(settings)
+    if port_in_use(port):
+        raise ConfigError(f"webhook port {port} on {host} is already in use; pass --port", variable="--port")
+    receiver = Receiver(inbox, secrets, rate_per_second=settings.webhook_rate)
+    logger.info("webhooks on http://%s:%d%s (inbox %s, %d secret(s))", host, port, PATH, inbox, len(secrets))
+    try:
+        uvicorn.run(create_app(receiver), host=host, port=port, log_level="warning")
+    finally:
+        receiver.close()
