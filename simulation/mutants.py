@@ -154,7 +154,7 @@ SEARCHES: dict[str, Search] = {
     # a refund applied with its answer lost, listed late, and its retry refused with a 4xx
     "retry_refusal_trusted": Search(400, frozenset({"rail_money", "refund_list_late", "key_expiry"})),
     # two reconcilers, one acting on a due list that went stale behind the other's retry
-    "stale_due_list": Search(400, frozenset({"rail_money", "list_lag", "two_reconcilers"})),
+    "stale_due_list": Search(400, frozenset({"rail_money", "list_lag", "two_reconcilers", "reconciler_pause"})),
     # a merchant moved between shards while its calls are on their way (simulation.shard_move)
     "shard_fence_off": Search(200, frozenset({"move"})),
     "move_leaves_intents_behind": Search(200, frozenset({"move"})),
@@ -176,9 +176,12 @@ def find(mutant: Mutant, base: Path, *, seeds: int | None = None) -> Found:
     seeds = seeds or search.seeds or SEEDS
     tree = build(mutant, base)
     started = time.monotonic()
+    # A seed that only ran out of steps has shown no broken guarantee (an aimed search's seeds are busier than the
+    # rest, and the unmutated tree can run out as well): it does not count as finding the mutant.
     script = ("import sys\nfrom simulation.run import quiet_logs, run_seed\nquiet_logs()\n"
               f"for seed in range(1, {seeds + 1}):\n    r = run_seed(seed, focus=frozenset({sorted(search.focus)!r}))\n"
-              "    if not r.ok:\n        print(seed, r.violations[0]); sys.exit(1)\nprint('none')\n")  # fmt: skip
+              "    broken = [v for v in r.violations if v.kind != 'STEP_BUDGET']\n"
+              "    if broken:\n        print(seed, broken[0]); sys.exit(1)\nprint('none')\n")  # fmt: skip
     env = {**env_for(tree), "PYTHONHASHSEED": "0"}
     proc = subprocess.run([sys.executable, "-c", script], cwd=tree, env=env, capture_output=True, text=True,
                           timeout=3600)  # fmt: skip

@@ -102,13 +102,16 @@ def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(),
     both = rng.random() < 0.5
     if on("rail_outage", 0.3):
         f.outage_at_ms, f.outage_ms, f.outage_both = at, outage_ms, both
+    if RECONCILER_PAUSE in focus:  # never drawn: the seeds without this focus keep every draw they had
+        f.reconciler_pause = 0.25
     return f
 
 
-# Beside the fault kinds, a focus may name parts of the deployment a seed otherwise draws.
+# Beside the fault kinds, a focus may name parts of the deployment a seed otherwise draws, or a place to strike.
 TWO_RECONCILERS = "two_reconcilers"
 MOVE = "move"  # the workload's merchant moved between shards (simulation.shard_move)
-FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE)
+RECONCILER_PAUSE = "reconciler_pause"  # a reconciler paused between its due list and a pass (Faults.reconciler_pause)
+FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE)
 
 
 def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,

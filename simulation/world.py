@@ -89,6 +89,11 @@ class Faults:
     crash: float = 0.0  # per step, per crashable process
     pause: float = 0.0
     pause_ms: tuple[int, int] = (1_000, 15_000)
+    # A reconciler paused as it begins a transaction — between its sweep's due list and the pass over one intent of
+    # it — at this rate per strike, for a duration of about one call's deadline plus the reconcile delay (on only
+    # when a search is aimed there: run_seed's focus RECONCILER_PAUSE).
+    reconciler_pause: float = 0.0
+    reconciler_pause_ms: tuple[int, int] = (200, 4_000)
     clock_step: float = 0.0
     partition: float = 0.0
     redis_flush: float = 0.0
@@ -103,7 +108,7 @@ class Faults:
 
     def calm(self) -> None:
         """Faults stop (the liveness phase): what is paused, partitioned or dead comes back by itself."""
-        self.crash = self.pause = self.clock_step = self.partition = self.redis_flush = 0.0
+        self.crash = self.pause = self.clock_step = self.partition = self.redis_flush = self.reconciler_pause = 0.0
         self.writes.begin_busy = self.writes.commit_error = 0.0
         q = self.queues
         q.lose = q.duplicate = q.delay = q.reorder = 0.0
@@ -421,11 +426,13 @@ class World:
             return
         roll = rng.random()
         # A pause matters most between a money call's IN_FLIGHT commit and its first byte: struck there more often.
-        pause = f.pause * (8 if actor.last_point.endswith(".send") else 1)
+        pause, pause_ms = f.pause * (8 if actor.last_point.endswith(".send") else 1), f.pause_ms
+        if f.reconciler_pause and proc.name.startswith("reconciler") and actor.last_point == "ledger.begin":
+            pause, pause_ms = max(pause, f.reconciler_pause), f.reconciler_pause_ms
         if roll < f.crash:
             sched.crash(proc)
         elif roll < f.crash + pause:
-            sched.pause(proc, rng.randint(*f.pause_ms))
+            sched.pause(proc, rng.randint(*pause_ms))
         elif roll < f.crash + pause + f.partition:
             shard = self.shards[proc.name.rsplit(":", 1)[-1]]
             until = sched.clock.mono_ms + rng.randint(500, 10_000)

@@ -233,3 +233,14 @@ def test_every_mutant_the_search_aims_at_or_leaves_out_exists_and_every_focus_is
     assert set(ALL) == set(EVERY) - set(EQUIVALENT)
     for name, search in SEARCHES.items():
         assert search.focus <= set(FOCUS_KINDS), name
+
+
+def test_a_search_aimed_at_a_reconcilers_pass_pauses_reconcilers_where_the_seed_drew_no_pauses() -> None:
+    from simulation.run import RECONCILER_PAUSE
+
+    # Lost answers and failed calls leave intents UNKNOWN, so the reconcilers make passes to be paused in.
+    lying = frozenset({"rail_money"})
+    unpaused = next(r for r in (run_seed(seed, focus=lying) for seed in range(1, 40)) if r.faults["pause"] == 0)
+    aimed = run_seed(unpaused.seed, focus=lying | {RECONCILER_PAUSE})
+    assert aimed.faults["pause"] > 0, unpaused.seed
+    assert aimed.ok, aimed.violations
