@@ -55,12 +55,13 @@ SANDBOX_KEY_ID, SANDBOX_KEY_SECRET = "rzp_test_interlock", "interlock_sandbox_se
 @click.option("--ingress-port", type=int, default=8710, show_default=True)
 @click.option("--redis-port", type=int, default=8790, show_default=True, help="embedded Redis (unless REDIS_URL)")
 @click.option("--console-port", type=int, default=8750, show_default=True, help="operator console")
+@click.option("--webhook-port", type=int, default=8720, show_default=True, help="Razorpay webhook receiver")
 @click.option("--shards", type=click.IntRange(1, 16), default=1, show_default=True,
               help="N full shards, each its own Redis (on --redis-port + i), ledger and actors, routed by merchant")
 @click.option("--demo", is_flag=True, help="run `interlock demo` once the stack is ready (against every shard)")
 @click.option("--ready-timeout", type=float, default=120.0, show_default=True)
 def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | None, sandbox_port: int,
-               ingress_port: int, redis_port: int, console_port: int, shards: int, demo: bool,
+               ingress_port: int, redis_port: int, console_port: int, webhook_port: int, shards: int, demo: bool,
                ready_timeout: float) -> None:  # fmt: skip
     """Start every actor under supervisord, wait until ready, serve until Ctrl-C."""
     data = data.resolve()
@@ -75,7 +76,7 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
     else:  # one shard, laid out as it always was
         plans = [ShardPlan(os.environ.get("INTERLOCK_SHARD", "0"), data,
                            redis_url or f"redis://127.0.0.1:{redis_port}/0", None if redis_url else redis_port)]
-    ports = {"--ingress-port": ingress_port, "--console-port": console_port}
+    ports = {"--ingress-port": ingress_port, "--console-port": console_port, "--webhook-port": webhook_port}
     if sandbox:
         ports["--sandbox-port"] = sandbox_port
     for plan in plans:
@@ -93,6 +94,10 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
     env = {
         "INTERLOCK_AGENT_TOKENS": str(tokens),
         "INTERLOCK_CONSOLE_TOKEN": _secret_file(data / "console.token"),
+        # The receiver's secret (what Razorpay's dashboard is given for this webhook) and its inbox (SPEC §17).
+        "INTERLOCK_WEBHOOK_SECRETS": (os.environ.get("INTERLOCK_WEBHOOK_SECRETS")
+                                      or _secret_file(data / "webhook.secret")),
+        "INTERLOCK_WEBHOOK_INBOX": os.environ.get("INTERLOCK_WEBHOOK_INBOX") or str(data / "webhooks.sqlite3"),
         "PYTHONUNBUFFERED": "1",
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
     }
@@ -121,6 +126,8 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
     programs = _programs(data, plans, gate_workers, sandbox, sandbox_port, ingress_port, sharded=shards > 1)
     programs.append(Program("console", interlock("console", "--host", "127.0.0.1", "--port", str(console_port)),
                             priority=40, env=plans[0].env()))  # fmt: skip
+    programs.append(Program("webhooks", interlock("webhooks", "--host", "127.0.0.1", "--port", str(webhook_port)),
+                            priority=40))  # fmt: skip
     conf = write_conf(data, programs, env, free_port())
     supervisor = subprocess.Popen([sys.executable, "-m", "supervisor.supervisord", "-c", str(conf.path)],
                                   stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
@@ -133,8 +140,8 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
     signal.signal(signal.SIGTERM, stop)
     code = 0
     try:
-        _wait_ready(conf, plans, data, gate_workers, [ingress_port, console_port], ready_timeout, supervisor,
-                    stopping)  # fmt: skip
+        _wait_ready(conf, plans, data, gate_workers, [ingress_port, console_port, webhook_port], ready_timeout,
+                    supervisor, stopping)  # fmt: skip
         infos: list[StackInfo] = []
         for plan in plans:
             if plan.name not in agents:
@@ -153,6 +160,8 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
             infos.append(info)
         _print_ready(conf, infos, plans if shards > 1 else [], data)
         click.echo(f"  console       http://127.0.0.1:{console_port}  (to look: token in {data / 'console.token'})")
+        click.echo(f"  webhooks      http://127.0.0.1:{webhook_port}/webhooks/razorpay  (secret in "
+                   f"{data / 'webhook.secret'} unless INTERLOCK_WEBHOOK_SECRETS is set)")
         for token_file in sorted(data.glob("approver-*.token")) if "INTERLOCK_APPROVERS" not in os.environ else []:
             click.echo(f"  approver      {token_file.name[9:-6]} (to decide holds: token in {token_file})")
         if demo:
@@ -306,7 +315,7 @@ def _not_ready(conf: SupervisorConf, plans: list[ShardPlan], gate_workers: int, 
             return waiting if len(plans) == 1 else f"shard {plan.name}: {waiting}"
     for port in ports:
         if not port_in_use(port):
-            return f"a listener on port {port} (ingress, console)"
+            return f"a listener on port {port} (ingress, console, webhooks)"
     return None
 
 

@@ -16,9 +16,11 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 def test_make_run_starts_the_stack_runs_the_demo_and_stops(tmp_path: Path) -> None:
-    ports = {"sandbox": free_port(), "ingress": free_port(), "redis": free_port(), "console": free_port()}
+    ports = {"sandbox": free_port(), "ingress": free_port(), "redis": free_port(), "console": free_port(),
+             "webhooks": free_port()}
     up_args = (f"--data {tmp_path / 'data'} --sandbox-port {ports['sandbox']} --ingress-port {ports['ingress']} "
-               f"--redis-port {ports['redis']} --console-port {ports['console']} --gate-workers 2")  # fmt: skip
+               f"--redis-port {ports['redis']} --console-port {ports['console']} --webhook-port {ports['webhooks']} "
+               "--gate-workers 2")  # fmt: skip
     log = tmp_path / "make-run.log"
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("INTERLOCK_")}
     with log.open("wb") as out:
@@ -30,6 +32,7 @@ def test_make_run_starts_the_stack_runs_the_demo_and_stops(tmp_path: Path) -> No
         text = log.read_text()
         assert "interlock: stack ready" in text, text[-3000:]
         assert "\ndemo: 6 passed, 0 failed\n" in text, text[-3000:]
+        assert f"webhooks      http://127.0.0.1:{ports['webhooks']}/webhooks/razorpay" in text
         assert all(port_in_use(p) for p in ports.values())
     finally:
         if make.poll() is None:

@@ -39,15 +39,16 @@ def test_up_with_three_shards_runs_the_demo_against_every_shard_and_keeps_them_a
     data = tmp_path / "data"
     redis_base = consecutive_free_ports(3)
     others: list[int] = []
-    while len(others) < 3:  # distinct from each other and from the three Redis ports
+    while len(others) < 4:  # distinct from each other and from the three Redis ports
         port = free_port()
         if port not in others and not redis_base <= port < redis_base + 3:
             others.append(port)
-    ports = {"sandbox": others[0], "ingress": others[1], "console": others[2],
+    ports = {"sandbox": others[0], "ingress": others[1], "console": others[2], "webhooks": others[3],
              **{f"redis-s{i}": redis_base + i for i in range(3)}}  # fmt: skip
     args = [sys.executable, "-m", "interlock.cli", "up", "--shards", "3", "--demo", "--gate-workers", "1",
             "--data", str(data), "--sandbox-port", str(ports["sandbox"]), "--ingress-port", str(ports["ingress"]),
-            "--redis-port", str(redis_base), "--console-port", str(ports["console"])]  # fmt: skip
+            "--redis-port", str(redis_base), "--console-port", str(ports["console"]),
+            "--webhook-port", str(ports["webhooks"])]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL" and not k.startswith("INTERLOCK_")}
     log = tmp_path / "up.log"
     with log.open("wb") as out:
