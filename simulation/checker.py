@@ -174,8 +174,13 @@ def _limits(shards: Mapping[str, ShardEvidence], actions: Sequence[ActionLike],
         for e in entries:
             grant = mandate["scope"]["grants"][("create_refund" if e.kind == "refund" else "create_instant_settlement")]
             value = grant["value"]
-            if not value["min_amount_minor"] <= e.amount <= value["max_amount_minor"]:
-                out.append(Violation("LIMIT", f"{agent}: {e.id} of {e.amount} outside the grant's range"))
+            # The range binds what Interlock asked for: a rail that applied other terms under our stamp (less, here)
+            # did not make the call out of range, and Interlock QUARANTINES that entity (TERMS_MISMATCH). More than
+            # asked is judged too, as is what moved in the window totals below.
+            if not value["min_amount_minor"] <= e.requested_amount <= value["max_amount_minor"] or (
+                    e.amount > value["max_amount_minor"]):  # fmt: skip
+                out.append(Violation("LIMIT", f"{agent}: {e.id} of {e.amount} (asked {e.requested_amount}) outside "
+                                              "the grant's range"))  # fmt: skip
         for window in mandate["limits"]["windows"]:
             if window["window_ms"] < RUN_SHORTER_THAN_MS:
                 continue  # a window shorter than the run slides within it: _short_windows judges it

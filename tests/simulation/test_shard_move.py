@@ -132,3 +132,20 @@ def test_seeds_that_move_a_merchant_find_no_violation_and_some_moves_are_refused
     done = sum((r.operator for r in results), Counter())
     # Most moves are made; some find the merchant's first intent already admitted and are refused.
     assert done["merchant moved"] >= 3 and done["move refused"] >= 1, done
+
+
+def test_a_refund_the_rail_applied_on_smaller_terms_than_asked_is_not_out_of_the_grants_range(tmp_path: Path) -> None:
+    """Seeds 1866, 4495 and 8463 of the 10,000-seed run: an action of Rs 1.10 (within the grant's Rs 1 minimum),
+    applied by the rail as Rs 0.10 under our stamp (the other_terms fault), was named LIMIT although Interlock asked
+    for an amount in range and QUARANTINED what the rail did."""
+    ledger = _ledger(tmp_path / "s0.sqlite3", [("M", "S1", "QUARANTINED", "create_refund", "pay_1", 110, None)])
+    limits = {"a": {"scope": {"grants": {"create_refund": {"value": {"min_amount_minor": 100,
+                                                                     "max_amount_minor": 10_000}}}},
+                    "limits": {"windows": [], "fee_budgets": {}}}}  # fmt: skip
+    smaller = JournalEntry("refund", "rfnd_a", "acct", "pay_1", 10, 0, "S1", 0, 110)
+    action = _Action("a", "s0", "create_refund", "pay_1", 110)
+    assert check([ShardEvidence("s0", ledger, [smaller], {"pay_1": 800})], [action], [], limits, settled=False) == []
+    asked_too_much = JournalEntry("refund", "rfnd_b", "acct", "pay_1", 20_000, 0, "S1", 0, 110)
+    found = check([ShardEvidence("s0", ledger, [asked_too_much], {"pay_1": 90_000})], [action], [], limits,
+                  settled=False)  # fmt: skip
+    assert [v.kind for v in found] == ["LIMIT"]
