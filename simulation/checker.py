@@ -117,7 +117,7 @@ def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answer
                       for r in rows if r["state"] not in DEFINITE_STATES]  # fmt: skip
     found += _one_entity(by_shard.values())
     found += _over_refund(by_shard.values())
-    found += _limits(by_shard, actions, limits)
+    found += _limits(by_shard, actions, answers, limits)
     found += _told_applied(by_shard, answers)
     if settled:
         found += _answered(actions, answers)
@@ -156,15 +156,15 @@ def _over_refund(shards: Iterable[ShardEvidence]) -> list[Violation]:
             for pid, total in refunded.items() if total > captured.get(pid, 0)]  # fmt: skip
 
 
-def _limits(shards: Mapping[str, ShardEvidence], actions: Sequence[ActionLike],
+def _limits(shards: Mapping[str, ShardEvidence], actions: Sequence[ActionLike], answers: Sequence[AnswerLike],
             limits: Mapping[str, Mapping[str, Any]]) -> list[Violation]:  # fmt: skip
     """The run is shorter than every window, so each window's limit holds for the run's totals."""
-    owner = _owners(actions)
+    owner = _owners(actions, answers)
     per_agent: dict[str, list[Entry]] = defaultdict(list)
     out = []
     for shard in shards.values():
         for e in shard.journal:
-            action = owner.get(_signature(e))
+            action = owner.get((shard.name, *_signature(e)))
             if action is None:
                 out.append(Violation("LIMIT", f"{shard.name}: entity {e.id} {_signature(e)} is no agent's action"))
                 continue
@@ -197,10 +197,15 @@ def _limits(shards: Mapping[str, ShardEvidence], actions: Sequence[ActionLike],
     return out
 
 
-def _owners(actions: Sequence[ActionLike]) -> dict[tuple[str, str, int], ActionLike]:
-    """Each action by its signature, which is its own (an action may be served by either shard once its merchant
-    moves, so the shard is not part of it)."""
-    return {("refund" if a.tool == "create_refund" else "settlement", a.subject, a.amount): a for a in actions}
+def _owners(actions: Sequence[ActionLike],
+            answers: Sequence[AnswerLike]) -> dict[tuple[str, str, str, int], ActionLike]:  # fmt: skip
+    """Each action by (shard, signature), for its own shard and every shard an answer to it came from (a moved
+    merchant's calls are served by its new shard): money for an action on a shard it never reached is no one's."""
+    reached: dict[int, set[str]] = defaultdict(set)
+    for answer in answers:
+        reached[id(answer.action)].add(answer.shard)
+    return {(shard, "refund" if a.tool == "create_refund" else "settlement", a.subject, a.amount): a
+            for a in actions for shard in {a.shard} | reached[id(a)]}  # fmt: skip
 
 
 def _intents(path: Path) -> list[sqlite3.Row]:
@@ -406,11 +411,11 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
                    evidence: Mapping[str, Any]) -> list[Violation]:  # fmt: skip
     found: list[Violation] = []
     by_shard = {s.name: s for s in shards}
-    owner = _owners(actions)
+    owner = _owners(actions, answers)
     entities: list[tuple[ShardEvidence, Any, Any]] = []  # (shard, journal entry, its action)
     for shard in by_shard.values():
         for e in shard.journal:
-            action = owner.get(_signature(e))
+            action = owner.get((shard.name, *_signature(e)))
             if action is not None:
                 entities.append((shard, e, action))
     authorized = {name: _authorized_at(s.ledger) for name, s in by_shard.items()}
@@ -486,7 +491,8 @@ def _replaced(r: Mapping[str, Any], items: list[tuple[ShardEvidence, Any, Any]],
             continue
         tool = "create_refund" if e.kind == "refund" else "create_instant_settlement"
         grant = mandate["scope"]["grants"].get(tool)
-        if grant is None or not grant["value"]["min_amount_minor"] <= e.amount <= grant["value"]["max_amount_minor"]:
+        low, high = (grant["value"]["min_amount_minor"], grant["value"]["max_amount_minor"]) if grant else (0, 0)
+        if grant is None or not (low <= e.requested_amount <= high and e.amount <= high):  # as LIMIT judges the range
             out.append(
                 Violation(
                     "MANDATE_REPLACED",

@@ -24,6 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from interlock.clock import use_clock
 from interlock.mandate import MandateStore
 from interlock.queues import reconcile_hint_key
 from interlock.shards import Shard as MapShard
@@ -44,7 +45,8 @@ def install_move(world: World, w: Any) -> None:
     source, target = world.shards[SOURCE], world.shards[TARGET]
     owners = {m: s.name for s in world.shards.values() for m in s.merchants}
     current = _map(world, {**owners, MOVER: SOURCE}, epoch=1)
-    problems = apply_ownership(_map(world, {}, epoch=0), current, [])
+    with use_clock(sched.clock):  # installed before the run's clock is in use: the record must carry the sim's time
+        problems = apply_ownership(_map(world, {}, epoch=0), current, [])
     assert not problems, problems  # nothing can be in the way before the run starts
     agent = f"agent_{MOVER[-2:]}0"
     mandate = make_mandate(MOVER, agent)

@@ -1,7 +1,7 @@
 """The webhook receiver (SPEC §17): `POST /webhooks/razorpay`, verify, store durably, acknowledge.
 
 Each delivery is judged in this order, and a refused one records nothing but a count of its reason:
-413 when the body is over 1 MiB (read no further than that), 429 over the configured rate, 401 when
+429 over the configured rate, 413 when the body is over 1 MiB (read no further than that), 401 when
 `X-Razorpay-Signature` is missing or matches none of the secrets (checked over the raw bytes, before anything
 parses them), 400 when the event id header is missing or the body is not a Razorpay event. An event that passes
 is committed to the inbox (ledger.webhook_inbox) and only then answered 200, `accepted`, or `duplicate` for an
@@ -85,14 +85,16 @@ class Receiver:
             self._conn.close()
 
     async def handle(self, request: Request) -> Response:
+        # First, before a byte of the body is read: every later refusal is counted on disk, so the rate bounds the
+        # writes a flood can cause. One bucket for all senders (Razorpay delivers from many addresses), so unsigned
+        # traffic can crowd out real deliveries: Razorpay retries a 429 with backoff for 24 hours.
+        if not self.rate.take():
+            self.refused["rate_limited"] += 1  # in memory only: counting it on disk would cost a write per request
+            return JSONResponse({"error": "rate_limited"}, status_code=429, headers={"Retry-After": "1"})
         try:
             body = await _bounded_body(request)
         except TooLarge:
             return await self._refuse(413, "body_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
-        if not self.rate.take():
-            # Not written to the inbox: under a flood that would cost a disk write per refused request.
-            self.refused["rate_limited"] += 1
-            return JSONResponse({"error": "rate_limited"}, status_code=429, headers={"Retry-After": "1"})
         if not verify(body, request.headers.get(SIGNATURE_HEADER), self.secrets):
             reason = "signature_missing" if not request.headers.get(SIGNATURE_HEADER) else "signature_mismatch"
             return await self._refuse(401, reason, "X-Razorpay-Signature does not verify with any configured secret")

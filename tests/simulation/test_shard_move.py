@@ -88,8 +88,9 @@ def test_an_answer_is_judged_by_the_rail_of_the_shard_that_gave_it(tmp_path: Pat
     shards = [ShardEvidence("s0", s0, [], {"pay_1": 800}),
               ShardEvidence("s1", s1, [_refund("rfnd_b", "S1")], {"pay_1": 800})]  # fmt: skip
     assert check(shards, [action], [_Answer(action, body, "s1")], LIMITS, settled=True) == []
-    assert [v.kind for v in check(shards, [action], [_Answer(action, body, "s0")], LIMITS, settled=True)] == [
-        "TOLD_APPLIED"]
+    # Told by s0 of s1's refund: a lie; and s1's money is then for an action none of whose calls reached s1.
+    found = check(shards, [action], [_Answer(action, body, "s0")], LIMITS, settled=True)
+    assert sorted(v.kind for v in found) == ["LIMIT", "TOLD_APPLIED"]
 
 
 def test_an_intent_of_a_moved_merchant_in_the_shard_it_left_is_named(tmp_path: Path) -> None:
@@ -149,3 +150,15 @@ def test_a_refund_the_rail_applied_on_smaller_terms_than_asked_is_not_out_of_the
     found = check([ShardEvidence("s0", ledger, [asked_too_much], {"pay_1": 90_000})], [action], [], limits,
                   settled=False)  # fmt: skip
     assert [v.kind for v in found] == ["LIMIT"]
+
+
+def test_money_for_an_action_on_a_shard_its_calls_never_reached_is_no_ones(tmp_path: Path) -> None:
+    s1 = _ledger(tmp_path / "s1.sqlite3", [("M", "S1", "APPLIED", "create_refund", "pay_1", 500, "rfnd_b")])
+    action = _Action("a", "s0", "create_refund", "pay_1", 500)  # its merchant is on s0 and never moved
+    shards = [ShardEvidence("s0", _ledger(tmp_path / "s0.sqlite3", []), [], {"pay_1": 800}),
+              ShardEvidence("s1", s1, [_refund("rfnd_b", "S1")], {"pay_1": 800})]  # fmt: skip
+    found = check(shards, [action], [], LIMITS, settled=False)
+    assert [v.kind for v in found] == ["LIMIT"] and "no agent's action" in found[0].detail
+    # Once an answer to it came from s1 (the merchant moved there), s1's money is the action's.
+    body: dict[str, object] = {"state": "APPLIED", "sik": "S1", "rail_entity_id": "rfnd_b", "caller_action": "DONE"}
+    assert check(shards, [action], [_Answer(action, body, "s1")], LIMITS, settled=False) == []
