@@ -7,7 +7,6 @@ import logging
 import sqlite3
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from simulation.redis import QueueFaults, SimRedis
 from simulation.run import MOVE, quiet_logs, run_seed
 from simulation.scheduler import Scheduler
 from simulation.world import Shard
+from tests.simulation.test_simulation import _Action, _Answer
 
 
 @pytest.fixture(autouse=True)
@@ -27,22 +27,6 @@ def _quiet() -> Iterator[None]:
     quiet_logs()
     yield
     logging.disable(logging.NOTSET)
-
-
-@dataclass
-class _Action:
-    agent: str
-    shard: str
-    tool: str
-    subject: str
-    amount: int
-
-
-@dataclass
-class _Answer:
-    action: _Action
-    structured: dict[str, object]
-    shard: str
 
 
 LIMITS = {"a": {"scope": {"grants": {"create_refund": {"value": {"min_amount_minor": 1, "max_amount_minor": 10**6}}}},
