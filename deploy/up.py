@@ -119,10 +119,13 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
     else:
         env.update(plans[0].env())
         env.pop("INTERLOCK_SHARDS", None)  # one shard: no map, as before
+    webhook_url = f"http://127.0.0.1:{webhook_port}/webhooks/razorpay"
     if sandbox:
         env.update({"INTERLOCK_RAIL_URL": f"http://127.0.0.1:{sandbox_port}",
                     "INTERLOCK_RAIL_KEY_ID": env.get("INTERLOCK_RAIL_KEY_ID", SANDBOX_KEY_ID),
-                    "INTERLOCK_RAIL_KEY_SECRET": env.get("INTERLOCK_RAIL_KEY_SECRET", SANDBOX_KEY_SECRET)})  # fmt: skip
+                    "INTERLOCK_RAIL_KEY_SECRET": env.get("INTERLOCK_RAIL_KEY_SECRET", SANDBOX_KEY_SECRET),
+                    # The sandbox delivers its webhooks to our receiver, as Razorpay would (SPEC §17).
+                    "INTERLOCK_SANDBOX_WEBHOOK_URL": env.get("INTERLOCK_SANDBOX_WEBHOOK_URL", webhook_url)})
     programs = _programs(data, plans, gate_workers, sandbox, sandbox_port, ingress_port, sharded=shards > 1)
     programs.append(Program("console", interlock("console", "--host", "127.0.0.1", "--port", str(console_port)),
                             priority=40, env=plans[0].env()))  # fmt: skip
@@ -160,7 +163,7 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
             infos.append(info)
         _print_ready(conf, infos, plans if shards > 1 else [], data)
         click.echo(f"  console       http://127.0.0.1:{console_port}  (to look: token in {data / 'console.token'})")
-        click.echo(f"  webhooks      http://127.0.0.1:{webhook_port}/webhooks/razorpay  (secret in "
+        click.echo(f"  webhooks      {webhook_url}  (secret in "
                    f"{data / 'webhook.secret'} unless INTERLOCK_WEBHOOK_SECRETS is set)")
         for token_file in sorted(data.glob("approver-*.token")) if "INTERLOCK_APPROVERS" not in os.environ else []:
             click.echo(f"  approver      {token_file.name[9:-6]} (to decide holds: token in {token_file})")

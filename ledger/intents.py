@@ -17,9 +17,9 @@ from interlock.errors import IllegalTransition, IntentNotFound, KeyConflict, Sta
 from interlock.messages import Verdict
 from interlock.terms import terms_mismatch
 from interlock.verdicts import GateResult
-from ledger import audit
+from ledger import audit, sightings
 from ledger.db import require_transaction
-from ledger.states import OPERATOR_EVENTS, REAUTHORIZING_EVENTS, Event, State, next_state
+from ledger.states import OPERATOR_EVENTS, REAUTHORIZING_EVENTS, TRANSITIONS, Event, State, next_state
 
 # Columns transition() may set alongside a state change. attempt_seq moves only in start_attempt(). Each
 # TRANSITION record carries what it set under "set", so a bundle's rows can be checked field by field (ADR 0020).
@@ -307,16 +307,20 @@ def applied_evidence(conn: sqlite3.Connection, merchant_id: str, sik: str) -> tu
 
 def settle_from_evidence(conn: sqlite3.Connection, merchant_id: str, sik: str, *, now: int,
                          actor: str) -> Intent | None:  # fmt: skip
-    """Settle the intent on what an attempt row kept of the rail's answer, where its state allows it (not
-    IN_FLIGHT: that attempt's own answer is pending; not QUARANTINED: a person decides).
+    """Settle the intent on what an attempt row kept of the rail's answer, or on a stamped entity a signed webhook
+    showed (a sighting, ADR 0027), where its state allows it (not IN_FLIGHT: that attempt's own answer is pending;
+    not QUARANTINED: a person decides).
 
-    A stamped entity whose terms are the intent's → EARLIER_ATTEMPT_APPLIED → APPLIED. A stamped entity with other
-    terms, and no attempt with ours → TERMS_MISMATCH → QUARANTINED, both sets of terms on the audit record (ADR
-    0016). The terms are judged again here from the kept answer, so a row recorded APPLIED before the check existed
-    is judged by it too (a row that kept no answer is taken at its word). Returns the settled intent, or None when
-    there is no such evidence or the state does not allow acting on it."""
+    A stamped entity whose terms are the intent's → EARLIER_ATTEMPT_APPLIED (an attempt's answer) or WEBHOOK_APPLIED
+    (a sighting, once an attempt has been started: before one, no entity of ours can exist) → APPLIED. A stamped
+    entity with other terms, and none with ours → TERMS_MISMATCH → QUARANTINED, both sets of terms on the audit
+    record (ADR 0016). The terms are judged again here from the kept answer, so a row recorded APPLIED before the
+    check existed is judged by it too (a row that kept no answer is taken at its word). Returns the settled intent,
+    or None when there is no such evidence or the state does not allow acting on it."""
     require_transaction(conn)
     intent = require_intent(conn, merchant_id, sik)
+    if intent.state not in _EVIDENCE_SETTLES:
+        return None  # the common case (a first attempt) costs one read of the row
     rows = conn.execute(
         f"""SELECT attempt_seq, rail_entity_id, outcome, response_json FROM intent_attempts
             WHERE merchant_id = ? AND sik = ? AND rail_entity_id IS NOT NULL
@@ -344,7 +348,24 @@ def settle_from_evidence(conn: sqlite3.Connection, merchant_id: str, sik: str, *
             set_fields={"rail_entity_id": entity_id, "reason_code": None, "lease_owner": None,
                         "lease_expires_at": None},
         )  # fmt: skip
-    if (applied is None and mismatched is not None and intent.state is not State.IN_FLIGHT
+    seen: sightings.Sighting | None = None
+    for sighting in sightings.for_intent(conn, merchant_id, sik) if intent.attempt_seq > 0 else ():
+        differs = intent.mismatch(sighting.entity)
+        if differs is None:
+            seen = seen or sighting
+        elif mismatched is None:
+            mismatched = {"evidence_source": sighting.source, "evidence_ref": sighting.ref,
+                          "rail_entity_id": sighting.entity_id, **differs}  # fmt: skip
+    if applied is None and seen is not None and next_state(intent.state, Event.WEBHOOK_APPLIED) is not None:
+        return _apply(
+            conn, merchant_id, sik, Event.WEBHOOK_APPLIED, now=now, actor=actor,
+            detail={"evidence_source": seen.source, "evidence_ref": seen.ref, "event": seen.event,
+                    "status": seen.status},
+            expect_epoch=None, expect_attempt_seq=None,
+            set_fields={"rail_entity_id": seen.entity_id, "reason_code": None, "lease_owner": None,
+                        "lease_expires_at": None},
+        )  # fmt: skip
+    if (applied is None and seen is None and mismatched is not None
             and next_state(intent.state, Event.TERMS_MISMATCH) is not None):  # fmt: skip
         return _apply(
             conn, merchant_id, sik, Event.TERMS_MISMATCH, now=now, actor=actor, detail=mismatched,
@@ -352,6 +373,14 @@ def settle_from_evidence(conn: sqlite3.Connection, merchant_id: str, sik: str, *
             set_fields={"reason_code": "RAIL_TERMS_MISMATCH", "lease_owner": None, "lease_expires_at": None},
         )  # fmt: skip
     return None
+
+
+# The states kept evidence may settle: those EARLIER_ATTEMPT_APPLIED, WEBHOOK_APPLIED or TERMS_MISMATCH leave,
+# except IN_FLIGHT (its attempt's own answer is pending, and that is fenced).
+_EVIDENCE_SETTLES = frozenset(
+    state for (state, event) in TRANSITIONS
+    if event in (Event.EARLIER_ATTEMPT_APPLIED, Event.WEBHOOK_APPLIED, Event.TERMS_MISMATCH)
+) - {State.IN_FLIGHT}  # fmt: skip
 
 
 def abandon_after(conn: sqlite3.Connection, intent: Intent, call_deadline_ms: int) -> int:

@@ -36,6 +36,8 @@ CREATE TABLE IF NOT EXISTS intents (
 
 CREATE INDEX IF NOT EXISTS intents_by_state ON intents (state, updated_at);
 CREATE INDEX IF NOT EXISTS intents_by_subject ON intents (merchant_id, subject_id, state);
+-- A stamp names a SIK, not its merchant: a webhook's entity is matched to its intent by this (ledger/sightings.py).
+CREATE INDEX IF NOT EXISTS intents_by_sik ON intents (sik);
 -- G3 windows count an agent's intents by their last authorisation (ledger/queries.py window_usage), in the
 -- gate and again inside the serial admission transaction: without this a window scans every intent.
 CREATE INDEX IF NOT EXISTS intents_by_agent_window
@@ -111,6 +113,22 @@ CREATE TABLE IF NOT EXISTS recon_findings (
     -- Absence on page one is not absence: "not applied" only after the list ran out.
     CHECK (outcome <> 'CONFIRMED_NOT_APPLIED' OR pagination_exhausted = 1)
 ) STRICT;
+
+-- Stamped rail entities seen outside an attempt's own answer (a signed webhook, SPEC §17): evidence of presence
+-- only (ADR 0027). One row per (source, reference, SIK), the entity as the rail stated it; audit-chained.
+CREATE TABLE IF NOT EXISTS rail_sightings (
+    merchant_id  TEXT    NOT NULL,
+    sik          TEXT    NOT NULL,
+    source       TEXT    NOT NULL CHECK (source IN ('webhook')),
+    ref          TEXT    NOT NULL,          -- the webhook's event id
+    event        TEXT    NOT NULL,          -- e.g. refund.processed
+    entity_id    TEXT    NOT NULL,
+    status       TEXT,
+    entity_json  TEXT    NOT NULL,
+    seen_at      INTEGER NOT NULL,
+    PRIMARY KEY (source, ref, sik)
+) STRICT;
+CREATE INDEX IF NOT EXISTS rail_sightings_by_intent ON rail_sightings (merchant_id, sik);
 
 CREATE TABLE IF NOT EXISTS operation_refs (
     merchant_id   TEXT    NOT NULL,

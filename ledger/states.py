@@ -43,6 +43,7 @@ class Event(StrEnum):
     RECONCILE_INCONCLUSIVE = "RECONCILE_INCONCLUSIVE"
     RECONCILE_CONFIRMED_REJECTED = "RECONCILE_CONFIRMED_REJECTED"
     EARLIER_ATTEMPT_APPLIED = "EARLIER_ATTEMPT_APPLIED"
+    WEBHOOK_APPLIED = "WEBHOOK_APPLIED"
     TERMS_MISMATCH = "TERMS_MISMATCH"
     AUTHORIZATION_WITHDRAWN = "AUTHORIZATION_WITHDRAWN"
     RETRY_WITHDRAWN = "RETRY_WITHDRAWN"
@@ -89,6 +90,13 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     (S.RECONCILING, E.EARLIER_ATTEMPT_APPLIED): S.APPLIED,
     (S.CONFIRMED_NOT_APPLIED, E.EARLIER_ATTEMPT_APPLIED): S.APPLIED,
     (S.FAILED_TERMINAL, E.EARLIER_ATTEMPT_APPLIED): S.APPLIED,
+    # A signed webhook showed an entity with our stamp and our terms (ADR 0027): the same evidence of presence as a
+    # kept answer, from the same states, and never read the other way (no webhook is evidence of absence).
+    (S.AUTHORIZED, E.WEBHOOK_APPLIED): S.APPLIED,
+    (S.UNKNOWN, E.WEBHOOK_APPLIED): S.APPLIED,
+    (S.RECONCILING, E.WEBHOOK_APPLIED): S.APPLIED,
+    (S.CONFIRMED_NOT_APPLIED, E.WEBHOOK_APPLIED): S.APPLIED,
+    (S.FAILED_TERMINAL, E.WEBHOOK_APPLIED): S.APPLIED,
     # An entity carries our stamp but not our terms (another payment, amount or currency): something moved under
     # our identity, so neither APPLIED nor a retry is safe; a person decides (ADR 0016). From the attempt's own
     # answer (IN_FLIGHT, fenced like any outcome), a list match (RECONCILING) and a kept answer (the states
@@ -133,6 +141,7 @@ def unsettled_at(state: State, first_seen_at: int, updated_at: int, at_ms: int) 
     *at_ms* — errs towards the same operation, the safe direction (a false merge delays money, a false split
     pays twice)."""
     return first_seen_at >= at_ms or state in UNSETTLED or updated_at >= at_ms
+
 
 OPERATOR_EVENTS: frozenset[Event] = frozenset({E.OPERATOR_RESOLVED_APPLIED, E.OPERATOR_RESOLVED_NOT_APPLIED})
 

@@ -36,7 +36,21 @@ CREATE TABLE IF NOT EXISTS webhook_refusals (
     reason TEXT PRIMARY KEY,
     count  INTEGER NOT NULL
 );
+-- How far each reader (one per shard's reconciler) has read, by the events' rowid: commits are serialised
+-- (BEGIN IMMEDIATE) and rows are never deleted, so a later commit always has a larger rowid.
+CREATE TABLE IF NOT EXISTS webhook_readers (
+    reader     TEXT PRIMARY KEY,
+    last_rowid INTEGER NOT NULL,
+    read_at    INTEGER NOT NULL
+);
 """
+
+
+def inbox_path(inbox: str | Path | None, ledger: str | Path | None) -> Path | None:
+    """INTERLOCK_WEBHOOK_INBOX, else webhooks.sqlite3 beside the ledger; None when neither is configured."""
+    if inbox is not None:
+        return Path(inbox)
+    return None if ledger is None else Path(ledger).parent / "webhooks.sqlite3"
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,3 +118,38 @@ def counts(conn: sqlite3.Connection) -> dict[str, int]:
         "SELECT COUNT(*), COALESCE(SUM(deliveries), 0), COUNT(*) - COUNT(processed_at) FROM webhook_events"
     ).fetchone()
     return {"events": int(events), "duplicates": int(deliveries) - int(events), "unprocessed": int(unprocessed)}
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    rowid: int
+    event_id: str
+    event: str
+    account_id: str | None
+    body: bytes
+    received_at: int
+
+
+def unread(conn: sqlite3.Connection, reader: str, *, limit: int = 500) -> list[Delivered]:
+    """The events *reader* has not read yet, oldest first."""
+    row = conn.execute("SELECT last_rowid FROM webhook_readers WHERE reader = ?", (reader,)).fetchone()
+    after = int(row[0]) if row else 0
+    return [Delivered(int(r[0]), str(r[1]), str(r[2]), r[3], bytes(r[4]), int(r[5])) for r in conn.execute(
+        "SELECT rowid, event_id, event, account_id, body, received_at FROM webhook_events WHERE rowid > ? "
+        "ORDER BY rowid LIMIT ?", (after, limit))]  # fmt: skip
+
+
+def mark_read(conn: sqlite3.Connection, reader: str, *, through: int, processed: list[str], now: int) -> None:
+    """Move *reader*'s cursor to rowid *through* and mark *processed* (events it acted on, or that are evidence
+    for nobody) in one commit."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        conn.execute("INSERT INTO webhook_readers (reader, last_rowid, read_at) VALUES (?, ?, ?) "
+                     "ON CONFLICT(reader) DO UPDATE SET last_rowid = MAX(last_rowid, excluded.last_rowid), "
+                     "read_at = excluded.read_at", (reader, through, now))  # fmt: skip
+        conn.executemany("UPDATE webhook_events SET processed_at = ? WHERE event_id = ? AND processed_at IS NULL",
+                         [(now, event_id) for event_id in processed])  # fmt: skip
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise

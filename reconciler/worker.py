@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import logging
 import signal
+import sqlite3
 import time
 from types import FrameType
 
@@ -13,19 +14,24 @@ import redis
 from rq.registry import clean_registries
 
 from interlock.clock import owner_id
-from interlock.config import load_settings
-from interlock.errors import AuditChainBroken
+from interlock.config import Settings, load_settings
+from interlock.errors import AuditChainBroken, LedgerError
 from interlock.mandate import MandateStore
 from interlock.queues import reconcile_hint_key, rq_queue, shard_queues
+from interlock.rail_account import effective_account
 from interlock.redis_conn import connect
-from ledger import audit
+from ledger import audit, webhook_inbox
 from ledger.db import open_ledger
+from ledger.intents import Intent
 from rails.base import make_rail
+from reconciler.inbox import InboxReader
 from reconciler.loop import Reconciler
 
 logger = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 0.5
+# How often the webhook inbox is read (a read of an index past this reader's cursor: microseconds when idle).
+WEBHOOK_POLL_S = 0.05
 REGISTRY_CLEANUP_S = 5.0
 # A hinted intent is looked at this long after its min delay has passed, so clock granularity between the
 # rail worker's recorded end of the call and this process's monotonic clock cannot wake us a hair early.
@@ -54,23 +60,38 @@ def reconciler_command(once: bool) -> None:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    logger.info("reconciler %s started (min delay %d ms)", rec.owner, settings.reconcile_min_delay_ms)
+    reader = _inbox_reader(settings, rec)
+    logger.info("reconciler %s started (min delay %d ms; webhook inbox %s)", rec.owner,
+                settings.reconcile_min_delay_ms, "read" if reader else "not configured")  # fmt: skip
     last_cleanup = 0.0
+    last_sweep = float("-inf")
+    sweep_now = True
     wakes: list[float] = []  # monotonic instants at which a hinted intent becomes due (a min-heap)
     delay_s = settings.reconcile_min_delay_ms / 1000 + DUE_SLACK_S
     while not stopping:
         if time.monotonic() - last_cleanup > REGISTRY_CLEANUP_S:
             _clean_rq_registries(client, settings.shard)
             last_cleanup = time.monotonic()
-        rec.sweep()
-        if once:
-            break
+        if reader is not None:
+            _read_inbox(reader)
         now = time.monotonic()
         while wakes and wakes[0] <= now:
             heapq.heappop(wakes)
+            sweep_now = True
+        if sweep_now or now - last_sweep >= SWEEP_INTERVAL_S:
+            rec.sweep()
+            last_sweep, sweep_now = time.monotonic(), False
+        if once:
+            break
+        now = time.monotonic()
         # Sleep until the next hinted intent is due, not a whole interval past it: a refund the rail worker
-        # answered is due min_delay after its answer (loop._due), and this wait is the agent's wait.
-        timeout = min(SWEEP_INTERVAL_S, wakes[0] - now) if wakes else SWEEP_INTERVAL_S
+        # answered is due min_delay after its answer (loop._due), and this wait is the agent's wait. With an
+        # inbox, wake at least every WEBHOOK_POLL_S to read it: a webhook settles an intent at once (ADR 0027).
+        timeout = max(last_sweep + SWEEP_INTERVAL_S - now, 0.0)
+        if wakes:
+            timeout = min(timeout, wakes[0] - now)
+        if reader is not None:
+            timeout = min(timeout, WEBHOOK_POLL_S)
         try:
             # A hint only wakes us early; the sweep above finds everything that is due either way.
             hints = _wait_for_hints(client, settings.shard, timeout)
@@ -80,8 +101,34 @@ def reconciler_command(once: bool) -> None:
             continue
         if hints:
             # Each hint is an intent just recorded UNKNOWN: sweep now (an unfinished or key-less one may already
-            # be due) and again when its min delay has passed. One wake-up per batch: they arrived together.
+            # be due, and a webhook seen while its attempt was out settles it) and again when its min delay has
+            # passed. One wake-up per batch: they arrived together.
+            sweep_now = True
             heapq.heappush(wakes, time.monotonic() + delay_s)
+
+
+def _inbox_reader(settings: Settings, rec: Reconciler) -> InboxReader | None:
+    """The reader of the webhook inbox, when webhooks are configured (a secret, or an inbox path)."""
+    if settings.webhook_secrets is None and settings.webhook_inbox is None:
+        return None
+    path = webhook_inbox.inbox_path(settings.webhook_inbox, settings.ledger)
+    if path is None:
+        return None
+    mandates = rec.mandates
+
+    def account_of(intent: Intent) -> str | None:
+        mandate = mandates.get(intent.agent_id) if mandates is not None else None
+        return settings.rail_account_id if mandate is None else effective_account(mandate, settings.rail_account_id)
+
+    return InboxReader(ledger=rec.ledger, inbox=webhook_inbox.open_inbox(path), reader=f"shard:{settings.shard}",
+                       owner=rec.owner, account_of=account_of)  # fmt: skip
+
+
+def _read_inbox(reader: InboxReader) -> None:
+    try:
+        reader.read()
+    except (sqlite3.Error, LedgerError) as exc:  # the inbox or the ledger busy past its timeout: read again next time
+        logger.warning("webhook inbox not read this time: %s", exc)
 
 
 def _wait_for_hints(client: redis.Redis, shard: str, timeout_s: float) -> int:

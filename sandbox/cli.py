@@ -15,6 +15,7 @@ from sandbox.journal import JOURNAL_FILENAME, Journal
 from sandbox.rail import Rail
 from sandbox.seed import DEMO, SeedError, load_seed_file, seed_if_new
 from sandbox.server import PortInUse, bind, serve
+from sandbox.webhooks import WebhookSender
 
 logger = logging.getLogger(__name__)
 
@@ -22,6 +23,8 @@ logger = logging.getLogger(__name__)
 # fresh clone's client and sandbox agree with no setup. They open nothing but this sandbox.
 DEFAULT_KEY_ID = "rzp_test_interlock"
 DEFAULT_KEY_SECRET = "interlock_sandbox_secret"
+# The account its webhooks name when INTERLOCK_RAIL_ACCOUNT_ID does not say (Razorpay: acc_ + 14 characters).
+DEFAULT_ACCOUNT_ID = "acc_SandboxRail001"
 
 
 @click.command("sandbox")
@@ -53,6 +56,11 @@ DEFAULT_KEY_SECRET = "interlock_sandbox_secret"
     type=click.Path(dir_okay=False, path_type=Path),
     help="write {host, port, pid} here once the port is bound (used by sandbox.testing)",
 )
+@click.option(
+    "--webhook-url",
+    help="POST Razorpay-style webhooks here, signed with INTERLOCK_WEBHOOK_SECRETS' first secret "
+    "[env INTERLOCK_SANDBOX_WEBHOOK_URL]",
+)
 @click.option("--mcp", is_flag=True, help="serve the MCP front (Razorpay MCP tool names) over a running sandbox")
 @click.option("--stdio", is_flag=True, help="with --mcp: serve MCP on stdin/stdout instead of HTTP")
 @click.option("--rail-url", help="with --mcp: the sandbox's origin [env INTERLOCK_RAIL_URL]")
@@ -77,6 +85,7 @@ def sandbox_command(
     faults: tuple[str, ...],
     seed: int,
     ready_file: Path | None,
+    webhook_url: str | None,
     mcp: bool,
     stdio: bool,
     rail_url: str | None,
@@ -119,11 +128,25 @@ def sandbox_command(
         faults=FaultSet(profiles, seed),
         key_id=key_id,
         key_secret=key_secret,
+        webhooks=_webhook_sender(webhook_url or os.environ.get("INTERLOCK_SANDBOX_WEBHOOK_URL")),
     )
     try:
         serve(rail, sock, ready_file=ready_file)
     finally:
         journal.close()
+
+
+def _webhook_sender(url: str | None) -> WebhookSender | None:
+    if not url:
+        return None
+    secrets = [s.strip() for s in os.environ.get("INTERLOCK_WEBHOOK_SECRETS", "").split(",") if s.strip()]
+    if not secrets:
+        raise click.UsageError("--webhook-url needs INTERLOCK_WEBHOOK_SECRETS: the sandbox signs each delivery with "
+                               "its first secret, as Razorpay signs with the webhook's secret")  # fmt: skip
+    if not url.startswith(("http://", "https://")):
+        raise click.UsageError(f"--webhook-url {url!r}: give an http(s) URL")
+    account = os.environ.get("INTERLOCK_RAIL_ACCOUNT_ID") or DEFAULT_ACCOUNT_ID
+    return WebhookSender(url, secrets[0], account)
 
 
 def _profiles(specs: tuple[str, ...]) -> list[Fault]:

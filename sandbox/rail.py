@@ -21,6 +21,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from sandbox.errors import SERVER_ERROR, error_body
 from sandbox.faults import FaultSet
 from sandbox.journal import Journal, now_ms
+from sandbox.webhooks import WebhookSender
 
 logger = logging.getLogger(__name__)
 
@@ -49,6 +50,16 @@ class Rail:
     in_progress: set[str] = field(default_factory=set)
     # Slow applies run as tasks so a client that hangs up cannot cancel them: the entity still lands.
     tasks: set[asyncio.Task[Response]] = field(default_factory=set)
+    # Where Razorpay-style webhooks go (SPEC §17), when a URL is configured.
+    webhooks: WebhookSender | None = None
+
+    def notify(self, applied: Applied) -> None:
+        """The webhooks an entity just created causes: delivered whatever the call that created it is answered."""
+        if self.webhooks is None or applied.kind != "refund":
+            return
+        self.webhooks.emit("refund.created", "refund", applied.entity)
+        if applied.entity.get("status") == "processed":
+            self.webhooks.emit("refund.processed", "refund", applied.entity)
 
     def authorized(self, request: Request) -> bool:
         header = request.headers.get("authorization", "")
@@ -96,6 +107,7 @@ class Rail:
             if slow is not None:
                 await asyncio.sleep(slow.param("delay_ms") / 1000)
             applied = apply(fired)
+            self.notify(applied)
             if ambiguous is not None:
                 return gateway_timeout(html)
             if dup is not None:

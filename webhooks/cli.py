@@ -10,16 +10,16 @@ import click
 from interlock.config import Settings, load_settings
 from interlock.errors import ConfigError
 from interlock.ports import port_in_use
+from ledger import webhook_inbox
 
 logger = logging.getLogger(__name__)
 
 
 def inbox_path(settings: Settings) -> Path:
     """INTERLOCK_WEBHOOK_INBOX, else webhooks.sqlite3 beside the ledger."""
-    if settings.webhook_inbox is not None:
-        return settings.webhook_inbox
-    if settings.ledger is not None:
-        return Path(settings.ledger).parent / "webhooks.sqlite3"
+    path = webhook_inbox.inbox_path(settings.webhook_inbox, settings.ledger)
+    if path is not None:
+        return path
     raise ConfigError("INTERLOCK_WEBHOOK_INBOX is not set (nor INTERLOCK_LEDGER, beside which it would go): the "
                       "receiver stores every accepted event there before answering",
                       variable="INTERLOCK_WEBHOOK_INBOX")  # fmt: skip

@@ -70,6 +70,15 @@ CONFIRMED_NOT_APPLIED TERMS_MISMATCH QUARANTINED
 FAILED_TERMINAL TERMS_MISMATCH QUARANTINED
 """
 
+# Edges ADR 0027 adds: a signed webhook's stamped entity on the intent's terms settles it from the same states.
+WEBHOOK_EDGES = """
+AUTHORIZED WEBHOOK_APPLIED APPLIED
+UNKNOWN WEBHOOK_APPLIED APPLIED
+RECONCILING WEBHOOK_APPLIED APPLIED
+CONFIRMED_NOT_APPLIED WEBHOOK_APPLIED APPLIED
+FAILED_TERMINAL WEBHOOK_APPLIED APPLIED
+"""
+
 # Edges ADR 0024 adds: the repeat of a not-applied call, judged afresh and held, waits for a person.
 REJUDGED_EDGES = """
 CONFIRMED_NOT_APPLIED GATES_HELD HELD
@@ -84,7 +93,8 @@ AUTHORIZED RETRY_WITHDRAWN UNKNOWN
 
 def spec_edges() -> dict[tuple[State, Event], State]:
     edges = {}
-    for line in (SPEC_TABLE + SEND_SIDE_EDGES + TERMS_EDGES + REJUDGED_EDGES + WITHDRAWN_RETRY_EDGES).split("\n"):
+    for line in (SPEC_TABLE + SEND_SIDE_EDGES + TERMS_EDGES + WEBHOOK_EDGES + REJUDGED_EDGES
+                 + WITHDRAWN_RETRY_EDGES).split("\n"):
         if not line.strip():
             continue
         src, event, dst = line.split()

@@ -1,0 +1,119 @@
+"""Webhook deliveries, as Razorpay makes them (SPEC §17): signed events POSTed to a configured URL, retried.
+
+Each event is the Razorpay envelope (`{"entity": "event", "account_id", "event", "contains", "payload",
+"created_at"}`), its raw bytes signed with HMAC-SHA256 under the webhook secret (`X-Razorpay-Signature`, hex),
+with its own `x-razorpay-event-id`. An answer other than 2xx, or none within 5 seconds, is a failed delivery:
+it is delivered again with exponential backoff (Razorpay goes on for 24 hours; here `max_age_s`, default one hour).
+Deliveries run after the call that caused them has been answered and in no promised order; each retry is a
+fresh delivery of the same event id and bytes.
+
+Events emitted today: `refund.created` and, as the sandbox settles a refund at once, `refund.processed`. The
+sandbox keeps its outbox in memory: a sandbox restart loses what was not delivered yet (Razorpay does not).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from sandbox.journal import new_id
+
+logger = logging.getLogger(__name__)
+
+DELIVERY_TIMEOUT_S = 5.0  # Razorpay counts a delivery not answered within 5 seconds as failed
+FIRST_RETRY_S = 0.5
+MAX_RETRY_S = 60.0
+
+
+def sign(body: bytes, secret: str) -> str:
+    return hmac.new(secret.encode("utf-8"), body, hashlib.sha256).hexdigest()
+
+
+def envelope(event: str, key: str, entity: dict[str, Any], *, account_id: str, at_s: int) -> bytes:
+    return json.dumps({"entity": "event", "account_id": account_id, "event": event, "contains": [key],
+                       "payload": {key: {"entity": entity}}, "created_at": at_s},
+                      separators=(",", ":")).encode("utf-8")  # fmt: skip
+
+
+@dataclass
+class Delivery:
+    event_id: str
+    event: str
+    body: bytes
+    first_at: float
+    attempts: int = 0
+
+
+@dataclass
+class WebhookSender:
+    url: str
+    secret: str
+    account_id: str
+    max_age_s: float = 3600.0
+    counts: Counter[str] = field(default_factory=Counter)
+    _queue: asyncio.Queue[Delivery] | None = None
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _client: httpx.AsyncClient | None = None
+
+    def emit(self, event: str, key: str, entity: dict[str, Any]) -> str:
+        """Queue one event for delivery; returns its event id. Call from the running loop."""
+        delivery = Delivery(new_id("evt_"), event, envelope(event, key, entity, account_id=self.account_id,
+                                                             at_s=int(time.time())), time.monotonic())  # fmt: skip
+        if self._queue is None:
+            self._queue = asyncio.Queue()
+            self._client = httpx.AsyncClient(timeout=DELIVERY_TIMEOUT_S)
+            task = asyncio.get_running_loop().create_task(self._run())
+            self._tasks.add(task)
+        self._queue.put_nowait(delivery)
+        self.counts["emitted"] += 1
+        return delivery.event_id
+
+    async def _run(self) -> None:
+        assert self._queue is not None
+        while True:
+            delivery = await self._queue.get()
+            task = asyncio.get_running_loop().create_task(self._deliver(delivery))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _deliver(self, delivery: Delivery) -> None:
+        assert self._client is not None
+        while True:
+            delivery.attempts += 1
+            status: int | str
+            try:
+                answer = await self._client.post(self.url, content=delivery.body, headers={
+                    "Content-Type": "application/json", "X-Razorpay-Signature": sign(delivery.body, self.secret),
+                    "x-razorpay-event-id": delivery.event_id,
+                })  # fmt: skip
+                status = answer.status_code
+            except httpx.HTTPError as exc:
+                status = type(exc).__name__
+            if isinstance(status, int) and 200 <= status < 300:
+                self.counts["delivered"] += 1
+                return
+            self.counts["failed_attempts"] += 1
+            wait = min(FIRST_RETRY_S * 2 ** (delivery.attempts - 1), MAX_RETRY_S)
+            if time.monotonic() + wait - delivery.first_at > self.max_age_s:
+                self.counts["given_up"] += 1
+                logger.warning("webhook %s (%s) given up after %d attempts (last: %s)", delivery.event_id,
+                               delivery.event, delivery.attempts, status)  # fmt: skip
+                return
+            logger.info("webhook %s (%s) attempt %d: %s; again in %.1fs", delivery.event_id, delivery.event,
+                        delivery.attempts, status, wait)  # fmt: skip
+            await asyncio.sleep(wait)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._client is not None:
+            await self._client.aclose()
