@@ -100,14 +100,21 @@ def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, resul
               help="with --shards: INTERLOCK_RAIL_CONCURRENCY levels (small: the rail worker is the bottleneck)")
 @click.option("--shard-clients", type=int, default=40, show_default=True, help="with --shards: MCP clients per shard")
 @click.option("--shard-calls", type=int, default=5, show_default=True, help="with --shards: refunds per client")
+@click.option("--webhooks", "webhook_calls", type=int, default=0,
+              help="N: run time to definite with webhooks and by polling only, N ambiguous refunds each, instead "
+              "(its own `perf-webhooks` section)")  # fmt: skip
+@click.option("--forged", type=int, default=20, show_default=True, help="with --webhooks: forged deliveries to post")
 def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str, calls_per_agent: int,
                  gate_counts: str, e2e_gate_workers: int, decisions: int, rail_concurrency: str, rail_rounds: int,
                  rails: str, definite_faults: str, definite_calls: int, work: Path | None, results: Path,
                  no_write: bool, shard_counts: str, shard_rail_concurrency: str, shard_clients: int,
-                 shard_calls: int) -> None:  # fmt: skip
+                 shard_calls: int, webhook_calls: int, forged: int) -> None:  # fmt: skip
     """Direct vs gated latency and throughput, the per-hop breakdown, time to definite, the rail worker alone;
     writes the `perf` section of RESULTS.md. With --shards, throughput against the number of shards instead
     (the `perf-shards` section)."""
+    if webhook_calls:
+        _perf_webhooks(webhook_calls, forged, work, results, no_write)
+        return
     if shard_counts:
         _perf_shards(_ints(shard_counts), _ints(shard_rail_concurrency), latency_ms, shard_clients, shard_calls,
                      work, results, no_write)  # fmt: skip
@@ -137,6 +144,21 @@ def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str,
     if not no_write:
         write_section("perf", text, results)
         click.echo(f"wrote the perf section of {results}")
+    if work is None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _perf_webhooks(calls: int, forged: int, work: Path | None, results: Path, no_write: bool) -> None:
+    from bench.perf_webhooks import headline, render, run_webhooks
+
+    base = work or Path(tempfile.mkdtemp(prefix="interlock-perf-webhooks-"))
+    report = run_webhooks(base, calls, forged, echo=click.echo)
+    text = render(report, command=f"interlock bench perf --webhooks {calls} --forged {forged}")
+    click.echo(text)
+    click.echo(headline(report))
+    if not no_write:
+        write_section("perf-webhooks", text, results)
+        click.echo(f"wrote the perf-webhooks section of {results}")
     if work is None:
         shutil.rmtree(base, ignore_errors=True)
 

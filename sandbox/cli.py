@@ -123,12 +123,13 @@ def sandbox_command(
         seed_if_new(journal, seed_data, str(seed_file) if seed_file else "demo")
     except SeedError as exc:
         raise click.UsageError(str(exc)) from None
+    fault_set = FaultSet(profiles, seed)
     rail = Rail(
         journal=journal,
-        faults=FaultSet(profiles, seed),
+        faults=fault_set,
         key_id=key_id,
         key_secret=key_secret,
-        webhooks=_webhook_sender(webhook_url or os.environ.get("INTERLOCK_SANDBOX_WEBHOOK_URL")),
+        webhooks=_webhook_sender(webhook_url or os.environ.get("INTERLOCK_SANDBOX_WEBHOOK_URL"), fault_set),
     )
     try:
         serve(rail, sock, ready_file=ready_file)
@@ -136,7 +137,7 @@ def sandbox_command(
         journal.close()
 
 
-def _webhook_sender(url: str | None) -> WebhookSender | None:
+def _webhook_sender(url: str | None, faults: FaultSet) -> WebhookSender | None:
     if not url:
         return None
     secrets = [s.strip() for s in os.environ.get("INTERLOCK_WEBHOOK_SECRETS", "").split(",") if s.strip()]
@@ -146,7 +147,7 @@ def _webhook_sender(url: str | None) -> WebhookSender | None:
     if not url.startswith(("http://", "https://")):
         raise click.UsageError(f"--webhook-url {url!r}: give an http(s) URL")
     account = os.environ.get("INTERLOCK_RAIL_ACCOUNT_ID") or DEFAULT_ACCOUNT_ID
-    return WebhookSender(url, secrets[0], account)
+    return WebhookSender(url, secrets[0], account, faults=faults)
 
 
 def _profiles(specs: tuple[str, ...]) -> list[Fault]:

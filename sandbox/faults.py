@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
-Scope = Literal["money", "reads", "all"]
-Kind = Literal["money", "reads"]
+Scope = Literal["money", "reads", "webhooks", "all"]
+Kind = Literal["money", "reads", "webhooks"]
 
 # name -> (default scope, {param: default}). Anything else in a profile is refused.
 PROFILES: dict[str, tuple[Scope, dict[str, Any]]] = {
@@ -31,6 +31,11 @@ PROFILES: dict[str, tuple[Scope, dict[str, Any]]] = {
     "partition": ("all", {"duration_ms": 1000, "mode": "reset"}),
     "replica_lag": ("reads", {"lag_ms": 2000}),
     "deep_page": ("reads", {"newest": 1}),
+    # Webhook deliveries (sandbox/webhooks.py), drawn once per event as it is emitted.
+    "webhook_drop": ("webhooks", {}),
+    "webhook_duplicate": ("webhooks", {}),
+    "webhook_delay": ("webhooks", {"delay_ms": 5000}),
+    "webhook_bad_signature": ("webhooks", {}),
 }
 PARTITION_MODES = ("reset", "hang")
 
@@ -68,8 +73,8 @@ def parse_fault(spec: Mapping[str, Any]) -> Fault:
         raise FaultConfigError(f"fault {name}: rate must be a number in [0, 1], got {rate!r}")
     default_scope, defaults = PROFILES[name]
     scope = spec.get("scope", default_scope)
-    if scope not in ("money", "reads", "all"):
-        raise FaultConfigError(f"fault {name}: scope must be money, reads or all, got {scope!r}")
+    if scope not in ("money", "reads", "webhooks", "all"):
+        raise FaultConfigError(f"fault {name}: scope must be money, reads, webhooks or all, got {scope!r}")
     params = dict(spec.get("params") or {})
     unknown = set(params) - set(defaults)
     if unknown:

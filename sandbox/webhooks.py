@@ -9,6 +9,11 @@ fresh delivery of the same event id and bytes.
 
 Events emitted today: `refund.created` and, as the sandbox settles a refund at once, `refund.processed`. The
 sandbox keeps its outbox in memory: a sandbox restart loses what was not delivered yet (Razorpay does not).
+
+Faults (sandbox/faults.py, scope `webhooks`, drawn once per event as it is emitted): `webhook_drop` (never
+delivered), `webhook_duplicate` (delivered twice, same id and bytes), `webhook_delay` (held `delay_ms` first,
+so later events overtake it), `webhook_bad_signature` (the first delivery is signed with a wrong secret; the
+retry after its 401 is signed right).
 """
 
 from __future__ import annotations
@@ -20,11 +25,12 @@ import json
 import logging
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import httpx
 
+from sandbox.faults import FaultSet
 from sandbox.journal import new_id
 
 logger = logging.getLogger(__name__)
@@ -51,6 +57,8 @@ class Delivery:
     body: bytes
     first_at: float
     attempts: int = 0
+    delay_s: float = 0.0
+    bad_signature: bool = False
 
 
 @dataclass
@@ -58,7 +66,9 @@ class WebhookSender:
     url: str
     secret: str
     account_id: str
+    faults: FaultSet | None = None
     max_age_s: float = 3600.0
+    transport: httpx.AsyncBaseTransport | None = None  # tests only: where the POSTs go instead of the network
     counts: Counter[str] = field(default_factory=Counter)
     _queue: asyncio.Queue[Delivery] | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -68,13 +78,23 @@ class WebhookSender:
         """Queue one event for delivery; returns its event id. Call from the running loop."""
         delivery = Delivery(new_id("evt_"), event, envelope(event, key, entity, account_id=self.account_id,
                                                              at_s=int(time.time())), time.monotonic())  # fmt: skip
+        self.counts["emitted"] += 1
+        copies = 1
+        if self.faults is not None:
+            if self.faults.draw("webhook_drop", "webhooks") is not None:
+                self.counts["dropped"] += 1
+                return delivery.event_id
+            copies += self.faults.draw("webhook_duplicate", "webhooks") is not None
+            delayed = self.faults.draw("webhook_delay", "webhooks")
+            delivery.delay_s = 0.0 if delayed is None else delayed.param("delay_ms") / 1000
+            delivery.bad_signature = self.faults.draw("webhook_bad_signature", "webhooks") is not None
         if self._queue is None:
             self._queue = asyncio.Queue()
-            self._client = httpx.AsyncClient(timeout=DELIVERY_TIMEOUT_S)
+            self._client = httpx.AsyncClient(timeout=DELIVERY_TIMEOUT_S, transport=self.transport)
             task = asyncio.get_running_loop().create_task(self._run())
             self._tasks.add(task)
-        self._queue.put_nowait(delivery)
-        self.counts["emitted"] += 1
+        for copy in range(copies):
+            self._queue.put_nowait(delivery if copy == 0 else replace(delivery, bad_signature=False))
         return delivery.event_id
 
     async def _run(self) -> None:
@@ -87,12 +107,17 @@ class WebhookSender:
 
     async def _deliver(self, delivery: Delivery) -> None:
         assert self._client is not None
+        if delivery.delay_s:
+            await asyncio.sleep(delivery.delay_s)
         while True:
             delivery.attempts += 1
+            secret = self.secret
+            if delivery.bad_signature and delivery.attempts == 1:
+                secret = "not-" + self.secret
             status: int | str
             try:
                 answer = await self._client.post(self.url, content=delivery.body, headers={
-                    "Content-Type": "application/json", "X-Razorpay-Signature": sign(delivery.body, self.secret),
+                    "Content-Type": "application/json", "X-Razorpay-Signature": sign(delivery.body, secret),
                     "x-razorpay-event-id": delivery.event_id,
                 })  # fmt: skip
                 status = answer.status_code

@@ -1,0 +1,71 @@
+"""The sandbox's webhook deliveries (SPEC §17): signed over the raw body, one event id per event, retried until a
+2xx, and the delivery faults (drop, duplicate, delay, bad signature). The receiving end here is an in-process
+transport: what is checked is what the sandbox sends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+
+from sandbox.faults import FaultSet, parse_fault
+from sandbox.webhooks import WebhookSender
+from webhooks.signature import verify
+
+SECRET = "whsec_sandbox_sender_test_01"
+REFUND = {"id": "rfnd_S1", "entity": "refund", "amount": 100, "currency": "INR", "payment_id": "pay_S1",
+          "status": "processed", "notes": {"interlock_sik": "S" * 32}}  # fmt: skip
+
+
+def run(answers: list[int], *faults: dict, events: int = 1, wait_s: float = 1.5) -> list[httpx.Request]:
+    """Emit *events* refund events and collect every request the sender makes; *answers* are the statuses given
+    in turn (200 once they run out)."""
+    seen: list[httpx.Request] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return httpx.Response(answers.pop(0) if answers else 200)
+
+    async def main() -> None:
+        fault_set = FaultSet([parse_fault(f) for f in faults], seed=1)
+        sender = WebhookSender("http://receiver.test/webhooks/razorpay", SECRET, "acc_SandboxRail001",
+                               faults=fault_set, transport=httpx.MockTransport(answer))  # fmt: skip
+        for _ in range(events):
+            sender.emit("refund.processed", "refund", REFUND)
+        await asyncio.sleep(wait_s)
+        await sender.close()
+
+    asyncio.run(main())
+    return seen
+
+
+def test_a_delivery_is_a_signed_razorpay_event() -> None:
+    [request] = run([])
+    assert verify(request.content, request.headers["x-razorpay-signature"], [SECRET])
+    event = json.loads(request.content)
+    assert (event["entity"], event["event"], event["account_id"], event["contains"]) == (
+        "event", "refund.processed", "acc_SandboxRail001", ["refund"])
+    assert event["payload"]["refund"]["entity"] == REFUND
+    assert request.headers["x-razorpay-event-id"].startswith("evt_")
+
+
+def test_a_failed_delivery_is_made_again_with_the_same_id_and_bytes() -> None:
+    first, second = run([503])
+    assert first.headers["x-razorpay-event-id"] == second.headers["x-razorpay-event-id"]
+    assert first.content == second.content
+
+
+def test_each_event_has_its_own_id() -> None:
+    requests = run([], events=3)
+    assert len({r.headers["x-razorpay-event-id"] for r in requests}) == 3
+
+
+def test_delivery_faults() -> None:
+    assert run([], {"name": "webhook_drop", "rate": 1.0}) == []
+    twice = run([], {"name": "webhook_duplicate", "rate": 1.0})
+    assert len(twice) == 2 and len({r.headers["x-razorpay-event-id"] for r in twice}) == 1
+    bad, good = run([401], {"name": "webhook_bad_signature", "rate": 1.0})
+    assert not verify(bad.content, bad.headers["x-razorpay-signature"], [SECRET])
+    assert verify(good.content, good.headers["x-razorpay-signature"], [SECRET])
+    assert run([], {"name": "webhook_delay", "rate": 1.0, "params": {"delay_ms": 3000}}) == [], "not yet delivered"
