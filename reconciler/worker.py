@@ -30,8 +30,10 @@ from reconciler.loop import Reconciler
 logger = logging.getLogger(__name__)
 
 SWEEP_INTERVAL_S = 0.5
-# How often the webhook inbox is read (a read of an index past this reader's cursor: microseconds when idle).
-WEBHOOK_POLL_S = 0.05
+# How often the webhook inbox is read when nothing else wakes us (a read of an index past this reader's cursor:
+# microseconds when idle). Redis ends a BLPOP's wait on its own cron, about every 100 ms: asking less is not sooner.
+WEBHOOK_POLL_S = 0.1
+MIN_WAIT_S = 0.01
 REGISTRY_CLEANUP_S = 5.0
 # A hinted intent is looked at this long after its min delay has passed, so clock granularity between the
 # rail worker's recorded end of the call and this process's monotonic clock cannot wake us a hair early.
@@ -135,8 +137,10 @@ def _wait_for_hints(client: redis.Redis, shard: str, timeout_s: float) -> int:
     """Block up to *timeout_s* for hints; returns how many were taken. Drains every hint already queued, so a
     burst of UNKNOWN answers costs one sweep, not one sweep per hint."""
     key = reconcile_hint_key(shard)
-    # Never 0: BLPOP's 0 blocks for ever.
-    first = client.blpop([key], timeout=max(timeout_s, 0.001))
+    # Never below 10 ms: BLPOP's 0 blocks for ever, and Redis 6.2 turns a timeout in seconds into whole
+    # milliseconds by truncation, so 0.001 s (0.999... ms) is 0 and blocks too, until the client's socket timeout
+    # (10 s) gives up. Redis ends a blocking wait on its own cron (about every 100 ms), so shorter is not sooner.
+    first = client.blpop([key], timeout=max(timeout_s, MIN_WAIT_S))
     if first is None:
         return 0
     pipe = client.pipeline(transaction=True)  # LRANGE + LTRIM, not LPOP with a count: any Redis version
