@@ -47,4 +47,6 @@ def terms_mismatch(tool: str, intent_terms: Mapping[str, Any], raw: Mapping[str,
     if not differ:
         return None
     ours = {key: intent_terms[key] for key in ("subject", "amount_minor", "currency")}
-    return {"intent_terms": {**ours, "full_balance": full_balance}, "entity_terms": stated, "differ": differ}
+    # The entity's terms go on the audit record, which holds no float: a float the rail stated is kept as its text.
+    shown = {key: repr(value) if isinstance(value, float) else value for key, value in stated.items()}
+    return {"intent_terms": {**ours, "full_balance": full_balance}, "entity_terms": shown, "differ": differ}

@@ -14,7 +14,6 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
-from interlock.canonical import canonical_json
 from ledger import audit
 from ledger.db import require_transaction
 
@@ -39,7 +38,7 @@ def record(conn: sqlite3.Connection, *, merchant_id: str, sik: str, source: str,
     cur = conn.execute(
         """INSERT INTO rail_sightings (merchant_id, sik, source, ref, event, entity_id, status, entity_json, seen_at)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING""",
-        (merchant_id, sik, source, ref, event, entity_id, status, canonical_json(entity).decode("utf-8"), now),
+        (merchant_id, sik, source, ref, event, entity_id, status, _as_stated(entity), now),
     )  # fmt: skip
     if cur.rowcount != 1:
         return False
@@ -48,6 +47,12 @@ def record(conn: sqlite3.Connection, *, merchant_id: str, sik: str, source: str,
         "rail_entity_id": entity_id, "status": status,
     }, now)  # fmt: skip
     return True
+
+
+def _as_stated(entity: dict[str, Any]) -> str:
+    # Not canonical_json: that refuses a float, and what the rail stated is kept as stated (a float amount is
+    # judged, and refused, by the terms check, not by a crash here).
+    return json.dumps(entity, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 def for_intent(conn: sqlite3.Connection, merchant_id: str, sik: str) -> list[Sighting]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interlock.clock import now_ms
+from interlock.errors import LedgerError
 from interlock.mandate import REFUND_TOOL
 from interlock.sik import NOTES_STAMP_KEY, RECEIPT_PREFIX
 from ledger import intents, sightings, webhook_inbox
@@ -114,30 +115,47 @@ class InboxReader:
         settled = 0
         events = webhook_inbox.unread(self.inbox, self.reader)
         processed: list[str] = []
-        for delivered in events:
-            evidence = stamped_entity(delivered.body)
-            if evidence is None:
-                self.counts["not_ours"] += 1
-                processed.append(delivered.event_id)  # evidence for no one: whoever reads it first says so
-                continue
-            placed = False
-            for sik in evidence.siks:
-                for merchant_id, tool in sightings.intents_stamped(self.ledger, sik):
-                    placed = True
-                    if tool != evidence.tool:
-                        self.counts["other_tool"] += 1
-                        logger.warning("webhook %s: a %s entity stamped %s, an intent of %s: not evidence",
-                                       delivered.event_id, evidence.tool, sik, tool)  # fmt: skip
-                        continue
-                    settled += self._sight(delivered, evidence, merchant_id, sik)
-            if placed:
-                processed.append(delivered.event_id)
-            else:
-                self.counts["not_on_this_shard"] += 1
-        if events:
-            webhook_inbox.mark_read(self.inbox, self.reader, through=events[-1].rowid, processed=processed,
-                                    now=self.clock())  # fmt: skip
+        through = 0
+        try:
+            for delivered in events:
+                try:
+                    settled += self._event(delivered, processed)
+                except (sqlite3.Error, LedgerError):
+                    raise  # busy or failing storage: this event is read again next time
+                except Exception:
+                    # One event this code cannot handle must not stop every later one (nor crash the reconciler
+                    # into a restart loop on the same event): it is skipped, left unprocessed in the inbox, logged.
+                    # Skipping loses only evidence of presence, never lets money move.
+                    self.counts["failed"] += 1
+                    logger.exception("webhook %s could not be read; skipped (left unprocessed)", delivered.event_id)
+                through = delivered.rowid
+        finally:
+            if through:
+                webhook_inbox.mark_read(self.inbox, self.reader, through=through, processed=processed,
+                                        now=self.clock())  # fmt: skip
         return settled + self._settle_watched()
+
+    def _event(self, delivered: webhook_inbox.Delivered, processed: list[str]) -> int:
+        evidence = stamped_entity(delivered.body)
+        if evidence is None:
+            self.counts["not_ours"] += 1
+            processed.append(delivered.event_id)  # evidence for no one: whoever reads it first says so
+            return 0
+        settled, placed = 0, False
+        for sik in evidence.siks:
+            for merchant_id, tool in sightings.intents_stamped(self.ledger, sik):
+                placed = True
+                if tool != evidence.tool:
+                    self.counts["other_tool"] += 1
+                    logger.warning("webhook %s: a %s entity stamped %s, an intent of %s: not evidence",
+                                   delivered.event_id, evidence.tool, sik, tool)  # fmt: skip
+                    continue
+                settled += self._sight(delivered, evidence, merchant_id, sik)
+        if placed:
+            processed.append(delivered.event_id)
+        else:
+            self.counts["not_on_this_shard"] += 1
+        return settled
 
     def _sight(self, delivered: webhook_inbox.Delivered, evidence: Evidence, merchant_id: str, sik: str) -> int:
         intent = intents.get_intent(self.ledger, merchant_id, sik)

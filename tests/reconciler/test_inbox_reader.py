@@ -234,3 +234,52 @@ def test_an_applied_intent_is_not_changed_by_any_later_event(ledger, inbox) -> N
     deliver(inbox, "evt_1", refund(amount=1, status="failed"), event="refund.failed")
     assert reader(ledger, inbox).read() == 0
     assert intents.require_intent(ledger, M, SIK).state is State.APPLIED
+
+
+def test_an_entity_with_a_float_amount_is_judged_not_a_crash(ledger, inbox) -> None:
+    put_intent(ledger, SIK, "UNKNOWN", amount=5000)
+    deliver(inbox, "evt_1", refund(amount=5000.0))  # type: ignore[arg-type]
+    assert reader(ledger, inbox).read() == 1
+    intent = intents.require_intent(ledger, M, SIK)
+    assert (intent.state, intent.reason_code) == (State.QUARANTINED, "RAIL_TERMS_MISMATCH"), "a float is no amount"
+
+
+def test_an_event_the_reader_cannot_handle_does_not_stop_the_ones_after_it(ledger, inbox, monkeypatch) -> None:
+    put_intent(ledger, SIK, "UNKNOWN", amount=5000)
+    put_intent(ledger, "V" * 32, "UNKNOWN", amount=5000)
+    deliver(inbox, "evt_bad", refund(sik="V" * 32))
+    deliver(inbox, "evt_good", refund())
+    real = intents.settle_from_evidence
+
+    def broken_for_one(conn, merchant_id, sik, **kw):
+        if sik == "V" * 32:
+            raise RuntimeError("a defect in the reader")
+        return real(conn, merchant_id, sik, **kw)
+
+    monkeypatch.setattr(intents, "settle_from_evidence", broken_for_one)
+    r = reader(ledger, inbox)
+    assert r.read() == 1 and r.counts["failed"] == 1
+    assert intents.require_intent(ledger, M, SIK).state is State.APPLIED
+    assert intents.require_intent(ledger, M, "V" * 32).state is State.UNKNOWN
+    assert sightings.for_intent(ledger, M, "V" * 32) == [], "its transaction rolled back whole"
+    processed = dict(inbox.execute("SELECT event_id, processed_at IS NOT NULL FROM webhook_events"))
+    assert processed == {"evt_bad": 0, "evt_good": 1}
+    assert webhook_inbox.unread(inbox, "shard:0") == [], "the cursor moved past both"
+
+
+def test_a_storage_failure_leaves_the_event_to_be_read_again(ledger, inbox, monkeypatch) -> None:
+    put_intent(ledger, SIK, "UNKNOWN", amount=5000)
+    deliver(inbox, "evt_1", refund())
+    real = sightings.record
+
+    def busy(*args, **kwargs):
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(sightings, "record", busy)
+    r = reader(ledger, inbox)
+    with pytest.raises(sqlite3.OperationalError):
+        r.read()
+    assert [d.event_id for d in webhook_inbox.unread(inbox, "shard:0")] == ["evt_1"]
+    monkeypatch.setattr(sightings, "record", real)
+    assert r.read() == 1
+    assert intents.require_intent(ledger, M, SIK).state is State.APPLIED
