@@ -11,7 +11,7 @@ from bench.perf import LatencySample, PerfReport, ThroughputSample
 from bench.perf_cpu import BENCH
 from bench.perf_plot import plot
 from bench.perf_rail import RailAloneSample
-from bench.perf_trace import STAMPS, HopStat, definite_stats, summary_line
+from bench.perf_trace import STAMPS, DefiniteStat, HopStat, definite_stats, summary_line
 from interlock.results import commit_id
 
 __all__ = ["plot", "render", "summary"]
@@ -218,12 +218,18 @@ def _definite_section(report: PerfReport) -> list[str]:
         "answer is definite. Agent: first ambiguous answer → first definite answer. Ledger: UNKNOWN recorded → "
         "definite state recorded (the audit chain's clock).",
         "",
-        "| fault | calls | ambiguous | made definite | agent p50 / p99 ms | ledger p50 ms | final answers |",
-        "|---|---|---|---|---|---|---|",
     ]
+    return lines + definite_table(stats, first="fault", code=True)
+
+
+def definite_table(stats: list[DefiniteStat], *, first: str, code: bool = False) -> list[str]:
+    """The time-to-definite table, one row per fault (or round) in *stats*."""
+    lines = [f"| {first} | calls | ambiguous | made definite | agent p50 / p99 ms | ledger p50 ms | final answers |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     for s in stats:
         finals = " ".join(f"{state}x{n}" for state, n in sorted(s.final_states.items()))
-        lines.append(f"| `{s.fault}` | {s.calls} | {s.ambiguous} | {s.definite} | {s.p50_ms:.0f} / {s.p99_ms:.0f} "
+        name = f"`{s.fault}`" if code else s.fault
+        lines.append(f"| {name} | {s.calls} | {s.ambiguous} | {s.definite} | {s.p50_ms:.0f} / {s.p99_ms:.0f} "
                      f"| {s.ledger_p50_ms:.0f} | {finals} |")  # fmt: skip
     return lines
 

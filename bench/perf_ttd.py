@@ -82,19 +82,24 @@ def measure_definite(rig: PerfRig, faults: tuple[str, ...], calls: int,
     samples: list[Definite] = []
     rig.rail_latency(0)
     for fault in faults:
-        payments = rig.payments(calls)
-        rig.faults([fault_profile(fault, rig.rail_timeout_ms())])
-        try:
-            results = asyncio.run(_gather(rig.url, payments))
-        finally:
-            rig.faults([])
-        ledger = _ledger_ms(rig, [sik for *_, sik in results if sik])
-        mine = [Definite(fault, first, final, ms, ledger.get(sik or "")) for first, final, ms, sik in results]
+        mine = follow_round(rig, fault, [fault_profile(fault, rig.rail_timeout_ms())], calls)
         samples += mine
         times = sorted(s.ms for s in mine if s.ms is not None)
         echo(f"time to definite after {fault}: {len(times)}/{len(mine)} ambiguous calls made definite, "
              f"ms {[round(t) for t in times]}")  # fmt: skip
     return samples
+
+
+def follow_round(rig: PerfRig, label: str, faults: list[dict[str, Any]], calls: int) -> list[Definite]:
+    """One round: *calls* agents each refund a fresh payment under *faults* and follow it to a definite answer."""
+    payments = rig.payments(calls)
+    rig.faults(faults)
+    try:
+        results = asyncio.run(_gather(rig.url, payments))
+    finally:
+        rig.faults([])
+    ledger = _ledger_ms(rig, [sik for *_, sik in results if sik])
+    return [Definite(label, first, final, ms, ledger.get(sik or "")) for first, final, ms, sik in results]
 
 
 async def _gather(url: str, payments: list[str]) -> list[tuple[str, str | None, float | None, str | None]]:

@@ -11,7 +11,6 @@ counts are the receiver's inbox's own.
 
 from __future__ import annotations
 
-import asyncio
 import datetime
 import hashlib
 import hmac
@@ -23,9 +22,10 @@ from pathlib import Path
 
 import httpx
 
+from bench.perf_report import definite_table
 from bench.perf_rig import PerfRig
 from bench.perf_trace import Definite, definite_stats
-from bench.perf_ttd import _gather, _ledger_ms
+from bench.perf_ttd import follow_round
 from interlock.ports import free_port, port_in_use
 from interlock.results import commit_id
 from ledger import webhook_inbox
@@ -66,14 +66,7 @@ def run_webhooks(base: Path, calls: int, forged: int, echo: Callable[[str], None
                 raise RuntimeError(f"the webhook receiver did not listen:\n{receiver.log()[-2000:]}")
             time.sleep(0.05)
         for label, faults in ROUNDS:
-            payments = rig.payments(calls)
-            rig.faults(faults)
-            try:
-                results = asyncio.run(_gather(rig.url, payments))
-            finally:
-                rig.faults([])
-            ledger = _ledger_ms(rig, [sik for *_, sik in results if sik])
-            mine = [Definite(label, first, final, ms, ledger.get(sik or "")) for first, final, ms, sik in results]
+            mine = follow_round(rig, label, faults, calls)
             samples += mine
             echo(f"time to definite, {label}: ms {sorted(round(s.ms) for s in mine if s.ms is not None)}")
         refused = sum(_forge(url, i) == 401 for i in range(forged))
@@ -139,13 +132,8 @@ def render(report: WebhookReport, *, command: str) -> str:
         "reconciler reads the rail's list after its min delay (2 s by default). Agent: first ambiguous answer → "
         "first definite answer. Ledger: UNKNOWN recorded → definite state recorded.",
         "",
-        "| round | calls | ambiguous | made definite | agent p50 / p99 ms | ledger p50 ms | final answers |",
-        "|---|---|---|---|---|---|---|",
     ]
-    for s in stats:
-        finals = ", ".join(f"{k} {v}" for k, v in sorted(s.final_states.items()))
-        lines.append(f"| {s.fault} | {s.calls} | {s.ambiguous} | {s.definite} | {s.p50_ms:.0f} / {s.p99_ms:.0f} | "
-                     f"{s.ledger_p50_ms:.0f} | {finals} |")  # fmt: skip
+    lines += definite_table(stats, first="round")
     lines += [
         "",
         f"Receiver inbox after the run: {report.events} events stored, {report.duplicates} repeated deliveries "
