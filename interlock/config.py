@@ -133,6 +133,14 @@ class Settings(BaseSettings):
         "ledger, webhooks.sqlite3)",
     )  # fmt: skip
     webhook_rate: int = Field(default=100, gt=0, le=100_000, description="webhook deliveries accepted per second")
+    lifecycle_poll_ms: int = Field(
+        default=2000, gt=0, description="first fetch of an applied refund or settlement not final yet, when no "
+        "webhooks are configured (doubling to an hour); with webhooks, a minute",
+    )
+    webhook_silence_ms: int = Field(
+        default=600_000, gt=0, description="no webhook for this long after a money call that should have caused one: "
+        "the stream is taken as stopped and every entity not final is fetched (the backfill)",
+    )
     approvers: Path | None = Field(
         default=None, description="YAML of approver credential hashes: who may decide holds (ADR 0015)"
     )

@@ -130,6 +130,42 @@ CREATE TABLE IF NOT EXISTS rail_sightings (
 ) STRICT;
 CREATE INDEX IF NOT EXISTS rail_sightings_by_intent ON rail_sightings (merchant_id, sik);
 
+-- The lifecycle after APPLIED (issue 27; docs/webhooks.md): what the rail says has become of the money since it
+-- accepted the call (a refund pending → processed | failed; an instant settlement created → initiated →
+-- processed | partially_processed | reversed). Not states of the money machine (I4: APPLIED is absorbing): one
+-- row per applied intent with its current status, fed by webhooks, the call's own answer and a poller; a final
+-- status is never overwritten by an earlier one. Each change is audit-chained (RAIL_STATUS) and kept in history.
+CREATE TABLE IF NOT EXISTS rail_status (
+    merchant_id   TEXT    NOT NULL,
+    sik           TEXT    NOT NULL,
+    tool          TEXT    NOT NULL,
+    entity_id     TEXT    NOT NULL,
+    status        TEXT    NOT NULL,
+    final         INTEGER NOT NULL CHECK (final IN (0, 1)),
+    attention     TEXT,                     -- why a person must look (REFUND_FAILED, SETTLEMENT_REVERSED, ...)
+    amounts_json  TEXT    NOT NULL,         -- the entity's amounts with this status (integers, minor units)
+    source        TEXT    NOT NULL,         -- where the current status was read: answer, webhook, poll
+    updated_at    INTEGER NOT NULL,
+    next_poll_at  INTEGER,                  -- when the poller fetches the entity next; NULL once final
+    polls         INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (merchant_id, sik)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS rail_status_due ON rail_status (final, next_poll_at);
+CREATE INDEX IF NOT EXISTS rail_status_attention ON rail_status (attention) WHERE attention IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS rail_status_history (
+    id            INTEGER PRIMARY KEY,
+    merchant_id   TEXT    NOT NULL,
+    sik           TEXT    NOT NULL,
+    status        TEXT    NOT NULL,
+    source        TEXT    NOT NULL,
+    ref           TEXT,                     -- the webhook's event id; NULL for a poll or an answer
+    amounts_json  TEXT    NOT NULL,
+    taken         TEXT    NOT NULL CHECK (taken IN ('moved', 'stale', 'conflict')),
+    observed_at   INTEGER NOT NULL
+) STRICT;
+CREATE INDEX IF NOT EXISTS rail_status_history_by_intent ON rail_status_history (merchant_id, sik, id);
+
 CREATE TABLE IF NOT EXISTS operation_refs (
     merchant_id   TEXT    NOT NULL,
     operation_ref TEXT    NOT NULL,

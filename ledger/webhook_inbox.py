@@ -153,3 +153,9 @@ def mark_read(conn: sqlite3.Connection, reader: str, *, through: int, processed:
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+
+
+def last_received_at(conn: sqlite3.Connection) -> int | None:
+    """When the newest event was first delivered (the receiver's clock), or None for an empty inbox."""
+    row = conn.execute("SELECT received_at FROM webhook_events ORDER BY rowid DESC LIMIT 1").fetchone()
+    return None if row is None else int(row[0])

@@ -157,6 +157,11 @@ class McpUpstreamRail:
         tool = self.tools.list_settlements
         return _page(Settlement, self._call(tool, page_args(count, skip)), count, skip, tool)
 
+    def fetch_instant_settlement(self, settlement_id: str) -> Settlement:
+        tool = self.tools.fetch_settlement
+        args = {"settlement_id": entity_id(settlement_id, "settlement_id")}
+        return _parse(Settlement, self._call(tool, args), tool)
+
     def fetch_balance(self) -> Balance:
         tool = self.tools.fetch_balance
         if tool is None:

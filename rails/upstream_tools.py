@@ -10,6 +10,7 @@ front serves too (both of its profiles), plus one optional tool the real server 
     list_refunds_for_payment     fetch_multiple_refunds_for_payment    payment_id, count, skip
     create_instant_settlement    create_instant_settlement             amount, description?, notes
     list_instant_settlements     fetch_all_instant_settlements         count, skip
+    fetch_instant_settlement     fetch_instant_settlement_with_id      settlement_id
     fetch_balance                fetch_balance (optional)              —
 
 The balance tool is used only when the upstream lists it (the gate worker checks the manifest first):
@@ -42,6 +43,7 @@ class ToolMap:
     list_refunds: str = "fetch_multiple_refunds_for_payment"
     create_settlement: str = "create_instant_settlement"
     list_settlements: str = "fetch_all_instant_settlements"
+    fetch_settlement: str = "fetch_instant_settlement_with_id"
     fetch_balance: str | None = "fetch_balance"
 
     @classmethod

@@ -35,11 +35,11 @@ from interlock.sik import NOTES_STAMP_KEY, RECEIPT_PREFIX
 from ledger import intents, sightings, webhook_inbox
 from ledger.db import transaction
 from ledger.intents import Intent
+from ledger.queries import SETTLEMENT_TOOL
 from ledger.states import State
 
 logger = logging.getLogger(__name__)
 
-SETTLEMENT_TOOL = "create_instant_settlement"
 # Where a Razorpay event carries each entity we stamp: (payload key, the entity's "entity" field, our tool).
 _ENTITIES = (
     ("refund", "refund", REFUND_TOOL),
@@ -100,6 +100,8 @@ class InboxReader:
     # The rail account an intent's money moves on (None: the deployment names none, so it is not checked).
     account_of: Callable[[Intent], str | None] = lambda intent: None
     clock: Callable[[], int] = now_ms
+    # Told of each new sighting (the lifecycle follower, reconciler/lifecycle.py): merchant, SIK, evidence, event id.
+    on_sighting: Callable[[str, str, Evidence, str], object] | None = None
     counts: Counter[str] = field(default_factory=Counter)
     # Intents with a sighting that could not settle them yet (their attempt was out): looked at after each read.
     watching: set[tuple[str, str]] = field(default_factory=set)
@@ -174,6 +176,8 @@ class InboxReader:
                                    status=evidence.status, entity=evidence.entity, now=now)  # fmt: skip
             settled = intents.settle_from_evidence(self.ledger, merchant_id, sik, now=now, actor=self.owner)
         self.counts["sighted" if new else "sighted_again"] += 1
+        if new and self.on_sighting is not None:
+            self.on_sighting(merchant_id, sik, evidence, delivered.event_id)
         if settled is not None:
             self.counts[f"settled_{settled.state.value.lower()}"] += 1
             logger.info("intent %s %s on webhook %s (%s)", sik, settled.state, delivered.event_id, delivered.event)

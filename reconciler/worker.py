@@ -23,8 +23,9 @@ from interlock.redis_conn import connect
 from ledger import audit, webhook_inbox
 from ledger.db import open_ledger
 from ledger.intents import Intent
-from rails.base import make_rail
+from rails.base import Rail, make_rail
 from reconciler.inbox import InboxReader
+from reconciler.lifecycle import LifecycleFollower
 from reconciler.loop import Reconciler
 
 logger = logging.getLogger(__name__)
@@ -52,7 +53,8 @@ def reconciler_command(once: bool) -> None:
     if bad is not None:
         raise AuditChainBroken(bad)
     client = connect(settings.redis_url)
-    rec = Reconciler(settings=settings, ledger=ledger, rail=make_rail(settings), redis=client,
+    rail = make_rail(settings)
+    rec = Reconciler(settings=settings, ledger=ledger, rail=rail, redis=client,
                      owner=owner_id("reconciler"), mandates=MandateStore.from_settings(settings))  # fmt: skip
     stopping = False
 
@@ -63,6 +65,7 @@ def reconciler_command(once: bool) -> None:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     reader = _inbox_reader(settings, rec)
+    follower = _follower(settings, rec, rail, reader)
     logger.info("reconciler %s started (min delay %d ms; webhook inbox %s)", rec.owner,
                 settings.reconcile_min_delay_ms, "read" if reader else "not configured")  # fmt: skip
     last_cleanup = 0.0
@@ -82,6 +85,7 @@ def reconciler_command(once: bool) -> None:
             sweep_now = True
         if sweep_now or now - last_sweep >= SWEEP_INTERVAL_S:
             rec.sweep()
+            _follow(follower)
             last_sweep, sweep_now = time.monotonic(), False
         if once:
             break
@@ -124,6 +128,28 @@ def _inbox_reader(settings: Settings, rec: Reconciler) -> InboxReader | None:
 
     return InboxReader(ledger=rec.ledger, inbox=webhook_inbox.open_inbox(path), reader=f"shard:{settings.shard}",
                        owner=rec.owner, account_of=account_of)  # fmt: skip
+
+
+def _follower(settings: Settings, rec: Reconciler, rail: Rail, reader: InboxReader | None) -> LifecycleFollower:
+    """The follower of applied money to its final status; told of webhooks by the inbox reader when there is one."""
+    follower = LifecycleFollower(ledger=rec.ledger, rail=rail, owner=rec.owner,
+                                 first_poll_ms=settings.lifecycle_poll_ms, webhooks=reader is not None,
+                                 silence_ms=settings.webhook_silence_ms)  # fmt: skip
+    if reader is not None:
+        inbox = reader.inbox
+        follower.last_webhook_at = lambda: webhook_inbox.last_received_at(inbox)
+        reader.on_sighting = lambda merchant_id, sik, seen, ref: follower.sighted(
+            merchant_id, sik, entity_id=seen.entity_id, status=seen.status, entity=seen.entity, ref=ref)
+    return follower
+
+
+def _follow(follower: LifecycleFollower) -> None:
+    try:
+        follower.step()
+    except (sqlite3.Error, LedgerError) as exc:  # the ledger busy past its timeout: the next step goes on
+        logger.warning("lifecycle not followed this time: %s", exc)
+    except Exception:  # a read of the rail or one entity this code cannot handle must not stop the reconcile loop
+        logger.exception("lifecycle step failed; the next one goes on")
 
 
 def _read_inbox(reader: InboxReader) -> None:

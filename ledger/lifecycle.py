@@ -1,0 +1,282 @@
+"""The lifecycle after APPLIED: what the rail says has become of the money since it accepted the call.
+
+APPLIED means the rail created the refund or the instant settlement; it is absorbing (I4) and stays so. What the
+bank does next is kept beside it, one row per applied intent in `rail_status`, never as a state of the money
+machine: a refund goes `pending` → `processed` or `failed` (pending can last days), an instant settlement goes
+`created` → `initiated` → `processed`, `partially_processed` or `reversed` (SPEC §17). Observations come from the
+call's own answer, from signed webhooks and from a poller that fetches entities not final yet
+(`reconciler/lifecycle.py`), in any order and more than once, so each status has a rank and an observation is
+taken only when it moves the entity forward: a final status is never overwritten by an earlier one, and a second,
+different final status (processed, then failed) is kept in the history and raised for a person, not taken.
+
+A status a person must look at sets `attention`: a refund the bank failed (REFUND_FAILED: the customer has not
+been paid), a settlement reversed in whole or part (SETTLEMENT_REVERSED: the money came back to the balance), two
+final statuses that disagree (CONFLICTING_FINAL), or a second entity carrying this intent's stamp (SECOND_ENTITY).
+The agent's next interlock_status is told ESCALATE_TO_OPERATOR for any of these (ingress/status.py); nothing here
+retries or reverses anything: a new refund after a failed one is a new business action.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from interlock.mandate import REFUND_TOOL
+from ledger import audit
+from ledger.db import require_transaction
+from ledger.queries import SETTLEMENT_TOOL
+
+# Where an observation was read.
+ANSWER, WEBHOOK, POLL = "answer", "webhook", "poll"
+
+# A status's place in its entity's lifecycle; the highest ranks are final. A status the rail may add later ranks 0:
+# kept if nothing is known yet, never over a known one.
+_RANKS: dict[str, dict[str, int]] = {
+    REFUND_TOOL: {"pending": 1, "processed": 3, "failed": 3},
+    SETTLEMENT_TOOL: {"created": 1, "initiated": 2, "partially_processed": 3, "processed": 4, "reversed": 4},
+}
+_FINAL: dict[str, frozenset[str]] = {
+    REFUND_TOOL: frozenset({"processed", "failed"}),
+    SETTLEMENT_TOOL: frozenset({"processed", "reversed"}),
+}
+# The amounts kept with each status (integers in minor units, as the rail stated them).
+_AMOUNTS: dict[str, tuple[str, ...]] = {
+    REFUND_TOOL: ("amount",),
+    SETTLEMENT_TOOL: ("amount_requested", "amount_settled", "amount_pending", "amount_reversed", "fees", "tax"),
+}
+
+REFUND_FAILED = "REFUND_FAILED"
+SETTLEMENT_REVERSED = "SETTLEMENT_REVERSED"
+CONFLICTING_FINAL = "CONFLICTING_FINAL"
+SECOND_ENTITY = "SECOND_ENTITY"
+
+
+@dataclass(frozen=True, slots=True)
+class RailStatus:
+    merchant_id: str
+    sik: str
+    tool: str
+    entity_id: str
+    status: str
+    final: bool
+    attention: str | None
+    amounts: dict[str, int]
+    source: str
+    updated_at: int
+    next_poll_at: int | None
+    polls: int
+
+    @classmethod
+    def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> RailStatus:
+        (merchant_id, sik, tool, entity_id, status, final, attention, amounts, source, updated_at, next_poll_at,
+         polls) = tuple(row)  # fmt: skip
+        return cls(str(merchant_id), str(sik), str(tool), str(entity_id), str(status), bool(final), attention,
+                   json.loads(amounts), str(source), int(updated_at), next_poll_at, int(polls))  # fmt: skip
+
+    def view(self) -> dict[str, Any]:
+        """What interlock_status, the console and `interlock status` show of it."""
+        return {"status": self.status, "final": self.final, "attention": self.attention, "amounts": self.amounts,
+                "source": self.source, "updated_at": self.updated_at}  # fmt: skip
+
+
+_COLUMNS = ("merchant_id, sik, tool, entity_id, status, final, attention, amounts_json, source, updated_at, "
+            "next_poll_at, polls")  # fmt: skip
+
+
+def follows(tool: str) -> bool:
+    return tool in _RANKS
+
+
+def is_final(tool: str, status: str) -> bool:
+    return status in _FINAL.get(tool, frozenset())
+
+
+def amounts_of(tool: str, entity: dict[str, Any]) -> dict[str, int]:
+    return {k: v for k in _AMOUNTS.get(tool, ()) if type(v := entity.get(k)) is int}
+
+
+def attention_for(tool: str, status: str, amounts: dict[str, int]) -> str | None:
+    if tool == REFUND_TOOL and status == "failed":
+        return REFUND_FAILED
+    if tool == SETTLEMENT_TOOL and (status == "reversed" or amounts.get("amount_reversed", 0) > 0):
+        return SETTLEMENT_REVERSED
+    return None
+
+
+def current(conn: sqlite3.Connection, merchant_id: str, sik: str) -> RailStatus | None:
+    row = conn.execute(f"SELECT {_COLUMNS} FROM rail_status WHERE merchant_id = ? AND sik = ?",
+                       (merchant_id, sik)).fetchone()  # fmt: skip
+    return None if row is None else RailStatus.from_row(row)
+
+
+def observe(conn: sqlite3.Connection, *, merchant_id: str, sik: str, tool: str, entity_id: str, status: str,
+            entity: dict[str, Any], source: str, ref: str | None, now: int, next_poll_at: int | None,
+            actor: str) -> RailStatus | None:  # fmt: skip
+    """Take one observation of the intent's entity; returns the row when it changed, else None.
+
+    Taken when it is the first, or ranks above the current status, or (not final) states the same status with more
+    of the money accounted for (a partially processed settlement settling more). Never over a final status: a
+    different final one is kept in the history as a conflict and raised (CONFLICTING_FINAL)."""
+    require_transaction(conn)
+    amounts = amounts_of(tool, entity)
+    was = current(conn, merchant_id, sik)
+    if was is not None and was.entity_id != entity_id:
+        return _second_entity(conn, was, entity_id, status, source, ref, now, actor)
+    taken = "moved" if was is None else _judge(tool, was, status, amounts)
+    if taken is None:
+        return None  # the same thing seen again: nothing to add
+    conn.execute(
+        """INSERT INTO rail_status_history (merchant_id, sik, status, source, ref, amounts_json, taken, observed_at)
+           VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
+        (merchant_id, sik, status, source, ref, _dump(amounts), taken, now),
+    )  # fmt: skip
+    if taken == "stale":
+        return None
+    final = is_final(tool, status)
+    if taken == "conflict":
+        assert was is not None
+        conn.execute("UPDATE rail_status SET attention = ?, updated_at = ? WHERE merchant_id = ? AND sik = ?",
+                     (CONFLICTING_FINAL, now, merchant_id, sik))  # fmt: skip
+        _audit(conn, merchant_id, sik, tool, entity_id, status=was.status, previous=was.status, final=True,
+               attention=CONFLICTING_FINAL, source=source, ref=ref, amounts=was.amounts, now=now, actor=actor,
+               conflicting=status)  # fmt: skip
+        return current(conn, merchant_id, sik)
+    attention = attention_for(tool, status, amounts) or (was.attention if was is not None else None)
+    conn.execute(
+        f"""INSERT INTO rail_status ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
+            ON CONFLICT (merchant_id, sik) DO UPDATE SET status = excluded.status, final = excluded.final,
+              attention = excluded.attention, amounts_json = excluded.amounts_json, source = excluded.source,
+              updated_at = excluded.updated_at, next_poll_at = excluded.next_poll_at""",
+        (merchant_id, sik, tool, entity_id, status, int(final), attention, _dump(amounts), source, now,
+         None if final else next_poll_at),
+    )  # fmt: skip
+    _audit(conn, merchant_id, sik, tool, entity_id, status=status, previous=None if was is None else was.status,
+           final=final, attention=attention, source=source, ref=ref, amounts=amounts, now=now, actor=actor)
+    return current(conn, merchant_id, sik)
+
+
+def _judge(tool: str, was: RailStatus, status: str, amounts: dict[str, int]) -> str | None:
+    """moved, stale, conflict, or None (nothing new)."""
+    ranks = _RANKS[tool]
+    old, new = ranks.get(was.status, 0), ranks.get(status, 0)
+    if status == was.status:
+        if was.final or _progress(amounts) <= _progress(was.amounts):
+            return None
+        return "moved"
+    if was.final:
+        return "conflict" if is_final(tool, status) else "stale"
+    return "moved" if new > old else "stale"
+
+
+def _progress(amounts: dict[str, int]) -> int:
+    # How much of a settlement the rail has accounted for, settled or reversed: only grows as it is worked on.
+    return amounts.get("amount_settled", 0) + amounts.get("amount_reversed", 0)
+
+
+def _second_entity(conn: sqlite3.Connection, was: RailStatus, entity_id: str, status: str, source: str,
+                   ref: str | None, now: int, actor: str) -> RailStatus | None:  # fmt: skip
+    """Another entity carries this intent's stamp: the rail may hold the money twice. Never followed as if it were
+    the intent's; raised for a person with both ids on the audit record."""
+    if was.attention == SECOND_ENTITY:
+        return None
+    conn.execute("UPDATE rail_status SET attention = ?, updated_at = ? WHERE merchant_id = ? AND sik = ?",
+                 (SECOND_ENTITY, now, was.merchant_id, was.sik))  # fmt: skip
+    _audit(conn, was.merchant_id, was.sik, was.tool, was.entity_id, status=was.status, previous=was.status,
+           final=was.final, attention=SECOND_ENTITY, source=source, ref=ref, amounts=was.amounts, now=now,
+           actor=actor, second_entity_id=entity_id, second_status=status)  # fmt: skip
+    return current(conn, was.merchant_id, was.sik)
+
+
+def _audit(conn: sqlite3.Connection, merchant_id: str, sik: str, tool: str, entity_id: str, *, status: str,
+           previous: str | None, final: bool, attention: str | None, source: str, ref: str | None,
+           amounts: dict[str, int], now: int, actor: str, **extra: Any) -> None:  # fmt: skip
+    audit.append(conn, "RAIL_STATUS", {
+        "merchant_id": merchant_id, "sik": sik, "tool": tool, "rail_entity_id": entity_id, "status": status,
+        "previous": previous, "final": final, "attention": attention, "source": source, "ref": ref,
+        "amounts": amounts, "actor": actor, **extra,
+    }, now)  # fmt: skip
+
+
+def _dump(amounts: dict[str, int]) -> str:
+    return json.dumps(amounts, sort_keys=True, separators=(",", ":"))
+
+
+def history(conn: sqlite3.Connection, merchant_id: str, sik: str) -> list[dict[str, Any]]:
+    """Every observation kept for the intent, oldest first (repeats of the current status are not kept)."""
+    rows = conn.execute(
+        """SELECT status, source, ref, amounts_json, taken, observed_at FROM rail_status_history
+           WHERE merchant_id = ? AND sik = ? ORDER BY id""",
+        (merchant_id, sik),
+    ).fetchall()
+    return [{"status": r[0], "source": r[1], "ref": r[2], "amounts": json.loads(r[3]), "taken": r[4],
+             "observed_at": int(r[5])} for r in rows]  # fmt: skip
+
+
+def schedule(conn: sqlite3.Connection, merchant_id: str, sik: str, *, next_poll_at: int | None, polled: bool) -> None:
+    """When the poller fetches the entity next (a final one is not fetched again)."""
+    require_transaction(conn)
+    conn.execute(
+        """UPDATE rail_status SET next_poll_at = CASE WHEN final = 1 THEN NULL ELSE ? END, polls = polls + ?
+           WHERE merchant_id = ? AND sik = ?""",
+        (next_poll_at, int(polled), merchant_id, sik),
+    )  # fmt: skip
+
+
+def due(conn: sqlite3.Connection, now: int, *, limit: int = 100) -> list[RailStatus]:
+    """Entities not final whose next fetch is due, the longest-waiting first."""
+    rows = conn.execute(
+        f"""SELECT {_COLUMNS} FROM rail_status WHERE final = 0 AND next_poll_at <= ?
+            ORDER BY next_poll_at LIMIT ?""",
+        (now, limit),
+    ).fetchall()  # fmt: skip
+    return [RailStatus.from_row(r) for r in rows]
+
+
+def not_final(conn: sqlite3.Connection, *, since: int) -> int:
+    """How many followed entities, applied at or after *since*, are not final yet."""
+    row = conn.execute("SELECT COUNT(*) FROM rail_status WHERE final = 0 AND updated_at >= ?", (since,)).fetchone()
+    return int(row[0])
+
+
+def poll_soon(conn: sqlite3.Connection, *, since: int, at: int) -> int:
+    """Bring forward to *at* the next fetch of every entity not final, last changed at or after *since* (the backfill
+    when webhooks stop coming); returns how many."""
+    require_transaction(conn)
+    cur = conn.execute("UPDATE rail_status SET next_poll_at = ? WHERE final = 0 AND updated_at >= ? "
+                       "AND (next_poll_at IS NULL OR next_poll_at > ?)", (at, since, at))  # fmt: skip
+    return cur.rowcount
+
+
+def untracked(conn: sqlite3.Connection, *, since: int, limit: int = 500) -> list[tuple[str, str, int]]:
+    """APPLIED intents, changed at or after *since*, that the lifecycle does not follow yet: (merchant, SIK,
+    updated_at), oldest first."""
+    marks = ", ".join("?" for _ in _RANKS)
+    rows = conn.execute(
+        f"""SELECT i.merchant_id, i.sik, i.updated_at FROM intents i
+            WHERE i.state = 'APPLIED' AND i.updated_at >= ? AND i.rail_entity_id IS NOT NULL AND i.tool IN ({marks})
+              AND NOT EXISTS (SELECT 1 FROM rail_status s WHERE s.merchant_id = i.merchant_id AND s.sik = i.sik)
+            ORDER BY i.updated_at LIMIT ?""",
+        (since, *_RANKS, limit),
+    ).fetchall()  # fmt: skip
+    return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
+
+
+def needs_attention(conn: sqlite3.Connection, *, limit: int = 200) -> list[RailStatus]:
+    """Every followed entity a person must look at, the most recent first."""
+    rows = conn.execute(
+        f"SELECT {_COLUMNS} FROM rail_status WHERE attention IS NOT NULL ORDER BY updated_at DESC LIMIT ?", (limit,)
+    ).fetchall()
+    return [RailStatus.from_row(r) for r in rows]
+
+
+def counts(conn: sqlite3.Connection) -> list[tuple[str, str, int]]:
+    """(tool, status, how many) over every followed entity."""
+    return [(str(t), str(s), int(n)) for t, s, n in
+            conn.execute("SELECT tool, status, COUNT(*) FROM rail_status GROUP BY tool, status")]  # fmt: skip
+
+
+def attention_counts(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+    return [(str(a), int(n)) for a, n in
+            conn.execute("SELECT attention, COUNT(*) FROM rail_status WHERE attention IS NOT NULL GROUP BY attention")]

@@ -1,0 +1,131 @@
+"""The lifecycle after APPLIED (ledger/lifecycle.py): observations arrive in any order and twice; a final status is
+never overwritten by an earlier one, a second final one is raised for a person, and each change is audit-chained."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from ledger import audit, lifecycle
+from ledger.db import open_ledger, transaction
+from ledger.states import State
+from tests.ledger.helpers import put_intent
+
+M = "acc_DEMO000001"
+SIK = "L" * 32
+REFUND, SETTLEMENT = "create_refund", "create_instant_settlement"
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> sqlite3.Connection:
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    put_intent(conn, SIK, "APPLIED", amount=5000)
+    return conn
+
+
+def see(conn: sqlite3.Connection, status: str, *, tool: str = REFUND, entity_id: str = "rfnd_L1",
+        source: str = lifecycle.WEBHOOK, ref: str | None = None, now: int = 100,
+        **amounts: int) -> lifecycle.RailStatus | None:  # fmt: skip
+    entity = {"id": entity_id, "status": status, "amount": 5000, **amounts}
+    with transaction(conn):
+        return lifecycle.observe(conn, merchant_id=M, sik=SIK, tool=tool, entity_id=entity_id, status=status,
+                                 entity=entity, source=source, ref=ref, now=now, next_poll_at=now + 10,
+                                 actor="test")  # fmt: skip
+
+
+def statuses(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    return [(h["status"], h["taken"]) for h in lifecycle.history(conn, M, SIK)]
+
+
+def test_a_refund_moves_pending_to_processed_and_is_not_fetched_again(ledger) -> None:
+    first = see(ledger, "pending", source=lifecycle.ANSWER)
+    assert first is not None and (first.status, first.final, first.next_poll_at) == ("pending", False, 110)
+    done = see(ledger, "processed", ref="evt_2", now=200)
+    assert done is not None and (done.status, done.final, done.next_poll_at, done.attention) == \
+        ("processed", True, None, None)  # fmt: skip
+    assert lifecycle.due(ledger, 10**9) == []
+    assert statuses(ledger) == [("pending", "moved"), ("processed", "moved")]
+
+
+def test_an_earlier_status_arriving_late_changes_nothing(ledger) -> None:
+    see(ledger, "processed", now=100)
+    assert see(ledger, "pending", now=200) is None
+    row = lifecycle.current(ledger, M, SIK)
+    assert row is not None and (row.status, row.updated_at) == ("processed", 100)
+    assert statuses(ledger) == [("processed", "moved"), ("pending", "stale")]
+
+
+def test_the_same_status_seen_again_adds_nothing(ledger) -> None:
+    see(ledger, "pending")
+    assert see(ledger, "pending", source=lifecycle.POLL, now=300) is None
+    assert statuses(ledger) == [("pending", "moved")]
+
+
+def test_a_failed_refund_is_raised_for_a_person_and_stays_applied(ledger) -> None:
+    see(ledger, "pending")
+    row = see(ledger, "failed", ref="evt_f", now=150)
+    assert row is not None and (row.final, row.attention) == (True, lifecycle.REFUND_FAILED)
+    assert [r.sik for r in lifecycle.needs_attention(ledger)] == [SIK]
+    state = ledger.execute("SELECT state FROM intents WHERE sik = ?", (SIK,)).fetchone()[0]
+    assert state == State.APPLIED.value, "the lifecycle is not a state of the money machine (I4)"
+
+
+def test_a_second_final_status_is_kept_as_a_conflict_not_taken(ledger) -> None:
+    see(ledger, "processed", now=100)
+    row = see(ledger, "failed", now=200)
+    assert row is not None and (row.status, row.attention) == ("processed", lifecycle.CONFLICTING_FINAL)
+    assert statuses(ledger) == [("processed", "moved"), ("failed", "conflict")]
+
+
+def test_a_settlement_partly_reversed_is_raised_and_more_progress_is_taken(ledger) -> None:
+    see(ledger, "initiated", tool=SETTLEMENT, entity_id="setlod_1", amount_settled=0, amount_reversed=0)
+    part = see(ledger, "partially_processed", tool=SETTLEMENT, entity_id="setlod_1", now=200, amount_settled=600,
+               amount_pending=400, amount_reversed=0)  # fmt: skip
+    assert part is not None and (part.final, part.attention) == (False, None)
+    more = see(ledger, "partially_processed", tool=SETTLEMENT, entity_id="setlod_1", now=300, amount_settled=600,
+               amount_pending=0, amount_reversed=400)  # fmt: skip
+    assert more is not None and more.attention == lifecycle.SETTLEMENT_REVERSED
+    assert more.amounts["amount_reversed"] == 400
+    assert see(ledger, "partially_processed", tool=SETTLEMENT, entity_id="setlod_1", now=400, amount_settled=600,
+               amount_pending=400, amount_reversed=0) is None, "less progress is an older reading"  # fmt: skip
+    rev = see(ledger, "reversed", tool=SETTLEMENT, entity_id="setlod_1", now=500, amount_reversed=1000)
+    assert rev is not None and (rev.final, rev.attention) == (True, lifecycle.SETTLEMENT_REVERSED)
+
+
+def test_another_entity_carrying_the_stamp_is_raised_not_followed(ledger) -> None:
+    see(ledger, "processed", entity_id="rfnd_L1")
+    row = see(ledger, "processed", entity_id="rfnd_OTHER", ref="evt_x", now=200)
+    assert row is not None and (row.entity_id, row.attention) == ("rfnd_L1", lifecycle.SECOND_ENTITY)
+    payload = json.loads(ledger.execute(
+        "SELECT payload_json FROM audit_log WHERE kind = 'RAIL_STATUS' ORDER BY seq DESC LIMIT 1").fetchone()[0])
+    assert (payload["second_entity_id"], payload["rail_entity_id"]) == ("rfnd_OTHER", "rfnd_L1")
+
+
+def test_every_change_is_on_the_audit_chain(ledger) -> None:
+    see(ledger, "pending", source=lifecycle.ANSWER)
+    see(ledger, "processed", ref="evt_p", now=200)
+    records = [json.loads(r[0]) for r in ledger.execute(
+        "SELECT payload_json FROM audit_log WHERE kind = 'RAIL_STATUS' ORDER BY seq")]
+    assert [(r["status"], r["previous"], r["source"], r["ref"]) for r in records] == \
+        [("pending", None, "answer", None), ("processed", "pending", "webhook", "evt_p")]  # fmt: skip
+    assert audit.verify_chain(ledger) is None
+
+
+def test_the_backfill_brings_every_fetch_not_final_forward(ledger) -> None:
+    see(ledger, "pending", now=100)  # next fetch at 110
+    with transaction(ledger):
+        lifecycle.schedule(ledger, M, SIK, next_poll_at=10_000, polled=True)
+    assert lifecycle.due(ledger, 5_000) == []
+    with transaction(ledger):
+        assert lifecycle.poll_soon(ledger, since=0, at=5_000) == 1
+    assert [r.sik for r in lifecycle.due(ledger, 5_000)] == [SIK]
+
+
+def test_an_applied_intent_not_followed_yet_is_found_once(ledger) -> None:
+    ledger.execute("UPDATE intents SET rail_entity_id = 'rfnd_L1' WHERE sik = ?", (SIK,))
+    assert [s for _, s, _ in lifecycle.untracked(ledger, since=0)] == [SIK]
+    see(ledger, "pending")
+    assert lifecycle.untracked(ledger, since=0) == []

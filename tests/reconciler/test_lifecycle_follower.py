@@ -1,0 +1,182 @@
+"""Following applied money to its final status (reconciler/lifecycle.py): from the call's own answer, by webhook,
+by a poll with a backoff, and by the backfill when the webhook stream falls silent. A unit test: the rail is a
+dict of entities (the real stack's follower is exercised in tests/engine/test_lifecycle_stack.py)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ledger import intents, lifecycle, webhook_inbox
+from ledger.db import open_ledger, transaction
+from ledger.states import Event
+from rails.models import Refund, Settlement
+from rails.razorpay import RailError, RailErrorKind
+from reconciler.inbox import InboxReader
+from reconciler.lifecycle import WITH_WEBHOOKS_FIRST_POLL_MS, LifecycleFollower
+from tests.ledger.helpers import put_intent
+
+M = "acc_DEMO000001"
+SIK = "F" * 32
+RID = "rfnd_F1"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+class Rail:
+    def __init__(self) -> None:
+        self.entities: dict[str, dict[str, Any]] = {}
+        self.fetches: list[str] = []
+        self.down = False
+
+    def fetch_refund(self, refund_id: str) -> Refund:
+        return Refund.from_raw(self._get(refund_id))
+
+    def fetch_instant_settlement(self, settlement_id: str) -> Settlement:
+        return Settlement.from_raw(self._get(settlement_id))
+
+    def _get(self, entity_id: str) -> dict[str, Any]:
+        self.fetches.append(entity_id)
+        if self.down:
+            raise RailError(RailErrorKind.AMBIGUOUS, "connect timeout", method="GET", path="/v1/refunds/{id}")
+        return self.entities[entity_id]
+
+
+def refund(status: str) -> dict[str, Any]:
+    return {"id": RID, "entity": "refund", "amount": 5000, "currency": "INR", "payment_id": "pay_T0001",
+            "status": status, "notes": {"interlock_sik": SIK}, "receipt": None}  # fmt: skip
+
+
+def applied(conn: sqlite3.Connection, answer: dict[str, Any] | None, *, now: int) -> None:
+    put_intent(conn, SIK, "IN_FLIGHT", amount=5000, now=now)
+    with transaction(conn):
+        intents.finish_attempt(conn, M, SIK, 1, now=now, outcome="APPLIED", rail_entity_id=RID, http_status=200,
+                               response=answer)  # fmt: skip
+        intents.transition(conn, M, SIK, Event.RAIL_APPLIED, now=now, set_fields={"rail_entity_id": RID})
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> sqlite3.Connection:
+    return open_ledger(tmp_path / "ledger.sqlite3")
+
+
+def follower(ledger: sqlite3.Connection, rail: Rail, clock: Clock, **kw: Any) -> LifecycleFollower:
+    return LifecycleFollower(ledger=ledger, rail=rail, owner="reconciler-test", first_poll_ms=2000, clock=clock, **kw)
+
+
+def test_the_answers_pending_is_followed_by_polls_until_processed(ledger, clock) -> None:
+    rail = Rail()
+    applied(ledger, refund("pending"), now=clock.ms)
+    f = follower(ledger, rail, clock)
+    assert f.step() == 1 and rail.fetches == [], "the answer's own status is the start: no fetch for it"
+    row = lifecycle.current(ledger, M, SIK)
+    assert row is not None and (row.status, row.source, row.next_poll_at) == ("pending", "answer", clock.ms + 2000)
+    rail.entities[RID] = refund("pending")
+    clock.ms += 2000
+    assert f.step() == 0 and rail.fetches == [RID]
+    row = lifecycle.current(ledger, M, SIK)
+    assert row is not None and (row.polls, row.next_poll_at) == (1, clock.ms + 2000)
+    clock.ms += 1999
+    f.step()
+    assert rail.fetches == [RID], "not before its backoff"
+    rail.entities[RID] = refund("processed")
+    clock.ms += 1
+    assert f.step() == 1
+    row = lifecycle.current(ledger, M, SIK)
+    assert row is not None and (row.status, row.final, row.source, row.next_poll_at) == \
+        ("processed", True, "poll", None)  # fmt: skip
+    clock.ms += 10**8
+    f.step()
+    assert rail.fetches == [RID, RID], "a final entity is not fetched again"
+
+
+def test_an_intent_applied_on_a_lists_word_is_fetched_at_once(ledger, clock) -> None:
+    rail = Rail()
+    rail.entities[RID] = refund("processed")
+    applied(ledger, None, now=clock.ms)
+    assert follower(ledger, rail, clock).step() == 1 and rail.fetches == [RID]
+    row = lifecycle.current(ledger, M, SIK)
+    assert row is not None and (row.status, row.source) == ("processed", "poll")
+
+
+def test_a_rail_that_cannot_be_read_is_asked_again_later_not_in_a_loop(ledger, clock) -> None:
+    rail = Rail()
+    rail.down = True
+    applied(ledger, None, now=clock.ms)
+    f = follower(ledger, rail, clock)
+    f.step()
+    f.step()
+    assert rail.fetches == [RID] and f.counts["fetch_failed"] == 1
+    rail.down, rail.entities[RID] = False, refund("failed")
+    clock.ms += 5000
+    assert f.step() == 1
+    row = lifecycle.current(ledger, M, SIK)
+    assert row is not None and row.attention == lifecycle.REFUND_FAILED
+    assert f.counts["attention:REFUND_FAILED"] == 1
+
+
+def test_a_webhook_moves_a_followed_refund_and_the_poll_waits_for_it(ledger, clock, tmp_path) -> None:
+    rail = Rail()
+    inbox = webhook_inbox.open_inbox(tmp_path / "webhooks.sqlite3")
+    applied(ledger, refund("pending"), now=clock.ms)
+    f = follower(ledger, rail, clock, webhooks=True)
+    reader = InboxReader(ledger=ledger, inbox=inbox, reader="shard:0", owner="reconciler-test", clock=clock,
+                         on_sighting=lambda m, s, seen, ref: f.sighted(m, s, entity_id=seen.entity_id,
+                                                                       status=seen.status, entity=seen.entity,
+                                                                       ref=ref))  # fmt: skip
+    f.step()
+    row = lifecycle.current(ledger, M, SIK)
+    assert row is not None and row.next_poll_at == clock.ms + WITH_WEBHOOKS_FIRST_POLL_MS
+    body = json.dumps({"entity": "event", "account_id": M, "event": "refund.processed", "contains": ["refund"],
+                       "payload": {"refund": {"entity": refund("processed")}}, "created_at": 1}).encode()  # fmt: skip
+    webhook_inbox.store(inbox, event_id="evt_p", body=body, event="refund.processed", account_id=M, created_at=1,
+                        now=clock.ms)  # fmt: skip
+    reader.read()
+    row = lifecycle.current(ledger, M, SIK)
+    assert row is not None and (row.status, row.source, row.final) == ("processed", "webhook", True)
+    assert rail.fetches == []
+
+
+def test_a_silent_webhook_stream_makes_every_entity_not_final_fetched(ledger, clock) -> None:
+    rail = Rail()
+    rail.entities[RID] = refund("pending")
+    heard: list[int | None] = [clock.ms - 1]  # the last webhook arrived before this money call
+    applied(ledger, refund("pending"), now=clock.ms)
+    f = follower(ledger, rail, clock, webhooks=True, silence_ms=600_000, last_webhook_at=lambda: heard[0])
+    f.step()
+    with transaction(ledger):  # a backoff grown to hours, as for a refund pending for days
+        lifecycle.schedule(ledger, M, SIK, next_poll_at=clock.ms + 36_000_000, polled=False)
+    clock.ms += 599_999
+    f.step()
+    assert rail.fetches == [] and f.counts["backfills"] == 0
+    clock.ms += 1
+    f.step()
+    assert rail.fetches == [RID] and f.counts["backfills"] == 1, "the backfill fetches before the backoff"
+
+
+def test_a_webhook_after_the_money_call_means_the_stream_is_alive(ledger, clock) -> None:
+    rail = Rail()
+    rail.entities[RID] = refund("pending")
+    heard: list[int | None] = [None]
+    applied(ledger, refund("pending"), now=clock.ms)
+    f = follower(ledger, rail, clock, webhooks=True, silence_ms=600_000, last_webhook_at=lambda: heard[0])
+    f.step()
+    heard[0] = clock.ms + 10
+    clock.ms += 700_000
+    f.step()
+    assert f.counts["backfills"] == 0
