@@ -142,6 +142,15 @@ class SimRail:
         raise RailError(RailErrorKind.REJECTED, "The id provided does not exist", method="GET",
                         path=f"/v1/refunds/{refund_id}", http_status=400, code="BAD_REQUEST_ERROR")  # fmt: skip
 
+    def fetch_instant_settlement(self, settlement_id: str) -> Settlement:
+        self._read("settlement.fetch")
+        for raw in self.settlements:
+            if raw["id"] == settlement_id:
+                return Settlement.from_raw(dict(raw))
+        raise RailError(RailErrorKind.REJECTED, "The id provided does not exist", method="GET",
+                        path=f"/v1/settlements/ondemand/{settlement_id}", http_status=400,
+                        code="BAD_REQUEST_ERROR")  # fmt: skip
+
     def fetch_balance(self) -> Balance:
         self._read("balance.fetch")
         return Balance.from_raw({"balance": self.balance, "currency": "INR"})
