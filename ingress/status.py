@@ -4,6 +4,11 @@ caller's merchant, in the same structured content as a money call (SPEC §10) wi
 An unknown sik or operation_ref is a successful call whose state is NOT_FOUND: the question was well
 formed and the answer is "nothing recorded". Its caller_action is RETRY_SAME_CALL, because the usual
 reason is a proposal that never reached the ledger, and repeating the original call is safe.
+
+An APPLIED intent also shows `rail_status`, what the rail has said of the money since (ledger/lifecycle.py): a
+refund pending, processed or failed at the bank, a settlement initiated, processed, partially processed or
+reversed. When that needs a person (a failed refund, a reversed settlement), caller_action is ESCALATE_TO_OPERATOR:
+a new refund after a failed one is a new business action, never a retry of this one.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from ingress.app import Caller, Ingress
 from interlock.arguments import parse_status_query
 from interlock.errors import InvalidInput, LedgerError
 from interlock.messages import CallerAction, IntentTerms, Outcome, caller_action_for
+from ledger import lifecycle
 from ledger.db import open_ledger
 from ledger.intents import get_intent, sik_for_operation_ref
 
@@ -58,6 +64,7 @@ def _lookup(path: Path, merchant_id: str, sik: str | None, operation_ref: str | 
             assert operation_ref is not None  # parse_status_query guarantees exactly one
             sik = sik_for_operation_ref(conn, merchant_id, operation_ref)
         intent = None if sik is None else get_intent(conn, merchant_id, sik)
+        followed = None if intent is None else lifecycle.current(conn, merchant_id, intent.sik)
     finally:
         conn.close()
     if intent is None:
@@ -80,6 +87,12 @@ def _lookup(path: Path, merchant_id: str, sik: str | None, operation_ref: str | 
         caller_action=caller_action_for(state),
         replayed=True,
     ).structured()
+    if followed is not None:
+        # What the rail says has become of the money since it accepted the call (issue 27): a refund the bank failed
+        # or a settlement reversed is still APPLIED, and a person decides what follows, never an automatic retry.
+        body["rail_status"] = followed.view()
+        if followed.attention is not None:
+            body["caller_action"] = CallerAction.ESCALATE_TO_OPERATOR.value
     if intent.task_id is not None:  # the harness-signed task the call was bound to (SPEC §10)
         body["task"] = {"task_id": intent.task_id, "task_digest": intent.task_digest}
     return body

@@ -71,6 +71,22 @@ _RESULT_SCHEMA: dict[str, Any] = {
         "reason_code": {"type": ["string", "null"]},
         "caller_action": {"type": "string", "enum": list(CALLER_ACTIONS)},
         "replayed": {"type": "boolean"},
+        "rail_status": {
+            "type": "object",
+            "description": "interlock_status only, for an APPLIED call: what the rail has said of the money since "
+            "(a refund pending, processed or failed; a settlement created, initiated, processed, "
+            "partially_processed or reversed). With an attention, a person must decide what follows.",
+            "properties": {
+                "status": {"type": "string"},
+                "final": {"type": "boolean"},
+                "attention": {"type": ["string", "null"]},
+                "amounts": {"type": "object", "additionalProperties": {"type": "integer"}},
+                "source": {"type": "string"},
+                "updated_at": {"type": "integer"},
+            },
+            "required": ["status", "final", "attention", "amounts", "source", "updated_at"],
+            "additionalProperties": False,
+        },
         "task": {
             "type": "object",
             "description": "interlock_status only: the harness-signed task the call was bound to",

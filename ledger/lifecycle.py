@@ -51,6 +51,7 @@ REFUND_FAILED = "REFUND_FAILED"
 SETTLEMENT_REVERSED = "SETTLEMENT_REVERSED"
 CONFLICTING_FINAL = "CONFLICTING_FINAL"
 SECOND_ENTITY = "SECOND_ENTITY"
+ATTENTIONS = (REFUND_FAILED, SETTLEMENT_REVERSED, CONFLICTING_FINAL, SECOND_ENTITY)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +106,15 @@ def attention_for(tool: str, status: str, amounts: dict[str, int]) -> str | None
     return None
 
 
+def _kept(conn: sqlite3.Connection) -> bool:
+    """Whether this ledger has the lifecycle tables yet: a reader (the ingress, `interlock status`, metrics) may open
+    read-only a ledger whose rail worker, which creates the schema, has not been restarted on this version."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'rail_status'").fetchone() is not None
+
+
 def current(conn: sqlite3.Connection, merchant_id: str, sik: str) -> RailStatus | None:
+    if not _kept(conn):
+        return None
     row = conn.execute(f"SELECT {_COLUMNS} FROM rail_status WHERE merchant_id = ? AND sik = ?",
                        (merchant_id, sik)).fetchone()  # fmt: skip
     return None if row is None else RailStatus.from_row(row)
@@ -265,6 +274,8 @@ def untracked(conn: sqlite3.Connection, *, since: int, limit: int = 500) -> list
 
 def needs_attention(conn: sqlite3.Connection, *, limit: int = 200) -> list[RailStatus]:
     """Every followed entity a person must look at, the most recent first."""
+    if not _kept(conn):
+        return []
     rows = conn.execute(
         f"SELECT {_COLUMNS} FROM rail_status WHERE attention IS NOT NULL ORDER BY updated_at DESC LIMIT ?", (limit,)
     ).fetchall()
@@ -273,10 +284,14 @@ def needs_attention(conn: sqlite3.Connection, *, limit: int = 200) -> list[RailS
 
 def counts(conn: sqlite3.Connection) -> list[tuple[str, str, int]]:
     """(tool, status, how many) over every followed entity."""
+    if not _kept(conn):
+        return []
     return [(str(t), str(s), int(n)) for t, s, n in
             conn.execute("SELECT tool, status, COUNT(*) FROM rail_status GROUP BY tool, status")]  # fmt: skip
 
 
 def attention_counts(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+    if not _kept(conn):
+        return []
     return [(str(a), int(n)) for a, n in
             conn.execute("SELECT attention, COUNT(*) FROM rail_status WHERE attention IS NOT NULL GROUP BY attention")]

@@ -25,6 +25,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from interlock.clock import now_ms
 from interlock.config import Settings
 from interlock.queues import gates_queue, rail_queue, reconcile_hint_key, rq_queue
+from ledger import lifecycle
 from ledger.db import open_ledger
 from ledger.states import State
 
@@ -132,6 +133,21 @@ def ledger_metrics(conn: sqlite3.Connection, now: int | None = None, *, shard: s
     row = conn.execute("SELECT MIN(updated_at) FROM intents WHERE state = 'HELD'").fetchone()
     holds.add_metric([shard], 0.0 if row[0] is None else max(0, now - int(row[0])) / 1000)
     yield holds
+
+    # The lifecycle after APPLIED (ledger/lifecycle.py): where applied money stands, and what a person must look at
+    # (a refund the bank failed, a settlement reversed): alert on interlock_rail_attention > 0.
+    followed = GaugeMetricFamily("interlock_rail_status", "applied refunds and settlements by the rail's latest status",
+                                 labels=["tool", "status", "shard"])  # fmt: skip
+    for tool, status, n in lifecycle.counts(conn):
+        followed.add_metric([tool, status, shard], n)
+    yield followed
+    attention = GaugeMetricFamily("interlock_rail_attention",
+                                  "applied money a person must look at (REFUND_FAILED, SETTLEMENT_REVERSED, "
+                                  "CONFLICTING_FINAL, SECOND_ENTITY)", labels=["reason", "shard"])  # fmt: skip
+    raised = dict(lifecycle.attention_counts(conn))
+    for reason in lifecycle.ATTENTIONS:
+        attention.add_metric([reason, shard], raised.get(reason, 0))
+    yield attention
 
     records = GaugeMetricFamily("interlock_audit_records", "records in the audit chain", labels=["shard"])
     records.add_metric([shard], int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM audit_head").fetchone()[0]))

@@ -1,5 +1,7 @@
 """`interlock status`: the first thing an operator runs — intents by state, the oldest UNKNOWN,
-queue depths, who holds the rail worker's lease, and the timing bounds the money path relies on.
+queue depths, who holds the rail worker's lease, where applied money stands at the rail (and what of it
+needs a person: a refund the bank failed, a settlement reversed), and the timing bounds the money path
+relies on.
 
 With a shard map (INTERLOCK_SHARDS) it reports each shard on its own and the intents of all of them in
 total; a shard whose ledger cannot be read is reported as such, and the others still are."""
@@ -19,7 +21,7 @@ from interlock.config import Settings, env_name, load_settings
 from interlock.errors import InterlockError
 from interlock.queues import gates_queue, rail_queue, rail_unrecorded_key, reconcile_hint_key, rq_queue
 from interlock.shards import load_shard_map
-from ledger import leases
+from ledger import leases, lifecycle
 from ledger.db import open_ledger
 from ledger.queries import intents_by_state
 
@@ -42,12 +44,25 @@ def collect(ledger_path: Path, redis_url: str | None, shard: str) -> dict[str, A
                 "owner": lease.owner, "epoch": lease.epoch, "live": lease.expires_at > now,
                 "heartbeat_age_ms": now - lease.heartbeat_at,
             },
+            "rail_status": _by_tool(lifecycle.counts(conn)),
+            "needs_attention": [
+                {"merchant_id": row.merchant_id, "sik": row.sik, "tool": row.tool, "entity_id": row.entity_id,
+                 "status": row.status, "attention": row.attention, "updated_at": row.updated_at}
+                for row in lifecycle.needs_attention(conn)
+            ],
         }  # fmt: skip
     finally:
         conn.close()
     report["queues"] = _queue_depths(redis_url, shard)
     report["unrecorded_rail_answers"] = _unrecorded(redis_url, shard)
     return report
+
+
+def _by_tool(counts: list[tuple[str, str, int]]) -> dict[str, dict[str, int]]:
+    by_tool: dict[str, dict[str, int]] = {}
+    for tool, status, n in counts:
+        by_tool.setdefault(tool, {})[status] = n
+    return by_tool
 
 
 # What each bound protects. Settlements have no rail-side idempotency key, so the first two are where a
@@ -164,6 +179,11 @@ def _print_shard(report: dict[str, Any], indent: str = "") -> None:
         click.echo(f"{indent}rail worker lease: {lease['owner']} epoch {lease['epoch']} "
                    f"({'live' if lease['live'] else 'EXPIRED'}, heartbeat {lease['heartbeat_age_ms']} ms ago)")
     click.echo(f"{indent}queues: " + ", ".join(f"{k}={v}" for k, v in report["queues"].items()))
+    for tool, statuses in sorted(report["rail_status"].items()):
+        click.echo(f"{indent}at the rail, {tool}: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
+    for row in report["needs_attention"]:
+        click.echo(f"{indent}NEEDS A PERSON: {row['attention']} {row['tool']} {row['entity_id']} of "
+                   f"{row['merchant_id']} {row['sik']} (rail status {row['status']})")
     for held in report.get("unrecorded_rail_answers") or []:
         click.echo(f"{indent}RAIL WORKER NOT SENDING: {held['worker']} holds the unrecorded {held['outcome']} "
                    f"{held.get('rail_entity_id') or ''} of {held['sik']} attempt {held['attempt_seq']} "

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ledger import intents
+from ledger import intents, lifecycle
 from ledger.db import open_ledger, transaction
 from ledger.states import Event
 from sandbox.testing import SandboxProcess, start_sandbox
@@ -21,6 +21,7 @@ pytestmark = pytest.mark.anyio
 SIK_APPLIED = "APPLIEDAAAAAAAAAAAAAAAAAAAAAAAAA"
 SIK_HELD = "HELDAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
 SIK_OTHER_MERCHANT = "THERMERCHANTAAAAAAAAAAAAAAAAAAAA"
+SIK_FAILED = "FAILEDATBANKAAAAAAAAAAAAAAAAAAAA"
 
 
 @pytest.fixture
@@ -35,6 +36,15 @@ def ledger_file(env: dict[str, str]) -> Path:
             intents.bind_operation_ref(conn, DEMO_MERCHANT, "order-7781-refund", SIK_APPLIED, now=2)
         put_intent(conn, SIK_HELD, "HELD", amount=400000)
         put_intent(conn, SIK_OTHER_MERCHANT, "APPLIED", amount=100, merchant_id="acc_OTHER00001")
+        put_intent(conn, SIK_FAILED, "APPLIED", amount=5000)
+        # The rail accepted the refund; the bank failed it afterwards.
+        for status, ref in (("pending", None), ("failed", "evt_FAILED0001")):
+            with transaction(conn):
+                lifecycle.observe(conn, merchant_id=DEMO_MERCHANT, sik=SIK_FAILED, tool="create_refund",
+                                  entity_id="rfnd_FAILED00001", status=status,
+                                  entity={"id": "rfnd_FAILED00001", "status": status, "amount": 5000},
+                                  source=lifecycle.WEBHOOK, ref=ref, now=7, next_poll_at=None,
+                                  actor="test")  # fmt: skip
     finally:
         conn.close()
     return path
@@ -58,6 +68,20 @@ async def test_status_by_sik_and_by_operation_ref_answers_the_result_contract(en
     assert not by_sik.is_error and by_sik.structured_content == expected
     assert not by_ref.is_error and by_ref.structured_content == expected
     assert (held.structured_content["state"], held.structured_content["caller_action"]) == ("HELD", "WAIT_FOR_APPROVAL")
+
+
+async def test_status_of_a_refund_the_bank_failed_is_applied_and_sends_the_caller_to_a_person(
+        env, errlog, ledger_file) -> None:  # fmt: skip
+    async with stdio_client_for(env, errlog) as client:
+        failed = await client.call_tool("interlock_status", {"sik": SIK_FAILED})
+        accepted = await client.call_tool("interlock_status", {"sik": SIK_APPLIED})
+    assert not failed.is_error
+    body = failed.structured_content
+    assert body["state"] == "APPLIED"  # the money machine's word stands: the rail accepted the call
+    assert body["rail_status"] == {"status": "failed", "final": True, "attention": "REFUND_FAILED",
+                                   "amounts": {"amount": 5000}, "source": "webhook", "updated_at": 7}  # fmt: skip
+    assert body["caller_action"] == "ESCALATE_TO_OPERATOR"  # a new refund is a new decision, never a retry
+    assert "rail_status" not in accepted.structured_content  # not followed yet: nothing is claimed
 
 
 async def test_status_of_an_unknown_or_another_merchants_operation_is_not_found(env, errlog, ledger_file) -> None:
