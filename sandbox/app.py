@@ -24,6 +24,8 @@ def endpoint(handler: Handler, *, read: bool = False, auth: bool = True) -> Call
 
     async def handle(request: Request) -> Response:
         rail: Rail = request.app.state.rail
+        if rail.lifecycle.on:
+            rail.lifecycle.ensure_running()  # moves entities on from the first request (after a restart too)
         if auth and not rail.authorized(request):
             return unauthorized()
         try:

@@ -61,6 +61,12 @@ DEFAULT_ACCOUNT_ID = "acc_SandboxRail001"
     help="POST Razorpay-style webhooks here, signed with INTERLOCK_WEBHOOK_SECRETS' first secret "
     "[env INTERLOCK_SANDBOX_WEBHOOK_URL]",
 )
+@click.option(
+    "--lifecycle-ms",
+    type=click.IntRange(min=0),
+    help="a refund is answered pending and a settlement created, each final this long later (0: processed in the "
+    "answer; docs/sandbox.md) [env INTERLOCK_SANDBOX_LIFECYCLE_MS, else 0]",
+)
 @click.option("--mcp", is_flag=True, help="serve the MCP front (Razorpay MCP tool names) over a running sandbox")
 @click.option("--stdio", is_flag=True, help="with --mcp: serve MCP on stdin/stdout instead of HTTP")
 @click.option("--rail-url", help="with --mcp: the sandbox's origin [env INTERLOCK_RAIL_URL]")
@@ -86,6 +92,7 @@ def sandbox_command(
     seed: int,
     ready_file: Path | None,
     webhook_url: str | None,
+    lifecycle_ms: int | None,
     mcp: bool,
     stdio: bool,
     rail_url: str | None,
@@ -130,11 +137,23 @@ def sandbox_command(
         key_id=key_id,
         key_secret=key_secret,
         webhooks=_webhook_sender(webhook_url or os.environ.get("INTERLOCK_SANDBOX_WEBHOOK_URL"), fault_set),
+        lifecycle_ms=_lifecycle_ms(lifecycle_ms),
     )
     try:
         serve(rail, sock, ready_file=ready_file)
     finally:
         journal.close()
+
+
+def _lifecycle_ms(given: int | None) -> int:
+    if given is not None:
+        return given
+    text = os.environ.get("INTERLOCK_SANDBOX_LIFECYCLE_MS", "").strip()
+    if not text:
+        return 0
+    if not text.isdigit():
+        raise click.UsageError(f"INTERLOCK_SANDBOX_LIFECYCLE_MS={text!r}: give a whole number of milliseconds (0: off)")
+    return int(text)
 
 
 def _webhook_sender(url: str | None, faults: FaultSet) -> WebhookSender | None:

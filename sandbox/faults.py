@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 logger = logging.getLogger(__name__)
 
-Scope = Literal["money", "reads", "webhooks", "all"]
-Kind = Literal["money", "reads", "webhooks"]
+Scope = Literal["money", "reads", "webhooks", "lifecycle", "all"]
+Kind = Literal["money", "reads", "webhooks", "lifecycle"]
 
 # name -> (default scope, {param: default}). Anything else in a profile is refused.
 PROFILES: dict[str, tuple[Scope, dict[str, Any]]] = {
@@ -36,6 +36,11 @@ PROFILES: dict[str, tuple[Scope, dict[str, Any]]] = {
     "webhook_duplicate": ("webhooks", {}),
     "webhook_delay": ("webhooks", {"delay_ms": 5000}),
     "webhook_bad_signature": ("webhooks", {}),
+    # The lifecycle after the call (sandbox/lifecycle.py, with --lifecycle-ms), drawn once per entity as it is created.
+    "refund_bank_failure": ("lifecycle", {}),
+    "refund_pending_long": ("lifecycle", {"hold_ms": 60000}),
+    "settlement_partial": ("lifecycle", {}),
+    "settlement_reversed": ("lifecycle", {}),
 }
 PARTITION_MODES = ("reset", "hang")
 
@@ -73,8 +78,8 @@ def parse_fault(spec: Mapping[str, Any]) -> Fault:
         raise FaultConfigError(f"fault {name}: rate must be a number in [0, 1], got {rate!r}")
     default_scope, defaults = PROFILES[name]
     scope = spec.get("scope", default_scope)
-    if scope not in ("money", "reads", "webhooks", "all"):
-        raise FaultConfigError(f"fault {name}: scope must be money, reads, webhooks or all, got {scope!r}")
+    if scope not in ("money", "reads", "webhooks", "lifecycle", "all"):
+        raise FaultConfigError(f"fault {name}: scope must be money, reads, webhooks, lifecycle or all, got {scope!r}")
     params = dict(spec.get("params") or {})
     unknown = set(params) - set(defaults)
     if unknown:

@@ -21,6 +21,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 from sandbox.errors import SERVER_ERROR, error_body
 from sandbox.faults import FaultSet
 from sandbox.journal import Journal, now_ms
+from sandbox.lifecycle import Lifecycle
 from sandbox.webhooks import WebhookSender
 
 logger = logging.getLogger(__name__)
@@ -52,6 +53,12 @@ class Rail:
     tasks: set[asyncio.Task[Response]] = field(default_factory=set)
     # Where Razorpay-style webhooks go (SPEC §17), when a URL is configured.
     webhooks: WebhookSender | None = None
+    # How long after the call a refund or settlement reaches its final status (0: in the call's own answer).
+    lifecycle_ms: int = 0
+    lifecycle: Lifecycle = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.lifecycle = Lifecycle(self.journal, self.faults, self.lifecycle_ms, self.webhooks)
 
     def notify(self, applied: Applied) -> None:
         """The webhooks an entity just created causes: delivered whatever the call that created it is answered."""

@@ -123,6 +123,7 @@ def _apply_refund(
         receipt=receipt,
         speed=validation.speed(body.get("speed")),
         created_ms=created,
+        status=rail.lifecycle.first_status("refund"),
     )
     with rail.journal.transaction() as conn:
         rail.journal.insert_entity(
@@ -132,6 +133,7 @@ def _apply_refund(
         rail.journal.add_refunded(conn, payment_id, amount)
         if key is not None:
             rail.journal.record_idempotency_key(conn, key, body_hash, refund["id"])
+        rail.lifecycle.plan(conn, "refund", refund["id"], created_ms=created)
     logger.info("refund %s of %s on %s (fault %s)", refund["id"], amount, payment_id, fault)
     return refund
 
@@ -145,6 +147,7 @@ def refund_entity(
     receipt: str | None,
     speed: str | None,
     created_ms: int,
+    status: str = "processed",
 ) -> dict[str, Any]:
     refund: dict[str, Any] = {
         "id": new_id("rfnd_"),
@@ -157,7 +160,7 @@ def refund_entity(
         "acquirer_data": {"arn": None},
         "created_at": created_ms // 1000,
         "batch_id": None,
-        "status": "processed",
+        "status": status,
         # Razorpay shows both speeds on every refund; a request without `speed` asked for "normal".
         "speed_processed": "instant" if speed == "optimum" else "normal",
         "speed_requested": speed or "normal",

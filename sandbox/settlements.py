@@ -70,18 +70,20 @@ def _apply_settlement(rail: Rail, body: dict[str, Any], headers: dict[str, str],
         raise RailHttpError("The settlement amount is greater than the available balance", field="amount")
     fees, tax = settlement_fees(amount)
     created = now_ms()
+    status = rail.lifecycle.first_status("settlement")
+    settled = amount - fees if status == "processed" else 0  # with a lifecycle, settled when it is processed
     settlement = {
         "id": new_id("setlod_"),
         "entity": "settlement.ondemand",
         "amount_requested": amount,
-        "amount_settled": amount - fees,
-        "amount_pending": 0,
+        "amount_settled": settled,
+        "amount_pending": amount - fees - settled,
         "amount_reversed": 0,
         "fees": fees,
         "tax": tax,
         "currency": CURRENCY,
         "settle_full_balance": full,
-        "status": "processed",
+        "status": status,
         "description": validation.description(body.get("description")),
         "notes": notes_out(validation.notes(body.get("notes"))),
         "created_at": created // 1000,
@@ -91,6 +93,7 @@ def _apply_settlement(rail: Rail, body: dict[str, Any], headers: dict[str, str],
             conn, kind="settlement", entity=settlement, created_ms=created, request=body, headers=headers, fault=fault
         )
         rail.journal.debit_balance(conn, CURRENCY, amount)
+        rail.lifecycle.plan(conn, "settlement", settlement["id"], created_ms=created)
     logger.info("settlement %s of %s (fees %s, fault %s)", settlement["id"], amount, fees, fault)
     return settlement
 
@@ -125,22 +128,23 @@ def _expand(request: Request) -> bool:
 def with_payouts(settlement: dict[str, Any]) -> dict[str, Any]:
     """The settlement with its one payout, as `expand[]=ondemand_payouts` shows it.
 
-    The sandbox settles in one payout, processed at once; its id and UTR are derived from the
-    settlement's id, so every read shows the same payout.
+    The sandbox settles in one payout, in the settlement's own status (processed at once without a lifecycle);
+    its id and UTR are derived from the settlement's id, so every read shows the same payout.
     """
     created = settlement["created_at"]
+    status = settlement["status"]
     payout = {
         "id": stable_id("setlodp_", "payout", settlement["id"]),
         "entity": "settlement.ondemand_payout",
         "initiated_at": created,
-        "processed_at": created,
-        "reversed_at": None,
+        "processed_at": created if status in ("processed", "partially_processed", "reversed") else None,
+        "reversed_at": created if status == "reversed" else None,
         "amount": settlement["amount_requested"],
         "amount_settled": settlement["amount_settled"],
         "fees": settlement["fees"],
         "tax": settlement["tax"],
         "utr": str(int(hashlib.sha256(("utr\x1f" + settlement["id"]).encode()).hexdigest(), 16))[-12:],
-        "status": "processed",
+        "status": status,
         "created_at": created,
     }
     return {**settlement, "ondemand_payouts": collection([payout])}
