@@ -88,7 +88,14 @@ async def run_demo(info: StackInfo, *, out: Callable[[str], None] = print, settl
         row("...after the reconciler read the rail", "APPLIED, 1 rail entity",
             f"{settled.get('state')}, {count} rail entity", settled.get("state") == "APPLIED" and count == 1)
 
-    # 5. The rail's own journal: exactly the two refunds this run meant to make.
+        # 5. After APPLIED: the first refund followed to the bank's final word (answered pending by the sandbox).
+        followed = await _wait_for_rail_status(client, sik_a, settle_timeout_s) if sik_a else {}
+        rail_status = followed.get("rail_status") or {}
+        row("...the first refund at the bank, later", "rail_status processed (final)",
+            f"rail_status {rail_status.get('status')} ({'final' if rail_status.get('final') else 'not final'})",
+            rail_status.get("status") == "processed" and rail_status.get("final") is True)
+
+    # 6. The rail's own journal: exactly the two refunds this run meant to make.
     ours = [e for e in rail.entities() if e["entity"].get("payment_id") in (pay_a, pay_b, pay_c)]
     row("sandbox journal entities for this run", "2", str(len(ours)), len(ours) == 2)
     rail.close()
@@ -102,6 +109,15 @@ async def _wait_for_state(client: Any, sik: str, state: str, timeout_s: float) -
     while True:
         status = structured(await client.call_tool("interlock_status", {"sik": sik}))
         if status.get("state") == state or time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.25)
+
+
+async def _wait_for_rail_status(client: Any, sik: str, timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = structured(await client.call_tool("interlock_status", {"sik": sik}))
+        if (status.get("rail_status") or {}).get("final") or time.monotonic() > deadline:
             return status
         await asyncio.sleep(0.25)
 

@@ -42,6 +42,7 @@ logger = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parent.parent
 DEMO_MANDATE = REPO / "deploy" / "mandate.example.yaml"
+UP_SANDBOX_LIFECYCLE_MS = "1500"  # a sandbox refund or settlement reaches its final status this long after
 SANDBOX_KEY_ID, SANDBOX_KEY_SECRET = "rzp_test_interlock", "interlock_sandbox_secret"
 
 
@@ -125,7 +126,10 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
                     "INTERLOCK_RAIL_KEY_ID": env.get("INTERLOCK_RAIL_KEY_ID", SANDBOX_KEY_ID),
                     "INTERLOCK_RAIL_KEY_SECRET": env.get("INTERLOCK_RAIL_KEY_SECRET", SANDBOX_KEY_SECRET),
                     # The sandbox delivers its webhooks to our receiver, as Razorpay would (SPEC §17).
-                    "INTERLOCK_SANDBOX_WEBHOOK_URL": env.get("INTERLOCK_SANDBOX_WEBHOOK_URL", webhook_url)})
+                    "INTERLOCK_SANDBOX_WEBHOOK_URL": env.get("INTERLOCK_SANDBOX_WEBHOOK_URL", webhook_url),
+                    # A refund is answered pending and processed this much later, as at Razorpay (SPEC §17).
+                    "INTERLOCK_SANDBOX_LIFECYCLE_MS": env.get("INTERLOCK_SANDBOX_LIFECYCLE_MS",
+                                                              UP_SANDBOX_LIFECYCLE_MS)})
     programs = _programs(data, plans, gate_workers, sandbox, sandbox_port, ingress_port, sharded=shards > 1)
     programs.append(Program("console", interlock("console", "--host", "127.0.0.1", "--port", str(console_port)),
                             priority=40, env=plans[0].env()))  # fmt: skip
