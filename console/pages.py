@@ -12,7 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from ledger import audit, operator
+from ledger import audit, lifecycle, operator
 from ledger.intents import get_intent
 from ledger.states import SETTLED, State
 from ops import holds, quarantine
@@ -39,6 +39,7 @@ def _render(request: Request, name: str, context: dict[str, Any], status_code: i
 
 def _intents(ctx: OpsContext, state: State | None) -> dict[str, Any]:
     rows: list[tuple[str, Any]] = []
+    attention: list[tuple[str, lifecycle.RailStatus]] = []  # applied money a person must look at (issue 27)
     counts: dict[str, int] = {}
     for shard in ctx.shards():
         holds.sweep_expired(shard)
@@ -46,8 +47,10 @@ def _intents(ctx: OpsContext, state: State | None) -> dict[str, Any]:
             for found_state, count in conn.execute("SELECT state, COUNT(*) FROM intents GROUP BY state"):
                 counts[found_state] = counts.get(found_state, 0) + int(count)
             rows += [(shard.shard, i) for i in operator.intents_in_state(conn, state)]
+            attention += [(shard.shard, r) for r in lifecycle.needs_attention(conn)]
     rows.sort(key=lambda row: row[1].updated_at, reverse=True)
-    return {"intents": rows, "counts": counts}
+    attention.sort(key=lambda row: row[1].updated_at, reverse=True)
+    return {"intents": rows, "counts": counts, "attention": attention}
 
 
 async def intents_page(request: Request) -> Response:
@@ -66,7 +69,8 @@ def _intent(ctx: OpsContext, merchant_id: str, sik: str) -> dict[str, Any] | Non
             return None
         return {"intent": intent, "timeline": operator.timeline(conn, merchant_id, sik),
                 "refresh": intent.state in IN_TRANSIT, "settled": intent.state in SETTLED, "shard": ctx.shard,
-                "terms_digest": holds.terms_digest(intent)}  # fmt: skip
+                "terms_digest": holds.terms_digest(intent), "rail_status": lifecycle.current(conn, merchant_id, sik),
+                "rail_history": lifecycle.history(conn, merchant_id, sik)}  # fmt: skip
 
 
 async def intent_page(request: Request) -> Response:
@@ -74,7 +78,8 @@ async def intent_page(request: Request) -> Response:
     data = await run_in_threadpool(_intent, _ctx(request), merchant_id, sik)
     if data is None:
         return _render(request, "intents.html", {"state": None, "states": list(State), "intents": [], "counts": {},
-                                                 "err": f"no intent {sik} for {merchant_id}"}, status_code=404)
+                                                 "attention": [], "err": f"no intent {sik} for {merchant_id}"},
+                       status_code=404)  # fmt: skip
     return _render(request, "intent.html", data)
 
 

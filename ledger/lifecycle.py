@@ -214,6 +214,8 @@ def _dump(amounts: dict[str, int]) -> str:
 
 def history(conn: sqlite3.Connection, merchant_id: str, sik: str) -> list[dict[str, Any]]:
     """Every observation kept for the intent, oldest first (repeats of the current status are not kept)."""
+    if not _kept(conn):
+        return []
     rows = conn.execute(
         """SELECT status, source, ref, amounts_json, taken, observed_at FROM rail_status_history
            WHERE merchant_id = ? AND sik = ? ORDER BY id""",

@@ -8,6 +8,7 @@ import httpx
 
 from ledger.states import State
 from tests.console.conftest import APPROVER_TOKEN, TOKEN, Console
+from tests.procs import wait_until
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -57,3 +58,19 @@ def test_metrics_expose_the_named_series_after_a_refund(console: Console) -> Non
     ]
     for pattern in expected:
         assert re.search(pattern, body, re.MULTILINE), f"{pattern} not in:\n{body}"
+
+
+def test_an_applied_refunds_page_shows_what_the_rail_said_since(console: Console) -> None:
+    engine = console.engine
+    outcome = engine.outcome(engine.propose({"payment_id": engine.payment(189_900), "amount": 40_000}))
+    assert outcome.state == "APPLIED" and outcome.sik is not None
+    with httpx.Client(base_url=console.url, headers=BEARER, timeout=10) as http:
+        def followed() -> str | None:  # the reconciler takes the answer's status on its next step
+            text = http.get(f"/intents/acc_DEMO000001/{outcome.sik}").text
+            return text if 'id="rail-history"' in text else None
+
+        page = wait_until(followed, timeout=60, what="the refund followed by the reconciler")
+        rail_status = re.search(r'<dd id="rail-status">(.*?)</dd>', page, re.DOTALL)
+        assert rail_status is not None and "processed (final)" in rail_status.group(1)
+        assert "a person must decide" not in page
+        assert 'id="attention"' not in http.get("/").text  # nothing the bank failed: no list
