@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from interlock.failpoints import POINTS
+from interlock.failpoints import POINTS, WEBHOOK_POINTS
 
 # Every failpoint an actor has, in the order a money call meets them, plus Redis killed mid-call.
 KILL_POINTS = [*POINTS, "redis.during_call"]
@@ -84,6 +84,20 @@ BURST_PROFILES: dict[str, list[dict[str, Any]]] = {
 }
 
 
+# The webhook cells: the receiver SIGKILLed on its first delivery with its inbox row written and not committed,
+# or committed and not acknowledged; the money call answered 504 although the rail applied it, so that the
+# webhook is what may settle it first; and the sandbox's lifecycle moving the entity to the fault's final status
+# (a refund the bank fails, a settlement reversed or only partly processed at first), which Interlock must follow
+# and, where a person must decide, raise. ambiguous_504 alone: a refund processed in its own answer, lifecycle off.
+WEBHOOK_LIFECYCLE_MS = 1500
+WEBHOOK_FAULTS = {
+    "ambiguous_504": "refund",
+    "refund_bank_failure": "refund",
+    "settlement_partial": "settlement",
+    "settlement_reversed": "settlement",
+}
+
+
 @dataclass(frozen=True)
 class Cell:
     point: str
@@ -92,7 +106,8 @@ class Cell:
     prior_refunds: int = 0  # unstamped refunds already on the payment (pushes ours past page one)
     note: str = ""
     # "kill": SIGKILL at the point; "pause": SIGSTOP there, SIGCONT after a takeover; "burst": SIGKILL at the
-    # point once kill_in_flight calls of a burst of `calls` are in flight
+    # point once kill_in_flight calls of a burst of `calls` are in flight; "webhook": SIGKILL the webhook receiver
+    # at the point on its first delivery, with the sandbox's lifecycle moving the money on (chaos/webhooks.py)
     action: str = "kill"
     tool: str = TOOLS["refund"]
     wake: str = "late"  # pause cells: see WAKES
@@ -105,8 +120,8 @@ class Cell:
         if self.action == "kill":
             return f"{self.point}|{self.fault}"
         short = next(name for name, tool in TOOLS.items() if tool == self.tool)
-        if self.action == "burst":
-            return f"burst|{self.point}|{self.fault}|{short}"
+        if self.action in ("burst", "webhook"):
+            return f"{self.action}|{self.point}|{self.fault}|{short}"
         return f"{self.action}|{self.point}|{self.fault}|{short}|{self.wake}"
 
 
@@ -182,6 +197,21 @@ def build_burst_cells(calls: int = BURST_CALLS, in_flight: int = BURST_IN_FLIGHT
         for point in BURST_POINTS
         for fault in BURST_FAULTS
     ]
+
+
+def build_webhook_cells() -> list[Cell]:
+    """Every receiver kill point × fault (each fault with the money tool it moves): nothing is skipped, each kill
+    leaves a different delivery unacknowledged, and each fault a different lifecycle to follow through it."""
+    cells = []
+    for point in WEBHOOK_POINTS:
+        for fault, short in WEBHOOK_FAULTS.items():
+            faults = list(PROFILES["ambiguous_504"])
+            timings = {}
+            if fault != "ambiguous_504":
+                faults.append({"name": fault, "rate": 1.0, "scope": "lifecycle"})
+                timings["INTERLOCK_SANDBOX_LIFECYCLE_MS"] = str(WEBHOOK_LIFECYCLE_MS)
+            cells.append(Cell(point, fault, faults, action="webhook", tool=TOOLS[short], timings=timings))
+    return cells
 
 
 def select(cells: list[Cell], points: list[str] | None, faults: list[str] | None,

@@ -17,20 +17,24 @@ from chaos.cells import (
     KILL_POINTS,
     TOOLS,
     WAKES,
+    WEBHOOK_FAULTS,
     build_burst_cells,
     build_cells,
     build_pause_cells,
+    build_webhook_cells,
     select,
 )
-from chaos.matrix import run_matrix, save, summarise, summarise_burst, summarise_pause
+from chaos.matrix import run_matrix, save, summarise, summarise_burst, summarise_pause, summarise_webhooks
 from chaos.mutants import MUTANTS
+from interlock.failpoints import WEBHOOK_POINTS
 from interlock.results import commit_id, write_section
 
 
 @click.command("chaos")
 @click.option("--trials", type=click.IntRange(1), default=10, show_default=True, help="trials per cell")
-@click.option("--points", multiple=True, type=click.Choice(KILL_POINTS), help="kill points (default: all)")
-@click.option("--faults", multiple=True, type=click.Choice(FAULTS), help="faults (default: all)")
+@click.option("--points", multiple=True, type=click.Choice([*KILL_POINTS, *WEBHOOK_POINTS]),
+              help="kill points (default: all)")
+@click.option("--faults", multiple=True, type=click.Choice([*FAULTS, *WEBHOOK_FAULTS]), help="faults (default: all)")
 @click.option("--seed", type=int, default=20261130, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("data/chaos"), show_default=True)
 @click.option("--parallel", type=click.IntRange(1, 8), default=2, show_default=True, help="trials at once")
@@ -52,6 +56,9 @@ from interlock.results import commit_id, write_section
               help="instead of the kill matrix: the pause cells (rail worker SIGSTOPped, standby takeover, SIGCONT)")
 @click.option("--burst", is_flag=True,
               help="instead of the kill matrix: the burst cells (rail worker SIGKILLed with many calls in flight)")
+@click.option("--webhooks", is_flag=True,
+              help="instead of the kill matrix: the webhook cells (the receiver SIGKILLed mid-delivery, the money "
+                   "followed through its lifecycle, forged deliveries)")
 @click.option("--tools", multiple=True, type=click.Choice(sorted(TOOLS)),
               help="money tools of the pause or burst cells (default: refund and settlement)")
 @click.option("--wakes", multiple=True, type=click.Choice(WAKES),
@@ -66,15 +73,15 @@ from interlock.results import commit_id, write_section
               help="regenerate RESULTS.md's chaos section")  # fmt: skip
 def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...], seed: int, out: Path,
                   parallel: int, proxy: bool, mutation: str | None, pause: bool, burst: bool, tools: tuple[str, ...],
-                  wakes: tuple[str, ...], random_trials: int, calls: int | None, in_flight: int,
+                  webhooks: bool, wakes: tuple[str, ...], random_trials: int, calls: int | None, in_flight: int,
                   write_results: bool, self_test: bool, races: int, race_agents: int,
                   redis_load: int, soak: float) -> None:  # fmt: skip
     """SIGKILL every actor at every failpoint under every rail fault (or, with --pause, SIGSTOP the rail
     worker mid-call and wake it after a standby took over; with --burst, SIGKILL it with many calls in
     flight), and judge what is left."""
-    if sum((pause, burst, bool(random_trials), self_test, bool(races), bool(redis_load), bool(soak))) > 1:
-        raise click.UsageError("--pause, --burst, --random, --mutants, --races, --redis-load and --soak are separate "
-                               "families: choose one")  # fmt: skip
+    if sum((pause, burst, webhooks, bool(random_trials), self_test, bool(races), bool(redis_load), bool(soak))) > 1:
+        raise click.UsageError("--pause, --burst, --webhooks, --random, --mutants, --races, --redis-load and --soak "
+                               "are separate families: choose one")  # fmt: skip
     if soak:
         sys.exit(_soak(soak, seed, out.resolve(), write_results=write_results))
     if redis_load:
@@ -88,12 +95,15 @@ def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...],
 
         sys.exit(run_random(random_trials, calls or 12, seed, out.resolve(), parallel=parallel,
                             write_results=write_results))  # fmt: skip
-    if tools and not (pause or burst):
-        raise click.UsageError("--tools selects pause or burst cells: use it with --pause or --burst")
+    if tools and not (pause or burst or webhooks):
+        raise click.UsageError("--tools selects pause, burst or webhook cells: use it with --pause, --burst or "
+                               "--webhooks")  # fmt: skip
     if wakes and not pause:
         raise click.UsageError("--wakes selects pause cells: use it with --pause")
-    if burst and proxy:
-        raise click.UsageError("the burst cells run against the sandbox's REST rail only: drop --proxy")
+    if (burst or webhooks) and proxy:
+        raise click.UsageError("the burst and webhook cells run against the sandbox's REST rail only: drop --proxy")
+    if webhooks and points and not set(points) <= set(WEBHOOK_POINTS):
+        raise click.UsageError(f"the webhook cells' kill points are {', '.join(WEBHOOK_POINTS)}")
     skipped: list[tuple[str, str, str]] = []
     if burst:
         try:
@@ -102,6 +112,8 @@ def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...],
             raise click.UsageError(str(exc)) from None
     elif pause:
         cells = build_pause_cells()
+    elif webhooks:
+        cells = build_webhook_cells()
     else:
         cells, skipped = build_cells()
     chosen = select(cells, list(points), list(faults), [TOOLS[t] for t in tools], list(wakes))
@@ -119,11 +131,14 @@ def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...],
     elif burst:
         report = summarise_burst(results, command=command.strip(), seed=seed, wall_s=wall, commit=commit_id(),
                                  mutation=mutation)  # fmt: skip
+    elif webhooks:
+        report = summarise_webhooks(results, command=command.strip(), seed=seed, wall_s=wall, commit=commit_id())
     else:
         report = summarise(results, skipped if not points and not faults else [], command=command.strip(), seed=seed,
                            wall_s=wall, commit=commit_id(), mutation=mutation)  # fmt: skip
     if write_results and not mutation and not proxy:
-        write_section("chaos-pause" if pause else "chaos-burst" if burst else "chaos", report)
+        section = "chaos-pause" if pause else "chaos-burst" if burst else "chaos-webhooks" if webhooks else "chaos"
+        write_section(section, report)
     bad = [r for r in results if r.violations]
     click.echo(f"chaos: {len(results)} trials, {len(bad)} with violations; details in {path}")
     for r in bad[:10]:

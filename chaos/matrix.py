@@ -16,8 +16,9 @@ from chaos.burst import run_burst_trial
 from chaos.cells import BURST_CONCURRENCY, BURST_PROFILES, BURST_TIMINGS, RAIL_LATENCY, WAKES, Cell
 from chaos.pause import run_pause_trial
 from chaos.trial import TrialResult, run_trial
+from chaos.webhooks import run_webhook_trial
 
-RUNNERS = {"kill": run_trial, "pause": run_pause_trial, "burst": run_burst_trial}
+RUNNERS = {"kill": run_trial, "pause": run_pause_trial, "burst": run_burst_trial, "webhook": run_webhook_trial}
 
 
 def run_matrix(cells: list[Cell], trials: int, seed: int, out: Path, *, parallel: int = 2, mutation: str | None = None,
@@ -207,6 +208,56 @@ def summarise_burst(results: list[TrialResult], *, command: str, seed: int, wall
             f"{_mode([r.first_answer for r in rs])} | {_mode([r.after_recovery for r in rs])} | "
             f"{_mode([r.after_retry for r in rs])} | {sum(len(r.violations) > 0 for r in rs)} | "
             f"{sum(r.kill_landed for r in rs)} | {sum(r.seconds for r in rs) / len(rs):.1f} |"
+        )
+    return "\n".join(lines + _violations(results))
+
+
+def summarise_webhooks(results: list[TrialResult], *, command: str, seed: int, wall_s: float, commit: str) -> str:
+    by_cell: dict[str, list[TrialResult]] = defaultdict(list)
+    for r in results:
+        by_cell[r.cell].append(r)
+    violations = sum(len(r.violations) > 0 for r in results)
+    lines = [
+        "## Chaos: the webhook receiver killed mid-delivery, and the lifecycle after APPLIED",
+        "",
+        "Evidence class: **real process** × **sandbox rail** × **scripted agent**. Each trial: a fresh stack of",
+        "real processes with the webhook receiver (`interlock webhooks`), and a sandbox that delivers signed",
+        "Razorpay-format webhooks to it, retrying with backoff as Razorpay does, and moves each entity through its",
+        "lifecycle to the cell's fault (INTERLOCK_SANDBOX_LIFECYCLE_MS 1500; off under `ambiguous_504` alone). The",
+        "money call is",
+        "applied by the rail and answered 504. The receiver SIGKILLs itself on its first delivery at the kill point",
+        "(`before_commit`: its inbox row written, not committed; `after_store_before_ack`: committed, not answered)",
+        "and is restarted. The agent is a real MCP client over streamable HTTP; it asks `interlock_status`, then",
+        "repeats its same call. Then four forged deliveries are posted (a wrong signature; an accepted event id",
+        "replayed with the other final status; another merchant's stamp; another rail account).",
+        "",
+        f"- command: `{command}`",
+        f"- seed: {seed}; commit: {commit}; date: {time.strftime('%Y-%m-%d')}; wall time: {wall_s / 60:.1f} min",
+        f"- **trials: {len(results)}; trials with a violation: {violations}; kills landed: "
+        f"{sum(r.kill_landed for r in results)}**",
+        "",
+        "Expected in every trial, besides the kill matrix's checks (never two entities, the intent settled, APPLIED",
+        "⇔ the stamped entity, the audit chain intact): every delivery the sandbox saw acknowledged is in the inbox",
+        "once, nothing else is, the one the receiver died on was delivered again and stored once, and the",
+        "reconciler acted on every event; the intent stays APPLIED and its `rail_status` reaches the rail's final",
+        "status; a person is asked exactly where the sandbox failed or reversed the money (`attention` rows = the",
+        "sandbox's faulted entities), and `interlock_status` tells the agent ESCALATE_TO_OPERATOR there and only",
+        "there; the forged deliveries are refused or ignored and change no intent, rail_status or history row.",
+        "`agent told` is state / rail_status / caller_action.",
+        "",
+        "| kill point | fault | tool | trials | after recovery | agent told | forged | after retry | violations | "
+        "landed | s/trial |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for key in sorted(by_cell):
+        rs = by_cell[key]
+        _, point, fault, tool = key.split("|")[:4]
+        lines.append(
+            f"| {point} | {fault} | {tool} | {len(rs)} | {_mode([r.after_recovery for r in rs])} | "
+            f"{_mode([str(r.webhook.get('told', '-')) for r in rs])} | "
+            f"{_mode([str(r.webhook.get('forged', '-')) for r in rs])} | {_mode([r.after_retry for r in rs])} | "
+            f"{sum(len(r.violations) > 0 for r in rs)} | {sum(r.kill_landed for r in rs)} | "
+            f"{sum(r.seconds for r in rs) / len(rs):.1f} |"
         )
     return "\n".join(lines + _violations(results))
 

@@ -61,6 +61,7 @@ class TrialResult:
     data_dir: str = ""
     pause: dict[str, Any] = field(default_factory=dict)  # what a pause trial saw happen (chaos/pause.py)
     burst: dict[str, Any] = field(default_factory=dict)  # what a burst trial saw at its kill (chaos/burst.py)
+    webhook: dict[str, Any] = field(default_factory=dict)  # what a webhook trial's agent was told (chaos/webhooks.py)
 
 
 class Body(Protocol):

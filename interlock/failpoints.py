@@ -36,7 +36,10 @@ POINTS: tuple[str, ...] = (
     "reconciler.mid_pagination",
     "reconciler.after_finding_before_commit",
 )
-KNOWN_POINTS = frozenset(POINTS)
+# The webhook receiver's, in the order a delivery meets them: verified and its inbox row written, the transaction
+# not committed (a kill here loses the delivery mid-way); the commit made, the 200 not sent.
+WEBHOOK_POINTS: tuple[str, ...] = ("webhooks.before_commit", "webhooks.after_store_before_ack")
+KNOWN_POINTS = frozenset(POINTS + WEBHOOK_POINTS)
 
 # A pause happens once per process: the experiment is one stall, not a worker that stalls on every call.
 _paused: set[str] = set()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlock.errors import LedgerError
+from interlock.failpoints import failpoint
 
 BUSY_TIMEOUT_MS = 5_000
 
@@ -96,6 +97,7 @@ def store(conn: sqlite3.Connection, *, event_id: str, body: bytes, event: str, a
             )
         else:
             conn.execute("UPDATE webhook_events SET deliveries = deliveries + 1 WHERE event_id = ?", (event_id,))
+        failpoint("webhooks.before_commit")
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")

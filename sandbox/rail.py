@@ -59,6 +59,8 @@ class Rail:
 
     def __post_init__(self) -> None:
         self.lifecycle = Lifecycle(self.journal, self.faults, self.lifecycle_ms, self.webhooks)
+        if self.webhooks is not None and self.webhooks.journal is None:
+            self.webhooks.journal = self.journal
 
     def notify(self, applied: Applied) -> None:
         """The webhooks an entity just created causes: delivered whatever the call that created it is answered."""

@@ -7,8 +7,11 @@ it is delivered again with exponential backoff (Razorpay goes on for 24 hours; h
 Deliveries run after the call that caused them has been answered and in no promised order; each retry is a
 fresh delivery of the same event id and bytes.
 
-Events emitted today: `refund.created` and, as the sandbox settles a refund at once, `refund.processed`. The
-sandbox keeps its outbox in memory: a sandbox restart loses what was not delivered yet (Razorpay does not).
+Events emitted: `refund.created` and, when the lifecycle is off (a refund settled in its own answer),
+`refund.processed` at once; with `--lifecycle-ms`, `refund.<status>` and `settlement.<status>` as each entity
+moves (sandbox/lifecycle.py). The sandbox keeps its outbox in memory: a sandbox restart loses what was not
+delivered yet (Razorpay does not). Each event's fate is a journal event (`webhook_emitted`, `webhook_delivered`
+with its attempts, `webhook_given_up`), so that a test can hold the receiver's inbox against what was sent.
 
 Faults (sandbox/faults.py, scope `webhooks`, drawn once per event as it is emitted): `webhook_drop` (never
 delivered), `webhook_duplicate` (delivered twice, same id and bytes), `webhook_delay` (held `delay_ms` first,
@@ -23,6 +26,7 @@ import hashlib
 import hmac
 import json
 import logging
+import sqlite3
 import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
@@ -31,7 +35,7 @@ from typing import Any
 import httpx
 
 from sandbox.faults import FaultSet
-from sandbox.journal import new_id
+from sandbox.journal import Journal, new_id
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +73,9 @@ class WebhookSender:
     faults: FaultSet | None = None
     max_age_s: float = 3600.0
     transport: httpx.AsyncBaseTransport | None = None  # tests only: where the POSTs go instead of the network
+    # Where each event's fate is recorded (journal events webhook_emitted / _delivered / _given_up), so that a
+    # harness can hold the receiver's inbox against what was sent: the rail sets its own journal here.
+    journal: Journal | None = None
     counts: Counter[str] = field(default_factory=Counter)
     _queue: asyncio.Queue[Delivery] | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -79,15 +86,20 @@ class WebhookSender:
         delivery = Delivery(new_id("evt_"), event, envelope(event, key, entity, account_id=self.account_id,
                                                              at_s=int(time.time())), time.monotonic())  # fmt: skip
         self.counts["emitted"] += 1
-        copies = 1
+        copies, dropped = 1, False
         if self.faults is not None:
-            if self.faults.draw("webhook_drop", "webhooks") is not None:
-                self.counts["dropped"] += 1
-                return delivery.event_id
+            dropped = self.faults.draw("webhook_drop", "webhooks") is not None
+        if dropped:
+            self.counts["dropped"] += 1
+        elif self.faults is not None:
             copies += self.faults.draw("webhook_duplicate", "webhooks") is not None
             delayed = self.faults.draw("webhook_delay", "webhooks")
             delivery.delay_s = 0.0 if delayed is None else delayed.param("delay_ms") / 1000
             delivery.bad_signature = self.faults.draw("webhook_bad_signature", "webhooks") is not None
+        self._record("webhook_emitted", {"event_id": delivery.event_id, "event": event, "entity_id": entity.get("id"),
+                                         "dropped": dropped, "copies": 0 if dropped else copies})  # fmt: skip
+        if dropped:
+            return delivery.event_id
         if self._queue is None:
             self._queue = asyncio.Queue()
             self._client = httpx.AsyncClient(timeout=DELIVERY_TIMEOUT_S, transport=self.transport)
@@ -125,17 +137,28 @@ class WebhookSender:
                 status = type(exc).__name__
             if isinstance(status, int) and 200 <= status < 300:
                 self.counts["delivered"] += 1
+                self._record("webhook_delivered", {"event_id": delivery.event_id, "attempts": delivery.attempts})
                 return
             self.counts["failed_attempts"] += 1
             wait = min(FIRST_RETRY_S * 2 ** (delivery.attempts - 1), MAX_RETRY_S)
             if time.monotonic() + wait - delivery.first_at > self.max_age_s:
                 self.counts["given_up"] += 1
+                self._record("webhook_given_up", {"event_id": delivery.event_id, "attempts": delivery.attempts,
+                                                  "last": status})  # fmt: skip
                 logger.warning("webhook %s (%s) given up after %d attempts (last: %s)", delivery.event_id,
                                delivery.event, delivery.attempts, status)  # fmt: skip
                 return
             logger.info("webhook %s (%s) attempt %d: %s; again in %.1fs", delivery.event_id, delivery.event,
                         delivery.attempts, status, wait)  # fmt: skip
             await asyncio.sleep(wait)
+
+    def _record(self, kind: str, detail: dict[str, Any]) -> None:
+        if self.journal is None:
+            return
+        try:
+            self.journal.log_event(kind, detail)
+        except sqlite3.Error:  # the record is for harnesses: a delivery never fails for want of it
+            logger.exception("webhook %s: %s not journalled", detail.get("event_id"), kind)
 
     async def close(self) -> None:
         for task in list(self._tasks):

@@ -32,6 +32,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from interlock.clock import now_ms
+from interlock.failpoints import failpoint
 from ledger import webhook_inbox
 from webhooks.signature import verify
 
@@ -123,8 +124,10 @@ class Receiver:
     def _store(self, event_id: str, body: bytes, event: str, account: str | None,
                created: int | None) -> webhook_inbox.Stored:  # fmt: skip
         with self._lock:
-            return webhook_inbox.store(self._conn, event_id=event_id, body=body, event=event, account_id=account,
-                                       created_at=created, now=now_ms())  # fmt: skip
+            stored = webhook_inbox.store(self._conn, event_id=event_id, body=body, event=event, account_id=account,
+                                         created_at=created, now=now_ms())  # fmt: skip
+            failpoint("webhooks.after_store_before_ack")
+            return stored
 
     async def _refuse(self, status: int, reason: str, detail: str) -> Response:
         self.refused[reason] += 1

@@ -69,3 +69,35 @@ def test_delivery_faults() -> None:
     assert not verify(bad.content, bad.headers["x-razorpay-signature"], [SECRET])
     assert verify(good.content, good.headers["x-razorpay-signature"], [SECRET])
     assert run([], {"name": "webhook_delay", "rate": 1.0, "params": {"delay_ms": 3000}}) == [], "not yet delivered"
+
+
+def test_each_event_s_fate_is_journalled_for_a_harness_to_check_the_receiver_against(tmp_path) -> None:
+    from sandbox.journal import Journal
+
+    journal = Journal(tmp_path / "journal.sqlite3")
+    answers = [503]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(answers.pop(0) if answers else 200)
+
+    async def main() -> list[str]:
+        fault_set = FaultSet([parse_fault({"name": "webhook_drop", "rate": 1.0})], seed=1)
+        sender = WebhookSender("http://receiver.test/webhooks/razorpay", SECRET, "acc_SandboxRail001",
+                               transport=httpx.MockTransport(answer), journal=journal)  # fmt: skip
+        kept = sender.emit("refund.created", "refund", REFUND)
+        sender.faults = fault_set
+        lost = sender.emit("refund.processed", "refund", REFUND)
+        await asyncio.sleep(1.0)  # the first answer is 503: delivered on the retry after 0.5 s
+        await sender.close()
+        return [kept, lost]
+
+    kept, lost = asyncio.run(main())
+    events = [(e["kind"], e["detail"]) for e in journal.export()["events"]]
+    journal.close()
+    assert events == [
+        ("webhook_emitted", {"event_id": kept, "event": "refund.created", "entity_id": "rfnd_S1", "dropped": False,
+                             "copies": 1}),
+        ("webhook_emitted", {"event_id": lost, "event": "refund.processed", "entity_id": "rfnd_S1", "dropped": True,
+                             "copies": 0}),
+        ("webhook_delivered", {"event_id": kept, "attempts": 2}),
+    ]  # fmt: skip
