@@ -180,3 +180,41 @@ def test_a_webhook_after_the_money_call_means_the_stream_is_alive(ledger, clock)
     clock.ms += 700_000
     f.step()
     assert f.counts["backfills"] == 0
+
+
+def _razorpay_event(event: str, status: str) -> bytes:
+    """A refund event as Razorpay sends it (SPEC §17): the refund and its payment, both in the payload."""
+    payment = {"id": "pay_T0001", "entity": "payment", "amount": 189900, "currency": "INR", "status": "captured",
+               "captured": True, "amount_refunded": 5000, "notes": {"order": "o_1"}}  # fmt: skip
+    return json.dumps({"entity": "event", "account_id": M, "event": event, "contains": ["refund", "payment"],
+                       "payload": {"refund": {"entity": refund(status)}, "payment": {"entity": payment}},
+                       "created_at": 1}).encode()  # fmt: skip
+
+
+def test_razorpay_s_refund_events_with_their_payment_move_the_refund_and_speed_changed_moves_nothing(
+        ledger, clock, tmp_path) -> None:  # fmt: skip
+    # SPEC §17: refund.created, refund.speed_changed, refund.processed, refund.failed; pending -> processed or failed.
+    rail = Rail()
+    inbox = webhook_inbox.open_inbox(tmp_path / "webhooks.sqlite3")
+    applied(ledger, refund("pending"), now=clock.ms)
+    f = follower(ledger, rail, clock, webhooks=True)
+    reader = InboxReader(ledger=ledger, inbox=inbox, reader="shard:0", owner="reconciler-test", clock=clock,
+                         on_sighting=lambda m, s, seen, ref: f.sighted(m, s, entity_id=seen.entity_id,
+                                                                       status=seen.status, entity=seen.entity,
+                                                                       ref=ref))  # fmt: skip
+    f.step()
+    for event_id, event, status in (("evt_c", "refund.created", "pending"), ("evt_s", "refund.speed_changed",
+                                                                             "pending")):  # fmt: skip
+        webhook_inbox.store(inbox, event_id=event_id, body=_razorpay_event(event, status), event=event,
+                            account_id=M, created_at=1, now=clock.ms)  # fmt: skip
+    reader.read()
+    row = lifecycle.current(ledger, M, SIK)
+    assert row is not None and (row.status, row.final, row.attention) == ("pending", False, None)
+    assert [h["status"] for h in lifecycle.history(ledger, M, SIK)] == ["pending"], "the same status adds nothing"
+    webhook_inbox.store(inbox, event_id="evt_p", body=_razorpay_event("refund.processed", "processed"),
+                        event="refund.processed", account_id=M, created_at=1, now=clock.ms)  # fmt: skip
+    reader.read()
+    row = lifecycle.current(ledger, M, SIK)
+    assert row is not None and (row.status, row.final, row.entity_id) == ("processed", True, RID)
+    assert webhook_inbox.counts(inbox)["unprocessed"] == 0, "every event, the payment's included, was read"
+    assert rail.fetches == []
