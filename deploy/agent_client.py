@@ -31,6 +31,7 @@ class StackInfo:
     ledger: str
     redis_url: str
     shard: str | None = None  # `interlock up --shards N`: the shard this agent's merchant is assigned to
+    webhook_url: str | None = None  # where the rail delivers its webhooks (SPEC §17), when the stack receives them
 
     @classmethod
     def load(cls, data_dir: Path, shard: str | None = None) -> StackInfo:

@@ -7,6 +7,7 @@ stack) and ends with the line `demo: N passed, M failed`, exiting non-zero if an
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 import time
 from collections.abc import Callable
@@ -17,6 +18,7 @@ from typing import Any
 import click
 
 from deploy.agent_client import SandboxControl, StackInfo, mcp_client, structured
+from ledger.db import open_ledger
 
 
 @dataclass
@@ -85,8 +87,12 @@ async def run_demo(info: StackInfo, *, out: Callable[[str], None] = print, settl
             unknown.get("state") == "UNKNOWN" and unknown.get("caller_action") == "RETRY_SAME_CALL")
         settled = await _wait_for_state(client, sik_c, "APPLIED", settle_timeout_s) if sik_c else {}
         count = rail.count_stamped(sik_c) if sik_c else 0
-        row("...after the reconciler read the rail", "APPLIED, 1 rail entity",
-            f"{settled.get('state')}, {count} rail entity", settled.get("state") == "APPLIED" and count == 1)
+        # With webhooks, settled by the rail's refund.created (ADR 0027), long before the list read's 2 s delay.
+        how = _settled_by(Path(info.ledger), sik_c) if sik_c else None
+        want = "WEBHOOK_APPLIED" if info.webhook_url else "RECONCILE_FOUND_APPLIED"
+        row("...settled by the rail's webhook" if info.webhook_url else "...after the reconciler read the rail",
+            f"APPLIED by {want}, 1 entity", f"{settled.get('state')} by {how}, {count} rail entity",
+            settled.get("state") == "APPLIED" and how == want and count == 1)
 
         # 5. After APPLIED: the first refund followed to the bank's final word (answered pending by the sandbox).
         followed = await _wait_for_rail_status(client, sik_a, settle_timeout_s) if sik_a else {}
@@ -102,6 +108,20 @@ async def run_demo(info: StackInfo, *, out: Callable[[str], None] = print, settl
     passed = sum(r.ok for r in rows)
     out(f"demo: {passed} passed, {len(rows) - passed} failed")
     return 0 if passed == len(rows) else 1
+
+
+def _settled_by(ledger: Path, sik: str) -> str | None:
+    """The event of the transition that made *sik* APPLIED, from the ledger's audit chain (read-only)."""
+    conn = open_ledger(ledger, readonly=True)
+    try:
+        rows = conn.execute("SELECT payload_json FROM audit_log WHERE kind = 'TRANSITION' ORDER BY seq DESC")
+        for (payload,) in rows:
+            record = json.loads(payload)
+            if record.get("sik") == sik and record.get("to") == "APPLIED":
+                return str(record.get("event"))
+    finally:
+        conn.close()
+    return None
 
 
 async def _wait_for_state(client: Any, sik: str, state: str, timeout_s: float) -> dict[str, Any]:

@@ -159,7 +159,7 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
                              rail_key_id=env.get("INTERLOCK_RAIL_KEY_ID") if sandbox else None,
                              rail_key_secret=env.get("INTERLOCK_RAIL_KEY_SECRET") if sandbox else None,
                              ledger=str(plan.ledger), redis_url=plan.redis_url,
-                             shard=plan.name if shards > 1 else None)  # fmt: skip
+                             shard=plan.name if shards > 1 else None, webhook_url=webhook_url)  # fmt: skip
             if not infos:
                 (data / STACK_FILE).write_text(json.dumps(info.__dict__, indent=2), encoding="utf-8")
             if shards > 1:
