@@ -14,7 +14,7 @@ from starlette.responses import PlainTextResponse, RedirectResponse, Response
 
 from console.auth import ConsoleAuth, Principal
 from interlock.errors import InterlockError
-from ops import holds, quarantine
+from ops import attention, holds, quarantine
 from ops.approvers import Approver
 from ops.context import OpsContext
 
@@ -98,3 +98,20 @@ async def resolve(request: Request) -> Response:
     except InterlockError as exc:
         return _refused("/quarantine", str(exc))
     return _done(merchant_id, sik, f"resolved by {approver.approver_id}: {intent.state.value}")
+
+
+async def acknowledge(request: Request) -> Response:
+    """An approver acknowledges the attention an applied intent's rail_status raised (ops/attention.py)."""
+    approver, form, refusal = await _form(request)
+    if refusal is not None or approver is None or form is None:
+        return refusal or _CSRF
+    merchant_id, sik = request.path_params["merchant_id"], request.path_params["sik"]
+    ctx: OpsContext = request.app.state.ctx.for_merchant(merchant_id)
+    reason = _text(form, "attention") or ""
+    try:
+        await run_in_threadpool(attention.acknowledge, ctx, sik, attention=reason, operator_id=approver.approver_id,
+                                note=_text(form, "note") or "", merchant_id=merchant_id,
+                                authenticated=approver)  # fmt: skip
+    except InterlockError as exc:
+        return _refused(f"/intents/{quote(merchant_id)}/{quote(sik)}", str(exc))
+    return _done(merchant_id, sik, f"{reason} acknowledged by {approver.approver_id}: no money moved")

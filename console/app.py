@@ -111,6 +111,7 @@ def create_app(ctx: OpsContext, token: str) -> Starlette:
         Route("/holds/{merchant_id}/{sik}/reject", actions.reject, methods=["POST"]),
         Route("/quarantine", pages.quarantine_page),
         Route("/quarantine/{merchant_id}/{sik}/resolve", actions.resolve, methods=["POST"]),
+        Route("/intents/{merchant_id}/{sik}/acknowledge", actions.acknowledge, methods=["POST"]),
         Route("/audit", pages.audit_page),
     ]
     app = Starlette(routes=routes, middleware=[Middleware(TokenLock)])

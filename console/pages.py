@@ -67,9 +67,11 @@ def _intent(ctx: OpsContext, merchant_id: str, sik: str) -> dict[str, Any] | Non
         intent = get_intent(conn, merchant_id, sik)
         if intent is None:
             return None
+        rail = lifecycle.current(conn, merchant_id, sik)
         return {"intent": intent, "timeline": operator.timeline(conn, merchant_id, sik),
                 "refresh": intent.state in IN_TRANSIT, "settled": intent.state in SETTLED, "shard": ctx.shard,
-                "terms_digest": holds.terms_digest(intent), "rail_status": lifecycle.current(conn, merchant_id, sik),
+                "terms_digest": holds.terms_digest(intent), "rail_status": rail,
+                "acknowledged": lifecycle.acknowledgement(conn, rail) if rail is not None else None,
                 "rail_history": lifecycle.history(conn, merchant_id, sik)}  # fmt: skip
 
 

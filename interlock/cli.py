@@ -52,6 +52,7 @@ COMMANDS: dict[str, str] = {
     "holds": "ops.cli:holds_group",
     "approver": "ops.approvers_cli:approver_group",
     "quarantine": "ops.cli:quarantine_group",
+    "attention": "ops.cli:attention_group",
     "metrics": "ops.cli:metrics_command",
     "console": "console.cli:console_command",
     "chaos": "chaos.cli:chaos_command",

@@ -23,6 +23,7 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from interlock.errors import OperatorRefused
 from interlock.mandate import REFUND_TOOL
 from ledger import audit
 from ledger.db import require_transaction
@@ -84,6 +85,9 @@ class RailStatus:
 
 _COLUMNS = ("merchant_id, sik, tool, entity_id, status, final, attention, amounts_json, source, updated_at, "
             "next_poll_at, polls")  # fmt: skip
+# A rail_status row (aliased s) whose current attention no acknowledgement names.
+_NOT_ACKED = ("NOT EXISTS (SELECT 1 FROM rail_attention_acks a WHERE a.merchant_id = s.merchant_id AND a.sik = s.sik "
+              "AND a.attention = s.attention)")
 
 
 def follows(tool: str) -> bool:
@@ -104,6 +108,27 @@ def attention_for(tool: str, status: str, amounts: dict[str, int]) -> str | None
     if tool == SETTLEMENT_TOOL and (status == "reversed" or amounts.get("amount_reversed", 0) > 0):
         return SETTLEMENT_REVERSED
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledgement:
+    operator: str
+    credential: str | None
+    note: str
+    at: int
+
+    def view(self) -> dict[str, Any]:
+        return {"operator": self.operator, "note": self.note, "at": self.at,
+                "credential": self.credential or "none: name as typed"}  # fmt: skip
+
+
+def _acks_kept(conn: sqlite3.Connection) -> bool:
+    """Whether this ledger has the acknowledgements table yet (see _kept)."""
+    return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'rail_attention_acks'").fetchone() is not None
+
+
+def _not_acked(conn: sqlite3.Connection) -> str:
+    return _NOT_ACKED if _acks_kept(conn) else "1"
 
 
 def _kept(conn: sqlite3.Connection) -> bool:
@@ -275,13 +300,70 @@ def untracked(conn: sqlite3.Connection, *, since: int, limit: int = 500) -> list
 
 
 def needs_attention(conn: sqlite3.Connection, *, limit: int = 200) -> list[RailStatus]:
-    """Every followed entity a person must look at, the most recent first."""
+    """Every followed entity a person must look at and nobody has acknowledged yet, the most recent first."""
     if not _kept(conn):
         return []
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM rail_status WHERE attention IS NOT NULL ORDER BY updated_at DESC LIMIT ?", (limit,)
-    ).fetchall()
+        f"SELECT {_COLUMNS} FROM rail_status s WHERE attention IS NOT NULL AND {_not_acked(conn)} "
+        "ORDER BY updated_at DESC LIMIT ?", (limit,)
+    ).fetchall()  # fmt: skip
     return [RailStatus.from_row(r) for r in rows]
+
+
+def acknowledged(conn: sqlite3.Connection, *, limit: int = 200) -> list[tuple[RailStatus, Acknowledgement]]:
+    """Attentions a person has acknowledged, with who and what they said, the most recently acknowledged first."""
+    if not _kept(conn) or not _acks_kept(conn):
+        return []
+    rows = conn.execute(
+        f"""SELECT {", ".join("s." + c.strip() for c in _COLUMNS.split(","))}, a.operator, a.credential, a.note,
+                   a.acknowledged_at
+            FROM rail_status s JOIN rail_attention_acks a
+              ON a.merchant_id = s.merchant_id AND a.sik = s.sik AND a.attention = s.attention
+            ORDER BY a.acknowledged_at DESC LIMIT ?""",
+        (limit,),
+    ).fetchall()  # fmt: skip
+    return [(RailStatus.from_row(r[:12]), Acknowledgement(str(r[12]), r[13], str(r[14]), int(r[15]))) for r in rows]
+
+
+def acknowledgement(conn: sqlite3.Connection, row: RailStatus) -> Acknowledgement | None:
+    """Who acknowledged *row*'s current attention, or None (also when it has none)."""
+    if row.attention is None or not _acks_kept(conn):
+        return None
+    found = conn.execute(
+        "SELECT operator, credential, note, acknowledged_at FROM rail_attention_acks "
+        "WHERE merchant_id = ? AND sik = ? AND attention = ?", (row.merchant_id, row.sik, row.attention)
+    ).fetchone()  # fmt: skip
+    return None if found is None else Acknowledgement(str(found[0]), found[1], str(found[2]), int(found[3]))
+
+
+def acknowledge(conn: sqlite3.Connection, *, merchant_id: str, sik: str, attention: str, operator: str, note: str,
+                credential: str | None, now: int) -> RailStatus:  # fmt: skip
+    """Record that *operator* has taken *attention* on the intent in hand (in the caller's transaction). Refused
+    unless that is the attention the row has now — an acknowledgement names what the person saw, so one given for a
+    failed refund does not silence a conflicting final status raised after it — and unless nobody has already."""
+    require_transaction(conn)
+    row = current(conn, merchant_id, sik)
+    if row is None or row.attention is None:
+        raise OperatorRefused(sik, "nothing about it needs a person: there is no attention to acknowledge")
+    if row.attention != attention:
+        raise OperatorRefused(sik, f"its attention is {row.attention}, not {attention}: acknowledge what it is now")
+    if not operator.strip():
+        raise OperatorRefused(sik, "an acknowledgement names the person (--as NAME)")
+    if not note.strip():
+        raise OperatorRefused(sik, "an acknowledgement says what is being done about it (--note TEXT)")
+    done = acknowledgement(conn, row)
+    if done is not None:
+        raise OperatorRefused(sik, f"{attention} was already acknowledged by {done.operator}: {done.note}")
+    conn.execute(
+        "INSERT INTO rail_attention_acks (merchant_id, sik, attention, operator, credential, note, acknowledged_at) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?)", (merchant_id, sik, attention, operator, credential, note.strip(), now)
+    )  # fmt: skip
+    audit.append(conn, "RAIL_ATTENTION_ACK", {
+        "merchant_id": merchant_id, "sik": sik, "tool": row.tool, "rail_entity_id": row.entity_id,
+        "status": row.status, "attention": attention, "operator": operator,
+        "credential": credential or "none: name as typed", "note": note.strip(),
+    }, now)  # fmt: skip
+    return row
 
 
 def counts(conn: sqlite3.Connection) -> list[tuple[str, str, int]]:
@@ -292,8 +374,12 @@ def counts(conn: sqlite3.Connection) -> list[tuple[str, str, int]]:
             conn.execute("SELECT tool, status, COUNT(*) FROM rail_status GROUP BY tool, status")]  # fmt: skip
 
 
-def attention_counts(conn: sqlite3.Connection) -> list[tuple[str, int]]:
+def attention_counts(conn: sqlite3.Connection, *, acknowledged: bool = False) -> list[tuple[str, int]]:
+    """(attention, how many) of those waiting for a person, or with *acknowledged*, of those a person has taken."""
     if not _kept(conn):
         return []
-    return [(str(a), int(n)) for a, n in
-            conn.execute("SELECT attention, COUNT(*) FROM rail_status WHERE attention IS NOT NULL GROUP BY attention")]
+    if acknowledged and not _acks_kept(conn):
+        return []
+    which = _not_acked(conn) if not acknowledged else f"NOT {_NOT_ACKED}"
+    return [(str(a), int(n)) for a, n in conn.execute(
+        f"SELECT attention, COUNT(*) FROM rail_status s WHERE attention IS NOT NULL AND {which} GROUP BY attention")]

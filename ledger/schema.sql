@@ -153,6 +153,21 @@ CREATE TABLE IF NOT EXISTS rail_status (
 CREATE INDEX IF NOT EXISTS rail_status_due ON rail_status (final, next_poll_at);
 CREATE INDEX IF NOT EXISTS rail_status_attention ON rail_status (attention) WHERE attention IS NOT NULL;
 
+-- An operator's acknowledgement of an attention (issue 27; docs/webhooks.md): a person has taken it in hand, so it
+-- no longer counts as waiting for one (the metric, `interlock status`, the console list). Keyed by the attention it
+-- acknowledges: a new attention on the same intent (a conflicting final status after a failed refund) is raised
+-- again. Audit-chained (RAIL_ATTENTION_ACK); it moves no money and changes neither the intent nor its rail_status.
+CREATE TABLE IF NOT EXISTS rail_attention_acks (
+    merchant_id      TEXT    NOT NULL,
+    sik              TEXT    NOT NULL,
+    attention        TEXT    NOT NULL,
+    operator         TEXT    NOT NULL,
+    credential       TEXT,                  -- the approver credential that authenticated it; NULL: name as typed
+    note             TEXT    NOT NULL,      -- what the person is doing about it
+    acknowledged_at  INTEGER NOT NULL,
+    PRIMARY KEY (merchant_id, sik, attention)
+) STRICT, WITHOUT ROWID;
+
 CREATE TABLE IF NOT EXISTS rail_status_history (
     id            INTEGER PRIMARY KEY,
     merchant_id   TEXT    NOT NULL,

@@ -12,7 +12,8 @@ import click
 
 from interlock.clock import now_ms
 from ledger.intents import Intent
-from ops import holds, quarantine
+from ledger.lifecycle import ATTENTIONS
+from ops import attention, holds, quarantine
 from ops.approvers_cli import authenticate
 from ops.context import OpsContext
 from ops.format import format_minor
@@ -118,6 +119,43 @@ def quarantine_resolve(sik: str, entity_id: str | None, not_applied: bool, evide
     intent = quarantine.resolve(_merchant_context(merchant), sik, operator_id=operator_id, applied_entity_id=entity_id,
                                 not_applied=not_applied, evidence=evidence, merchant_id=merchant)  # fmt: skip
     click.echo(f"resolved: {sik} is {intent.state.value}" + (f" ({intent.rail_entity_id})" if entity_id else ""))
+
+
+@click.group("attention")
+def attention_group() -> None:
+    """Applied money a person must look at (a refund the bank failed, a settlement reversed): list, acknowledge."""
+
+
+@attention_group.command("list")
+@click.option("--all", "show_all", is_flag=True, help="also those a person has acknowledged")
+def attention_list(show_all: bool) -> None:
+    contexts = OpsContext.from_settings().shards()
+    found = [r for ctx in contexts for r in attention.waiting(ctx)]
+    for r in found:
+        click.echo(f"{r.sik}  {r.merchant_id}  {r.tool}  {r.entity_id}  {r.status}  attention={r.attention}  "
+                   f"amounts={r.amounts}")  # fmt: skip
+    click.echo(f"{len(found)} waiting for a person")
+    if show_all:
+        taken = [pair for ctx in contexts for pair in attention.acknowledged(ctx)]
+        for r, ack in taken:
+            click.echo(f"{r.sik}  {r.merchant_id}  {r.tool}  {r.entity_id}  {r.status}  attention={r.attention}  "
+                       f"acknowledged by {ack.operator}: {ack.note}")  # fmt: skip
+        click.echo(f"{len(taken)} acknowledged")
+
+
+@attention_group.command("ack")
+@click.argument("sik")
+@click.option("--attention", "reason", required=True, type=click.Choice(ATTENTIONS),
+              help="the attention you are acknowledging, as listed (a newer one on the same intent is not silenced)")
+@click.option("--note", required=True, help="what is being done about it (e.g. the customer contacted, ticket id)")
+@click.option("--as", "operator_id", required=True, help="operator identity, as typed (the audit record says it "
+              "was not authenticated; the console records an authenticated one)")
+@click.option("--merchant", help="merchant id: when merchants share a ledger, and with INTERLOCK_SHARDS")
+def attention_ack(sik: str, reason: str, note: str, operator_id: str, merchant: str | None) -> None:
+    """Acknowledge one attention: a person has it in hand. Nothing else changes; no money moves."""
+    row = attention.acknowledge(_merchant_context(merchant), sik, attention=reason, operator_id=operator_id,
+                                note=note, merchant_id=merchant)  # fmt: skip
+    click.echo(f"acknowledged: {reason} on {sik} ({row.tool} {row.entity_id} {row.status}) by {operator_id}")
 
 
 @click.command("metrics")

@@ -135,19 +135,26 @@ def ledger_metrics(conn: sqlite3.Connection, now: int | None = None, *, shard: s
     yield holds
 
     # The lifecycle after APPLIED (ledger/lifecycle.py): where applied money stands, and what a person must look at
-    # (a refund the bank failed, a settlement reversed): alert on interlock_rail_attention > 0.
+    # (a refund the bank failed, a settlement reversed): alert on interlock_rail_attention > 0. An attention a person
+    # has acknowledged (`interlock attention ack`) moves to interlock_rail_attention_acknowledged.
     followed = GaugeMetricFamily("interlock_rail_status", "applied refunds and settlements by the rail's latest status",
                                  labels=["tool", "status", "shard"])  # fmt: skip
     for tool, status, n in lifecycle.counts(conn):
         followed.add_metric([tool, status, shard], n)
     yield followed
     attention = GaugeMetricFamily("interlock_rail_attention",
-                                  "applied money a person must look at (REFUND_FAILED, SETTLEMENT_REVERSED, "
-                                  "CONFLICTING_FINAL, SECOND_ENTITY)", labels=["reason", "shard"])  # fmt: skip
+                                  "applied money a person must look at and nobody has acknowledged (REFUND_FAILED, "
+                                  "SETTLEMENT_REVERSED, CONFLICTING_FINAL, SECOND_ENTITY)",
+                                  labels=["reason", "shard"])  # fmt: skip
+    taken = GaugeMetricFamily("interlock_rail_attention_acknowledged", "applied money a person must look at and a "
+                              "person has acknowledged", labels=["reason", "shard"])  # fmt: skip
     raised = dict(lifecycle.attention_counts(conn))
+    acknowledged = dict(lifecycle.attention_counts(conn, acknowledged=True))
     for reason in lifecycle.ATTENTIONS:
         attention.add_metric([reason, shard], raised.get(reason, 0))
+        taken.add_metric([reason, shard], acknowledged.get(reason, 0))
     yield attention
+    yield taken
 
     records = GaugeMetricFamily("interlock_audit_records", "records in the audit chain", labels=["shard"])
     records.add_metric([shard], int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM audit_head").fetchone()[0]))

@@ -50,6 +50,11 @@ def collect(ledger_path: Path, redis_url: str | None, shard: str) -> dict[str, A
                  "status": row.status, "attention": row.attention, "updated_at": row.updated_at}
                 for row in lifecycle.needs_attention(conn)
             ],
+            "acknowledged_attention": [
+                {"merchant_id": row.merchant_id, "sik": row.sik, "tool": row.tool, "entity_id": row.entity_id,
+                 "status": row.status, "attention": row.attention, "acknowledged": ack.view()}
+                for row, ack in lifecycle.acknowledged(conn)
+            ],
         }  # fmt: skip
     finally:
         conn.close()
@@ -183,7 +188,11 @@ def _print_shard(report: dict[str, Any], indent: str = "") -> None:
         click.echo(f"{indent}at the rail, {tool}: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
     for row in report["needs_attention"]:
         click.echo(f"{indent}NEEDS A PERSON: {row['attention']} {row['tool']} {row['entity_id']} of "
-                   f"{row['merchant_id']} {row['sik']} (rail status {row['status']})")
+                   f"{row['merchant_id']} {row['sik']} (rail status {row['status']}; "
+                   f"`interlock attention ack {row['sik']} --attention {row['attention']}` once you have it in hand)")
+    if report.get("acknowledged_attention"):
+        click.echo(f"{indent}attention acknowledged by a person: {len(report['acknowledged_attention'])} "
+                   "(`interlock attention list --all`)")
     for held in report.get("unrecorded_rail_answers") or []:
         click.echo(f"{indent}RAIL WORKER NOT SENDING: {held['worker']} holds the unrecorded {held['outcome']} "
                    f"{held.get('rail_entity_id') or ''} of {held['sik']} attempt {held['attempt_seq']} "

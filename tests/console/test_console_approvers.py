@@ -117,3 +117,60 @@ def test_a_session_cookie_cannot_be_turned_into_another_approver(console: Consol
     bearer = {"Authorization": f"Bearer {APPROVER_TOKEN}"}
     assert f"Approve as {APPROVER}" in httpx.get(f"{console.url}/holds", headers=bearer).text
     assert console.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
+
+
+def test_an_approver_acknowledges_what_the_bank_said_after_applied_and_nothing_moves(console: Console) -> None:
+    from ledger import lifecycle
+    from ledger.db import open_ledger, transaction
+    from tests.procs import wait_until
+
+    engine = console.engine
+    sik = engine.outcome(engine.propose({"payment_id": engine.payment(189_900), "amount": 30_000})).sik
+    assert sik is not None
+
+    def rail_status() -> lifecycle.RailStatus | None:
+        conn = open_ledger(engine.stack.ledger_path, readonly=True)
+        try:
+            return lifecycle.current(conn, MERCHANT, sik)
+        finally:
+            conn.close()
+
+    followed = wait_until(lambda: (r := rail_status()) is not None and r.final and r, timeout=60,
+                          what="the refund followed to processed")  # fmt: skip
+    conn = open_ledger(engine.stack.ledger_path)
+    try:  # the bank then says the opposite: a second final status, for a person (as a webhook would bring it)
+        with transaction(conn):
+            lifecycle.observe(conn, merchant_id=MERCHANT, sik=sik, tool=followed.tool, entity_id=followed.entity_id,
+                              status="failed", entity={"id": followed.entity_id, "status": "failed"},
+                              source=lifecycle.WEBHOOK, ref="evt_console", now=followed.updated_at + 1,
+                              next_poll_at=None, actor="test")  # fmt: skip
+    finally:
+        conn.close()
+    page_url = f"/intents/{MERCHANT}/{sik}"
+    with httpx.Client(base_url=console.url, follow_redirects=False) as http:
+        _login(http, TOKEN)
+        assert sik in http.get("/").text.split('id="attention"', 1)[-1], "listed as waiting for a person"
+        page = http.get(page_url).text
+        assert "CONFLICTING_FINAL: a person must decide" in page and "approver login needed to acknowledge" in page
+        looked = http.post(f"{page_url}/acknowledge", data={**_form_of(page, sik), "attention": "CONFLICTING_FINAL",
+                                                            "note": "the console token tries"})  # fmt: skip
+        assert looked.status_code == 403
+    with httpx.Client(base_url=console.url, follow_redirects=False) as http:
+        _login(http, APPROVER_TOKEN)
+        form = {**_form_of(http.get(page_url).text, sik), "attention": "CONFLICTING_FINAL"}
+        blank = http.post(f"{page_url}/acknowledge", data=form)
+        assert blank.status_code == 303 and "says%20what%20is%20being%20done" in blank.headers["location"]
+        done = http.post(f"{page_url}/acknowledge", data={**form, "note": "asked the bank which is true, ticket 7"})
+        assert done.status_code == 303 and "acknowledged%20by%20ops_lead" in done.headers["location"]
+        page = http.get(page_url).text
+        assert f"CONFLICTING_FINAL, acknowledged by {APPROVER}" in page and 'id="acknowledge"' not in page
+        assert 'id="attention"' not in http.get("/").text, "no longer waiting for a person"
+    assert engine.intent(sik).state is State.APPLIED  # type: ignore[union-attr]
+    assert engine.rail.count_stamped(sik) == 1
+    conn = open_ledger(engine.stack.ledger_path, readonly=True)
+    try:
+        [record] = [json.loads(r[0]) for r in conn.execute(
+            "SELECT payload_json FROM audit_log WHERE kind = 'RAIL_ATTENTION_ACK'")]
+        assert record["operator"] == APPROVER and record["credential"].startswith("approver-token:")
+    finally:
+        conn.close()

@@ -17,6 +17,7 @@ from ledger.db import open_ledger, transaction
 from ops.metrics import ShardSource, build_registry
 from ops.status_cli import status_command
 from tests.ledger.helpers import put_intent
+from tests.mandates import EXAMPLE
 
 M = "acc_DEMO000001"
 
@@ -79,3 +80,100 @@ def test_a_ledger_whose_rail_worker_predates_the_lifecycle_reads_as_nothing_foll
     conn.close()
     report = json.loads(status(path, monkeypatch, "--json"))
     assert (report["rail_status"], report["needs_attention"]) == ({}, [])
+
+
+def ack(ledger: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str]:
+    from interlock.cli import cli
+
+    for name in ("REDIS_URL", "INTERLOCK_REDIS_URL", "INTERLOCK_SHARDS"):
+        monkeypatch.delenv(name, raising=False)
+    env = {"INTERLOCK_LEDGER": str(ledger), "INTERLOCK_MANDATE": str(EXAMPLE)}
+    result = CliRunner().invoke(cli, ["attention", *args], env=env)
+    return result.exit_code, result.output + str(result.exception or "")
+
+
+def test_an_acknowledged_attention_stops_waiting_for_a_person_and_changes_nothing_else(ledger, monkeypatch) -> None:
+    conn = open_ledger(ledger)
+    before = (conn.execute("SELECT * FROM intents ORDER BY sik").fetchall(),
+              conn.execute("SELECT * FROM rail_status ORDER BY sik").fetchall())  # fmt: skip
+    conn.close()
+    code, out = ack(ledger, monkeypatch, "ack", "C" * 32, "--attention", "REFUND_FAILED", "--as", "asha",
+                    "--note", "customer told; refund re-issued by bank transfer, ticket T-12")  # fmt: skip
+    assert code == 0, out
+    assert "acknowledged: REFUND_FAILED on " + "C" * 32 in out
+    report = json.loads(status(ledger, monkeypatch, "--json"))
+    assert [r["entity_id"] for r in report["needs_attention"]] == ["setlod_D"]
+    [taken] = report["acknowledged_attention"]
+    assert (taken["entity_id"], taken["acknowledged"]["operator"], taken["acknowledged"]["credential"]) == \
+        ("rfnd_C", "asha", "none: name as typed")  # fmt: skip
+    text = status(ledger, monkeypatch)
+    assert "NEEDS A PERSON: REFUND_FAILED" not in text and "NEEDS A PERSON: SETTLEMENT_REVERSED" in text
+    assert "attention acknowledged by a person: 1" in text
+    exposition = generate_latest(build_registry([ShardSource("s1", ledger, None)])).decode()
+    assert 'interlock_rail_attention{reason="REFUND_FAILED",shard="s1"} 0.0' in exposition
+    assert 'interlock_rail_attention_acknowledged{reason="REFUND_FAILED",shard="s1"} 1.0' in exposition
+    assert 'interlock_rail_attention{reason="SETTLEMENT_REVERSED",shard="s1"} 1.0' in exposition
+    conn = open_ledger(ledger)
+    try:
+        after = (conn.execute("SELECT * FROM intents ORDER BY sik").fetchall(),
+                 conn.execute("SELECT * FROM rail_status ORDER BY sik").fetchall())  # fmt: skip
+        assert after == before, "an acknowledgement changes no intent and no rail_status"
+        [record] = [json.loads(r[0]) for r in conn.execute(
+            "SELECT payload_json FROM audit_log WHERE kind = 'RAIL_ATTENTION_ACK'")]
+        assert (record["sik"], record["attention"], record["operator"], record["rail_entity_id"]) == \
+            ("C" * 32, "REFUND_FAILED", "asha", "rfnd_C")  # fmt: skip
+        from ledger import audit
+
+        assert audit.verify_chain(conn) is None
+    finally:
+        conn.close()
+    code, out = ack(ledger, monkeypatch, "list", "--all")
+    assert code == 0 and "1 waiting for a person" in out and "acknowledged by asha" in out, out
+
+
+@pytest.mark.parametrize(("sik", "attention", "note", "why"), [
+    ("C" * 32, "SETTLEMENT_REVERSED", "x", "its attention is REFUND_FAILED, not SETTLEMENT_REVERSED"),
+    ("A" * 32, "REFUND_FAILED", "x", "there is no attention to acknowledge"),
+    ("C" * 32, "REFUND_FAILED", "  ", "says what is being done about it"),
+    ("E" * 32, "REFUND_FAILED", "x", "no intent with this SIK"),
+])  # fmt: skip
+def test_an_acknowledgement_of_something_else_is_refused_and_records_nothing(ledger, monkeypatch, sik, attention,
+                                                                            note, why) -> None:  # fmt: skip
+    code, out = ack(ledger, monkeypatch, "ack", sik, "--attention", attention, "--as", "asha", "--note", note)
+    assert code != 0 and why in out, out
+    conn = open_ledger(ledger)
+    try:
+        assert conn.execute("SELECT COUNT(*) FROM rail_attention_acks").fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM audit_log WHERE kind = 'RAIL_ATTENTION_ACK'").fetchone()[0] == 0
+    finally:
+        conn.close()
+
+
+def test_a_new_attention_on_an_acknowledged_intent_is_raised_again(ledger, monkeypatch) -> None:
+    code, out = ack(ledger, monkeypatch, "ack", "C" * 32, "--attention", "REFUND_FAILED", "--as", "asha",
+                    "--note", "customer told")  # fmt: skip
+    assert code == 0, out
+    code, out = ack(ledger, monkeypatch, "ack", "C" * 32, "--attention", "REFUND_FAILED", "--as", "ravi",
+                    "--note", "again")  # fmt: skip
+    assert code != 0 and "already acknowledged by asha" in out, out
+    conn = open_ledger(ledger)
+    with transaction(conn):  # the bank's word changes after the acknowledgement: a second, contradicting final
+        lifecycle.observe(conn, merchant_id=M, sik="C" * 32, tool="create_refund", entity_id="rfnd_C",
+                          status="processed", entity={"id": "rfnd_C", "status": "processed", "amount": 5000},
+                          source=lifecycle.WEBHOOK, ref="evt_late", now=99, next_poll_at=None,
+                          actor="test")  # fmt: skip
+    conn.close()
+    report = json.loads(status(ledger, monkeypatch, "--json"))
+    assert ("rfnd_C", "CONFLICTING_FINAL") in [(r["entity_id"], r["attention"]) for r in report["needs_attention"]]
+
+
+def test_a_ledger_without_the_acknowledgements_table_yet_shows_every_attention_waiting(ledger, monkeypatch) -> None:
+    conn = open_ledger(ledger)
+    conn.execute("DROP TABLE rail_attention_acks")
+    conn.close()
+    conn = open_ledger(ledger, readonly=True)  # a reader of a ledger whose rail worker is not on this version yet
+    try:
+        assert len(lifecycle.needs_attention(conn)) == 2 and lifecycle.acknowledged(conn) == []
+        assert dict(lifecycle.attention_counts(conn, acknowledged=True)) == {}
+    finally:
+        conn.close()

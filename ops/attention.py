@@ -1,0 +1,55 @@
+"""Applied money a person must look at (docs/webhooks.md): list it, and acknowledge one attention.
+
+An attention is raised by the lifecycle (ledger/lifecycle.py): a refund the bank failed, a settlement reversed, a
+second final status that contradicts the first, another entity carrying the intent's stamp. Acknowledging it says a
+named person has it in hand and what they are doing about it: it stops counting as waiting for a person (the
+`interlock_rail_attention` metric, `interlock status`'s NEEDS A PERSON lines, the console's list), and nothing
+else changes — the intent stays APPLIED, its rail_status and history stay as the rail said, no money moves, and
+the agent is still told that a person decides (`interlock_status`: ESCALATE_TO_OPERATOR). A new refund after a
+failed one is a new business action, taken by the merchant, never by this command.
+
+Who acknowledged it: as for a quarantine resolution, the console passes the person's authenticated approver
+credential and the record names it; the CLI's `--as NAME` is what the operator typed, and the record says so.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from interlock.clock import now_ms
+from interlock.errors import OperatorRefused
+from ledger import lifecycle
+from ledger.db import transaction
+from ops.approvers import Approver
+from ops.context import OpsContext
+from ops.holds import find_intent
+
+logger = logging.getLogger(__name__)
+
+
+def waiting(ctx: OpsContext) -> list[lifecycle.RailStatus]:
+    """Attentions nobody has acknowledged yet, the most recent first."""
+    with ctx.ledger(readonly=True) as conn:
+        return lifecycle.needs_attention(conn)
+
+
+def acknowledged(ctx: OpsContext) -> list[tuple[lifecycle.RailStatus, lifecycle.Acknowledgement]]:
+    with ctx.ledger(readonly=True) as conn:
+        return lifecycle.acknowledged(conn)
+
+
+def acknowledge(ctx: OpsContext, sik: str, *, attention: str, operator_id: str, note: str,
+                merchant_id: str | None = None, authenticated: Approver | None = None,
+                ) -> lifecycle.RailStatus:  # fmt: skip
+    if authenticated is not None and (authenticated.approver_id != operator_id
+                                      or not ctx.approvers().current(authenticated)):  # fmt: skip
+        raise OperatorRefused(sik, f"the credential {authenticated.credential} is not current for {operator_id!r}")
+    with ctx.ledger() as conn:
+        with transaction(conn):
+            intent = find_intent(conn, sik, merchant_id)
+            row = lifecycle.acknowledge(conn, merchant_id=intent.merchant_id, sik=sik, attention=attention,
+                                        operator=operator_id, note=note, now=now_ms(),
+                                        credential=authenticated.credential if authenticated else None)  # fmt: skip
+    logger.info("attention %s on %s (%s %s, %s) acknowledged by %s: %s", attention, sik, row.tool, row.entity_id,
+                row.status, operator_id, note.strip())  # fmt: skip
+    return row
