@@ -24,7 +24,6 @@ from typing import Any
 
 from chaos.cells import Cell
 from chaos.trial import (
-    AMOUNT,
     TIMINGS,
     TrialResult,
     _call,
@@ -35,6 +34,7 @@ from chaos.trial import (
     _settle_all,
     entity_stamp,
     ledger_rows,
+    one_money_call,
     run_trial,
     subject_of,
 )
@@ -43,11 +43,9 @@ from deploy.agent_client import SandboxControl
 from deploy.stack import Actor, Stack, StackError, wait_for
 from interlock.clock import now_ms
 from interlock.failpoints import KILL_AT_ENV, PAUSE_AT_ENV
-from interlock.sik import SETTLEMENT_SUBJECT
 from ledger.leases import RAIL_WORKER_LEASE
 
 PAUSED, STANDBY = "rail", "rail-standby"
-SETTLEMENT_BALANCE = 5_000_000
 # A late wake keeps the worker stopped past its lease TTL plus the reconciler's minimum delay (plus this
 # margin), and beyond that until the intent is definite without it. No wake waits longer than HOLD_CAP_S.
 MARGIN_MS = 1000
@@ -79,14 +77,7 @@ def _run_pause(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialR
     if proxy:
         _go_through_upstream(stack)
     control = SandboxControl(sandbox_url, stack.env["INTERLOCK_RAIL_KEY_ID"], stack.env["INTERLOCK_RAIL_KEY_SECRET"])
-    if cell.tool == "create_refund":
-        subject = f"pay_chaos{seed}"
-        control.add_payment(subject, 189900)
-        arguments: dict[str, Any] = {"payment_id": subject, "amount": AMOUNT}
-    else:
-        subject = SETTLEMENT_SUBJECT
-        control.set_balance(SETTLEMENT_BALANCE)
-        arguments = {"amount": AMOUNT}
+    subject, arguments = one_money_call(control, cell.tool, f"pay_chaos{seed}")
     url = stack.start_ingress(tokens_file=tokens, wait=False)
     # Only the first rail worker pauses: the variable is cleared before anything else starts.
     stack.env[PAUSE_AT_ENV] = cell.point

@@ -21,7 +21,7 @@ from chaos.cells import Cell
 from chaos.verdict import NEEDS_NOTHING, Observation, judge
 from deploy.agent_client import SandboxControl, mcp_client, structured
 from deploy.redis_server import EmbeddedRedis
-from deploy.stack import Stack, StackError, wait_for
+from deploy.stack import Actor, Stack, StackError, wait_for
 from ingress.tokens import token_sha256
 from interlock.errors import LedgerError
 from interlock.queues import gates_queue, rail_queue, rq_queue
@@ -126,12 +126,7 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
             assert stack.redis is not None
             stack.redis = EmbeddedRedis(stack.redis.data_dir, port=stack.redis.port).start()
     else:
-        actor = stack.actors[ACTOR_OF[role]]
-        try:
-            wait_for(lambda: not actor.alive(), timeout=15, what=f"the kill at {cell.point}")
-            result.kill_landed = actor.returncode() == -9 and f"failpoint {cell.point}: SIGKILL" in actor.log()
-        except StackError:
-            result.kill_landed = False
+        result.kill_landed = died_at(stack.actors[ACTOR_OF[role]], cell.point)
         if not result.kill_landed:
             result.preempted = _preemption(first)
     _restart_the_dead(stack, tokens)
@@ -148,6 +143,28 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
     if not result.kill_landed and result.preempted is None:
         result.violations.append(f"KILL_NOT_LANDED: {cell.point} was reachable and the process did not die there")
     control.close()
+
+
+def died_at(actor: Actor, point: str, timeout_s: float = 15) -> bool:
+    """Whether *actor* dies within *timeout_s* by SIGKILL at its failpoint *point* (as its log says)."""
+    try:
+        wait_for(lambda: not actor.alive(), timeout=timeout_s, what=f"the kill at {point}")
+    except StackError:
+        return False
+    return actor.returncode() == -9 and f"failpoint {point}: SIGKILL" in actor.log()
+
+
+SETTLEMENT_BALANCE = 5_000_000
+
+
+def one_money_call(control: SandboxControl, tool: str, payment_id: str) -> tuple[str, dict[str, Any]]:
+    """The subject and arguments of one money call of *tool*, with the sandbox made ready for it: a refund on a
+    fresh payment *payment_id*, or an instant settlement from a funded balance."""
+    if tool == "create_refund":
+        control.add_payment(payment_id, 189900)
+        return payment_id, {"payment_id": payment_id, "amount": AMOUNT}
+    control.set_balance(SETTLEMENT_BALANCE)
+    return SETTLEMENT_SUBJECT, {"amount": AMOUNT}
 
 
 def _end_partition_after_one_period(control: SandboxControl, cell: Cell) -> None:

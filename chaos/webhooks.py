@@ -33,28 +33,28 @@ import yaml
 
 from chaos.cells import Cell
 from chaos.trial import (
-    AMOUNT,
     MANDATE,
     TOKEN,
     TrialResult,
     _call,
     _observe_all,
     _settle_all,
+    died_at,
     ledger_rows,
+    one_money_call,
     run_trial,
 )
 from chaos.verdict import judge
 from deploy.agent_client import SandboxControl, mcp_client, structured
 from deploy.stack import Stack, StackError, wait_for
 from interlock.ports import free_port, port_in_use
-from interlock.sik import SETTLEMENT_SUBJECT, SIK_LENGTH
+from interlock.sik import SIK_LENGTH
 from ledger import lifecycle, webhook_inbox
 
 SECRET = "whsec_chaos_webhooks_0001"
 ACCOUNT = "acc_ChaosRail000001"
 OTHER_ACCOUNT = "acc_OtherMerchant1"
 PATH = "/webhooks/razorpay"  # SPEC §17
-SETTLEMENT_BALANCE = 5_000_000
 # What the rail ends at under each fault, and the attention a person must give it (None: nobody needs to).
 EXPECTED: dict[str, tuple[str, str | None]] = {
     "ambiguous_504": ("processed", None),
@@ -90,23 +90,12 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
     stack.start_engine()
     stack.wait_for_ingress()
     wait_for(lambda: port_in_use(port), timeout=30, what="the webhook receiver to listen", actor=receiver)
-    if cell.tool == "create_refund":
-        subject = f"pay_chaoswh{seed}"
-        control.add_payment(subject, 189900)
-        arguments: dict[str, Any] = {"payment_id": subject, "amount": AMOUNT}
-    else:
-        subject = SETTLEMENT_SUBJECT
-        control.set_balance(SETTLEMENT_BALANCE)
-        arguments = {"amount": AMOUNT}
+    subject, arguments = one_money_call(control, cell.tool, f"pay_chaoswh{seed}")
     control.set_faults(cell.faults, seed=seed)
     first = asyncio.run(_call(ingress, arguments, cell.tool))
     result.first_answer = first.get("state") or first.get("error", "?")
     control.set_faults([f for f in cell.faults if f["name"] != "ambiguous_504"])  # the agent's retry is answered
-    try:
-        wait_for(lambda: not receiver.alive(), timeout=20, what=f"the kill at {cell.point}")
-        result.kill_landed = receiver.returncode() == -9 and f"failpoint {cell.point}: SIGKILL" in receiver.log()
-    except StackError:
-        result.kill_landed = False
+    result.kill_landed = died_at(receiver, cell.point, timeout_s=20)
     if not result.kill_landed:
         result.violations.append(f"KILL_NOT_LANDED: the receiver did not die at {cell.point} on its first delivery")
     stack.start_actor("webhooks", receiver_args)

@@ -79,6 +79,15 @@ def follower(ledger: sqlite3.Connection, rail: Rail, clock: Clock, **kw: Any) ->
     return LifecycleFollower(ledger=ledger, rail=rail, owner="reconciler-test", first_poll_ms=2000, clock=clock, **kw)
 
 
+def reader_telling(f: LifecycleFollower, ledger: sqlite3.Connection, inbox: sqlite3.Connection,
+                   clock: Clock) -> InboxReader:  # fmt: skip
+    """The inbox reader, telling the follower of each sighting as the reconciler wires them."""
+    return InboxReader(ledger=ledger, inbox=inbox, reader="shard:0", owner="reconciler-test", clock=clock,
+                       on_sighting=lambda m, s, seen, ref: f.sighted(m, s, entity_id=seen.entity_id,
+                                                                     status=seen.status, entity=seen.entity,
+                                                                     ref=ref))  # fmt: skip
+
+
 def test_the_answers_pending_is_followed_by_polls_until_processed(ledger, clock) -> None:
     rail = Rail()
     applied(ledger, refund("pending"), now=clock.ms)
@@ -135,10 +144,7 @@ def test_a_webhook_moves_a_followed_refund_and_the_poll_waits_for_it(ledger, clo
     inbox = webhook_inbox.open_inbox(tmp_path / "webhooks.sqlite3")
     applied(ledger, refund("pending"), now=clock.ms)
     f = follower(ledger, rail, clock, webhooks=True)
-    reader = InboxReader(ledger=ledger, inbox=inbox, reader="shard:0", owner="reconciler-test", clock=clock,
-                         on_sighting=lambda m, s, seen, ref: f.sighted(m, s, entity_id=seen.entity_id,
-                                                                       status=seen.status, entity=seen.entity,
-                                                                       ref=ref))  # fmt: skip
+    reader = reader_telling(f, ledger, inbox, clock)
     f.step()
     row = lifecycle.current(ledger, M, SIK)
     assert row is not None and row.next_poll_at == clock.ms + WITH_WEBHOOKS_FIRST_POLL_MS
@@ -198,10 +204,7 @@ def test_razorpay_s_refund_events_with_their_payment_move_the_refund_and_speed_c
     inbox = webhook_inbox.open_inbox(tmp_path / "webhooks.sqlite3")
     applied(ledger, refund("pending"), now=clock.ms)
     f = follower(ledger, rail, clock, webhooks=True)
-    reader = InboxReader(ledger=ledger, inbox=inbox, reader="shard:0", owner="reconciler-test", clock=clock,
-                         on_sighting=lambda m, s, seen, ref: f.sighted(m, s, entity_id=seen.entity_id,
-                                                                       status=seen.status, entity=seen.entity,
-                                                                       ref=ref))  # fmt: skip
+    reader = reader_telling(f, ledger, inbox, clock)
     f.step()
     for event_id, event, status in (("evt_c", "refund.created", "pending"), ("evt_s", "refund.speed_changed",
                                                                              "pending")):  # fmt: skip
