@@ -110,6 +110,7 @@ def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answer
         found += _absorbing(shard)
         found += _attribution(shard)
         found += _abandoned_early(shard)
+        found += _attempts_counted(shard)
         if settled:
             found += _evidence_kept(shard, stopped)
         if settled:
@@ -361,6 +362,23 @@ def _transitions(path: Path) -> list[tuple[int, dict[str, Any]]]:
     finally:
         conn.close()
     return [(int(ts), json.loads(payload_json)) for ts, payload_json in rows]
+
+
+def _attempts_counted(shard: ShardEvidence) -> list[Violation]:
+    """I5: each attempt of an intent is a new attempt_seq — every transition into IN_FLIGHT (the only edge into a
+    rail call) names a higher one than the intent's attempts before it, so no two attempts share a row or a fence."""
+    out: list[Violation] = []
+    highest: dict[tuple[Any, Any], int] = {}
+    for _, p in _transitions(shard.ledger):
+        if p.get("to") != "IN_FLIGHT":
+            continue
+        key, seq = (p.get("merchant_id"), p.get("sik")), p.get("attempt_seq")
+        if not isinstance(seq, int) or seq <= highest.get(key, 0):
+            out.append(Violation("ATTEMPT_SEQ", f"{shard.name} {p.get('sik')} started an attempt numbered {seq} "
+                                                f"after attempt {highest.get(key, 0)}"))  # fmt: skip
+        if isinstance(seq, int):
+            highest[key] = max(highest.get(key, 0), seq)
+    return out
 
 
 def _abandoned_early(shard: ShardEvidence) -> list[Violation]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from chaos.mutants import MUTANTS as INVARIANT_MUTANTS
-from chaos.mutants import Edit, Mutant, build, env_for
+from chaos.mutants import ROOT, Edit, Mutant, build, env_for
 
 SEEDS = 120  # a mutant not found within this many seeds is reported as not found
 
@@ -109,9 +109,8 @@ WORKLOAD_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     _m("rail_account_unchecked", "issue 25 item 8: money moves only on the rail account the mandate names",
        Edit("interlock/rail_account.py", "    if named != configured:", "    if False:")),
     _m("admit_skips_g1", "issue 13 item 9: admission and the send re-check G1 (a replaced or narrowed mandate)",
-       Edit("rail_worker/admit.py",
-            "    if mandate is None or rt.mandates.hash_of(decision.agent_id) != decision.mandate_hash:",
-            "    if mandate is None:"),
+       Edit("rail_worker/admit.py", "    elif rt.mandates.hash_of(decision.agent_id) != decision.mandate_hash:",
+            "    elif False:"),
        Edit("rail_worker/admit.py", "    elif not mandate.is_active(now) or mandate.grant(decision.tool) is None:",
             "    elif False:"),
        Edit("rail_worker/execute.py", "    withdrawn = _mandate_withdrawn(rt, conn, intent, now)",
@@ -153,8 +152,10 @@ SEARCHES: dict[str, Search] = {
     "reconcile_delay_on_wall_clock_only": Search(400, frozenset({"clock_step", "list_lag", "rail_money"})),
     # a refund applied with its answer lost, listed late, and its retry refused with a 4xx
     "retry_refusal_trusted": Search(400, frozenset({"rail_money", "refund_list_late", "key_expiry"})),
-    # two reconcilers, one acting on a due list that went stale behind the other's retry
-    "stale_due_list": Search(400, frozenset({"rail_money", "list_lag", "two_reconcilers", "reconciler_pause"})),
+    # two reconcilers, one acting on a due list that went stale behind the other's retry: a first attempt read
+    # absent, its retry applied with the answer lost, still unlisted when the stale pass reads
+    "stale_due_list": Search(400, frozenset({"ambiguous_retries", "list_lag", "two_reconcilers",
+                                             "reconciler_pause"})),
     # a merchant moved between shards while its calls are on their way (simulation.shard_move)
     "shard_fence_off": Search(200, frozenset({"move"})),
     "move_leaves_intents_behind": Search(200, frozenset({"move"})),
@@ -171,27 +172,48 @@ class Found:
 
 
 def find(mutant: Mutant, base: Path, *, seeds: int | None = None) -> Found:
-    """Run the simulator on the mutated tree, seed by seed, until one fails (or the budget has passed)."""
+    """Run the simulator on the mutated tree, seed by seed, until one fails (or the budget has passed).
+
+    A seed whose only violation is STEP_BUDGET (it spent its steps before every intent was definite: the liveness
+    property, judged by the step budget) has shown a broken guarantee only if the unmutated tree settles that very
+    seed: an aimed search's seeds are busier than the rest, and the unmutated tree can run out as well. So such a
+    seed is run again on this tree, and counts as finding the mutant only when it passes here."""
     search = SEARCHES.get(mutant.name, Search())
     seeds = seeds or search.seeds or SEEDS
     tree = build(mutant, base)
-    started = time.monotonic()
-    # A seed that only ran out of steps has shown no broken guarantee (an aimed search's seeds are busier than the
-    # rest, and the unmutated tree can run out as well): it does not count as finding the mutant.
+    focus = sorted(search.focus)
+    started, first = time.monotonic(), 1
+    while first <= seeds:
+        seed, violation = _first_failing(tree, range(first, seeds + 1), focus)
+        if seed is None:
+            return Found(mutant.name, False, None, violation, round(time.monotonic() - started, 1))
+        if not violation.startswith("STEP_BUDGET"):
+            return Found(mutant.name, True, seed, violation, round(time.monotonic() - started, 1))
+        unmutated, _ = _first_failing(ROOT, range(seed, seed + 1), focus)
+        if unmutated is None:
+            return Found(mutant.name, True, seed, f"{violation} (the unmutated tree settles this seed)",
+                         round(time.monotonic() - started, 1))  # fmt: skip
+        first = seed + 1  # the unmutated tree runs out on it too: it shows nothing about the mutant
+    return Found(mutant.name, False, None, f"not found in {seeds} seeds", round(time.monotonic() - started, 1))
+
+
+def _first_failing(tree: Path, seeds: range, focus: list[str]) -> tuple[int | None, str]:
+    """The first of *seeds* whose run on *tree* has a violation, with it (STEP_BUDGET only when nothing else broke
+    in that seed); or (None, why none was found)."""
     script = ("import sys\nfrom simulation.run import quiet_logs, run_seed\nquiet_logs()\n"
-              f"for seed in range(1, {seeds + 1}):\n    r = run_seed(seed, focus=frozenset({sorted(search.focus)!r}))\n"
-              "    broken = [v for v in r.violations if v.kind != 'STEP_BUDGET']\n"
+              f"for seed in range({seeds.start}, {seeds.stop}):\n"
+              f"    r = run_seed(seed, focus=frozenset({focus!r}))\n"
+              "    broken = [v for v in r.violations if v.kind != 'STEP_BUDGET'] or r.violations\n"
               "    if broken:\n        print(seed, broken[0]); sys.exit(1)\nprint('none')\n")  # fmt: skip
     env = {**env_for(tree), "PYTHONHASHSEED": "0"}
     proc = subprocess.run([sys.executable, "-c", script], cwd=tree, env=env, capture_output=True, text=True,
                           timeout=3600)  # fmt: skip
-    seconds = round(time.monotonic() - started, 1)
     last = (proc.stdout.strip().splitlines() or [""])[-1]
     if proc.returncode == 1 and last and last.split()[0].isdigit():
         seed, _, violation = last.partition(" ")
-        return Found(mutant.name, True, int(seed), violation, seconds)
+        return int(seed), violation
     error = proc.stderr.strip().splitlines()[-1:] if proc.returncode not in (0, 1) else []
-    return Found(mutant.name, False, None, f"not found in {seeds} seeds {' '.join(error)}".strip(), seconds)
+    return None, f"not found in {len(seeds)} seeds {' '.join(error)}".strip()
 
 
 def summarise(results: list[Found]) -> str:

@@ -104,6 +104,8 @@ def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(),
         f.outage_at_ms, f.outage_ms, f.outage_both = at, outage_ms, both
     if RECONCILER_PAUSE in focus:  # never drawn: the seeds without this focus keep every draw they had
         f.reconciler_pause = 0.25
+    if AMBIGUOUS_RETRIES in focus:  # nor this: a rail whose calls often fail ambiguously, applied or not
+        f.rail.money = {"error_not_applied": 0.25, "lost_answer": 0.25, "ok": 0.5}
     return f
 
 
@@ -111,7 +113,11 @@ def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(),
 TWO_RECONCILERS = "two_reconcilers"
 MOVE = "move"  # the workload's merchant moved between shards (simulation.shard_move)
 RECONCILER_PAUSE = "reconciler_pause"  # a reconciler paused between its due list and a pass (Faults.reconciler_pause)
-FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE)
+# Money calls answered ambiguously a quarter of the time without being applied (a 500) and a quarter of the time
+# applied with the answer lost (a 504): a first attempt read absent, and the retry it authorizes out with its answer
+# unknown, in most seeds instead of a few.
+AMBIGUOUS_RETRIES = "ambiguous_retries"
+FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES)
 
 
 def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,

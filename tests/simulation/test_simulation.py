@@ -211,6 +211,22 @@ def test_the_checker_names_an_attempt_abandoned_before_its_lease_plus_the_deadli
     assert "ABANDONED_EARLY" in {v.kind for v in found}
 
 
+def test_the_checker_names_a_second_attempt_under_the_same_attempt_number(tmp_path: Path) -> None:
+    import json
+
+    ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "UNKNOWN", "create_refund", "pay_1", 500, None)])
+    started = [json.dumps({"merchant_id": "m", "sik": "S1", "event": "ATTEMPT_STARTED", "from": "AUTHORIZED",
+                           "to": "IN_FLIGHT", "attempt_seq": seq}) for seq in (1, 2)]  # fmt: skip
+    _sql(ledger, *[("INSERT INTO audit_log VALUES (?, 1000, 'TRANSITION', ?, '', '')", (n, p))
+                   for n, p in enumerate(started, 1)])  # fmt: skip
+    assert "ATTEMPT_SEQ" not in {v.kind for v in check([ShardEvidence("s0", ledger, [], {})], [], [], LIMITS,
+                                                             settled=False)}, "1 then 2: as it should be"
+    _sql(ledger, ("INSERT INTO audit_log VALUES (3, 1000, 'TRANSITION', ?, '', '')", (started[1],)))
+    found = check([ShardEvidence("s0", ledger, [], {})], [], [], LIMITS, settled=False)
+    assert [v.detail for v in found if v.kind == "ATTEMPT_SEQ"] == ["s0 S1 started an attempt numbered 2 after "
+                                                                    "attempt 2"]  # fmt: skip
+
+
 def test_the_checker_names_a_rail_answer_a_live_worker_dropped(tmp_path: Path) -> None:
     ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "APPLIED", "create_instant_settlement", "balance", 500,
                                                "setlod_1")])  # fmt: skip
@@ -244,3 +260,17 @@ def test_a_search_aimed_at_a_reconcilers_pass_pauses_reconcilers_where_the_seed_
     aimed = run_seed(unpaused.seed, focus=lying | {RECONCILER_PAUSE})
     assert aimed.faults["pause"] > 0, unpaused.seed
     assert aimed.ok, aimed.violations
+
+
+def test_every_mutant_s_edits_still_apply_to_the_code_as_it_is() -> None:
+    """A mutant whose text moved would make its whole `--mutants` run fail at the build: each edit's text must be
+    in its file exactly once, after the mutant's earlier edits (as chaos.mutants.build applies them)."""
+    from chaos.mutants import ROOT
+    from simulation.mutants import EVERY
+
+    for mutant in EVERY.values():
+        texts: dict[str, str] = {}
+        for edit in mutant.edits:
+            text = texts.get(edit.path) or (ROOT / edit.path).read_text(encoding="utf-8")
+            assert text.count(edit.find) == 1, f"{mutant.name}: {edit.path} no longer holds {edit.find!r} once"
+            texts[edit.path] = text.replace(edit.find, edit.replace)
