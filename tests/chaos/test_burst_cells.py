@@ -141,7 +141,7 @@ def test_the_burst_section_is_its_own_table_labelled_as_real_process_evidence() 
     (["--burst", "--wakes", "early"], "--wakes selects pause cells"),
     (["--burst", "--proxy"], "REST rail only"),
     (["--burst", "--calls", "8"], "in flight"),
-    (["--tools", "refund"], "use it with --pause or --burst"),
+    (["--tools", "refund"], "use it with --pause, --burst or"),
 ])  # fmt: skip
 def test_the_command_refuses_burst_options_that_do_not_fit(args: list[str], message: str) -> None:
     result = CliRunner().invoke(chaos_command, args)
