@@ -35,6 +35,7 @@ def test_a_receiver_killed_mid_delivery_loses_nothing_and_the_bank_s_word_reache
     [result] = run_matrix([cell], 1, 2727, tmp_path, parallel=1, progress=False)
     assert result.violations == [], (result.violations, result.data_dir)
     assert result.kill_landed, f"the receiver died at {cell.point}"
-    assert result.first_answer == "UNKNOWN", "the call was ambiguous"
+    # Not definite at first: UNKNOWN, or IN_PROGRESS when a busy machine outlasts the ingress's wait for the outcome.
+    assert result.first_answer in ("UNKNOWN", "IN_PROGRESS"), "the call was ambiguous"
     assert result.after_recovery == "APPLIED; 1 entity"
     assert result.webhook == {"told": told, "forged": "2 refused, 2 stored and ignored"}
