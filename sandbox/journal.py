@@ -20,54 +20,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from sandbox.schema import INDEXES, TABLES, ensure_tables
+
 logger = logging.getLogger(__name__)
 
 JOURNAL_FILENAME = "sandbox-journal.sqlite3"
 _ID_ALPHABET = string.ascii_letters + string.digits
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) STRICT;
-CREATE TABLE IF NOT EXISTS payments (
-    id TEXT PRIMARY KEY,
-    amount INTEGER NOT NULL,
-    currency TEXT NOT NULL,
-    amount_refunded INTEGER NOT NULL,
-    notes_json TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    details_json TEXT NOT NULL DEFAULT '{}'
-) STRICT;
-CREATE TABLE IF NOT EXISTS balances (currency TEXT PRIMARY KEY, amount INTEGER NOT NULL) STRICT;
-CREATE TABLE IF NOT EXISTS entities (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL UNIQUE,
-    kind TEXT NOT NULL CHECK (kind IN ('refund', 'settlement')),
-    payment_id TEXT,
-    stamp_sik TEXT,
-    receipt TEXT,
-    created_ms INTEGER NOT NULL,
-    origin TEXT NOT NULL CHECK (origin IN ('api', 'seed')),
-    fault TEXT,
-    idempotency_key TEXT,
-    entity_json TEXT NOT NULL,
-    request_json TEXT NOT NULL,
-    headers_json TEXT NOT NULL
-) STRICT;
-CREATE INDEX IF NOT EXISTS entities_by_payment ON entities (payment_id, seq);
-CREATE INDEX IF NOT EXISTS entities_by_stamp ON entities (stamp_sik);
-CREATE INDEX IF NOT EXISTS entities_by_receipt ON entities (receipt);
-CREATE TABLE IF NOT EXISTS idempotency_keys (
-    key TEXT PRIMARY KEY,
-    body_hash TEXT NOT NULL,
-    entity_id TEXT NOT NULL,
-    created_ms INTEGER NOT NULL
-) STRICT;
-CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    at_ms INTEGER NOT NULL,
-    kind TEXT NOT NULL,
-    detail_json TEXT NOT NULL
-) STRICT;
-"""
 
 
 def now_ms() -> int:
@@ -89,6 +47,11 @@ def stable_id(prefix: str, *parts: str) -> str:
     return prefix + "".join(chars)
 
 
+def stable_utr(entity_id: str) -> str:
+    """A 12-digit bank reference (UTR) derived from an entity's id: every read shows the same one."""
+    return str(int(hashlib.sha256(("utr\x1f" + entity_id).encode()).hexdigest(), 16))[-12:]
+
+
 def dump(value: Any, *, sort: bool = True) -> str:
     return json.dumps(value, sort_keys=sort, separators=(",", ":"))
 
@@ -107,14 +70,9 @@ class Journal:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.conn = connect(path)
-        self.conn.executescript(_SCHEMA)
-        self._migrate()
-
-    def _migrate(self) -> None:
-        # A journal written before payments carried their details: the view derives them from the id.
-        columns = {row[1] for row in self.conn.execute("PRAGMA table_info(payments)")}
-        if "details_json" not in columns:
-            self.conn.execute("ALTER TABLE payments ADD COLUMN details_json TEXT NOT NULL DEFAULT '{}'")
+        # An older journal is brought up to the current tables here (sandbox/schema.py): payments without their
+        # details, entities that could not be payouts, idempotency keys without a scope.
+        ensure_tables(self.conn, TABLES, INDEXES)
 
     def close(self) -> None:
         self.conn.close()
@@ -188,6 +146,49 @@ class Journal:
     def debit_balance(self, conn: sqlite3.Connection, currency: str, amount: int) -> None:
         conn.execute("UPDATE balances SET amount = amount - ? WHERE currency = ?", (amount, currency))
 
+    # -- RazorpayX: payees and the business account's balance --------------------------------------------
+
+    def upsert_contact(self, conn: sqlite3.Connection, contact: Mapping[str, Any], created_ms: int) -> None:
+        conn.execute("INSERT OR REPLACE INTO contacts (id, created_ms, entity_json) VALUES (?, ?, ?)",
+                     (contact["id"], created_ms, dump(contact, sort=False)))  # fmt: skip
+        self.event(conn, "contact_upserted", dict(contact))
+
+    def upsert_fund_account(self, conn: sqlite3.Connection, fund_account: Mapping[str, Any], created_ms: int) -> None:
+        conn.execute(
+            "INSERT OR REPLACE INTO fund_accounts (id, contact_id, created_ms, entity_json) VALUES (?, ?, ?, ?)",
+            (fund_account["id"], fund_account["contact_id"], created_ms, dump(fund_account, sort=False)),
+        )
+        self.event(conn, "fund_account_upserted", dict(fund_account))
+
+    def contact(self, contact_id: str) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT entity_json FROM contacts WHERE id = ?", (contact_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def fund_account(self, fund_account_id: str) -> dict[str, Any] | None:
+        row = self.conn.execute("SELECT entity_json FROM fund_accounts WHERE id = ?", (fund_account_id,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def banking_balance(self, account_number: str) -> tuple[int, int] | None:
+        """(amount, refreshed_ms) of the RazorpayX account, or None before any balance was set."""
+        row = self.conn.execute(
+            "SELECT amount, refreshed_ms FROM banking_balances WHERE account_number = ?", (account_number,)
+        ).fetchone()
+        return (int(row[0]), int(row[1])) if row else None
+
+    def set_banking_balance(self, conn: sqlite3.Connection, account_number: str, amount: int) -> None:
+        conn.execute("INSERT OR REPLACE INTO banking_balances (account_number, amount, refreshed_ms) VALUES (?, ?, ?)",
+                     (account_number, amount, now_ms()))  # fmt: skip
+        self.event(conn, "banking_balance_set", {"account_number": account_number, "amount": amount})
+
+    def move_banking_balance(self, conn: sqlite3.Connection, account_number: str, delta: int) -> None:
+        """Debit (delta < 0) or credit the RazorpayX account; the caller has checked a debit fits."""
+        conn.execute(
+            "INSERT INTO banking_balances (account_number, amount, refreshed_ms) VALUES (?, ?, ?) "
+            "ON CONFLICT (account_number) DO UPDATE SET amount = amount + excluded.amount, "
+            "refreshed_ms = excluded.refreshed_ms",
+            (account_number, delta, now_ms()),
+        )
+
     # -- entities ----------------------------------------------------------------------------------
 
     def insert_entity(
@@ -253,6 +254,21 @@ class Journal:
         )
         self.event(conn, "entity_notes_updated", {"id": entity["id"], "was": was.get("notes"), "now": entity["notes"]})
 
+    def set_status(self, conn: sqlite3.Connection, entity: Mapping[str, Any], *, was: Mapping[str, Any]) -> None:
+        """Store an entity that moved on (lifecycle, cancel, a hand move); the change is an event."""
+        conn.execute("UPDATE entities SET entity_json = ? WHERE id = ?", (dump(entity, sort=False), entity["id"]))
+        self.event(conn, "entity_status_changed", {"id": entity["id"], "was": was.get("status"),
+                                                   "now": entity.get("status")})  # fmt: skip
+
+    def entities_in_status(self, conn: sqlite3.Connection, kind: str, status: str) -> list[dict[str, Any]]:
+        """Entities of *kind* now in *status*, oldest first (a queue's order)."""
+        rows = conn.execute(
+            "SELECT entity_json FROM entities WHERE kind = ? AND json_extract(entity_json, '$.status') = ? "
+            "ORDER BY seq",
+            (kind, status),
+        )
+        return [json.loads(row[0]) for row in rows]
+
     def receipt_used(self, payment_id: str, receipt: str) -> bool:
         row = self.conn.execute(
             "SELECT 1 FROM entities WHERE kind = 'refund' AND payment_id = ? AND receipt = ?", (payment_id, receipt)
@@ -270,14 +286,19 @@ class Journal:
 
     # -- idempotency keys --------------------------------------------------------------------------
 
-    def idempotency_key(self, key: str) -> tuple[str, str] | None:
-        row = self.conn.execute("SELECT body_hash, entity_id FROM idempotency_keys WHERE key = ?", (key,)).fetchone()
+    def idempotency_key(self, key: str, scope: str = "refund") -> tuple[str, str] | None:
+        """(body hash, entity id) of the first request sent with *key* in *scope* ("refund" or "payout")."""
+        row = self.conn.execute(
+            "SELECT body_hash, entity_id FROM idempotency_keys WHERE scope = ? AND key = ?", (scope, key)
+        ).fetchone()
         return (row[0], row[1]) if row else None
 
-    def record_idempotency_key(self, conn: sqlite3.Connection, key: str, body_hash: str, entity_id: str) -> None:
+    def record_idempotency_key(
+        self, conn: sqlite3.Connection, key: str, body_hash: str, entity_id: str, scope: str = "refund"
+    ) -> None:
         conn.execute(
-            "INSERT INTO idempotency_keys (key, body_hash, entity_id, created_ms) VALUES (?, ?, ?, ?)",
-            (key, body_hash, entity_id, now_ms()),
+            "INSERT INTO idempotency_keys (scope, key, body_hash, entity_id, created_ms) VALUES (?, ?, ?, ?, ?)",
+            (scope, key, body_hash, entity_id, now_ms()),
         )
 
     # -- events and export -------------------------------------------------------------------------
@@ -312,9 +333,9 @@ class Journal:
             )
         ]
         keys = [
-            {"key": r[0], "body_hash": r[1], "entity_id": r[2], "created_ms": r[3]}
+            {"key": r[0], "body_hash": r[1], "entity_id": r[2], "created_ms": r[3], "scope": r[4]}
             for r in self.conn.execute(
-                "SELECT key, body_hash, entity_id, created_ms FROM idempotency_keys ORDER BY key"
+                "SELECT key, body_hash, entity_id, created_ms, scope FROM idempotency_keys ORDER BY scope, key"
             )
         ]
         events = [
@@ -322,13 +343,20 @@ class Journal:
             for r in self.conn.execute("SELECT seq, at_ms, kind, detail_json FROM events ORDER BY seq")
         ]
         balances = {r[0]: r[1] for r in self.conn.execute("SELECT currency, amount FROM balances")}
+        banking = {r[0]: r[1] for r in self.conn.execute("SELECT account_number, amount FROM banking_balances")}
         return {
             "entities": entities,
             "payments": self.payments(),
             "balances": balances,
+            "banking_balances": banking,
+            "contacts": self._payees("contacts"),
+            "fund_accounts": self._payees("fund_accounts"),
             "idempotency_keys": keys,
             "events": events,
         }
+
+    def _payees(self, table: str) -> list[dict[str, Any]]:
+        return [json.loads(r[0]) for r in self.conn.execute(f"SELECT entity_json FROM {table} ORDER BY created_ms, id")]
 
 
 _PAYMENT_COLUMNS = "id, amount, currency, amount_refunded, notes_json, created_at, details_json"

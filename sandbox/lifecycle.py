@@ -30,6 +30,7 @@ from typing import Any
 
 from sandbox.faults import FaultSet
 from sandbox.journal import Journal, dump, now_ms
+from sandbox.schema import ENTITY_KINDS, ensure_tables
 from sandbox.webhooks import WebhookSender
 
 logger = logging.getLogger(__name__)
@@ -38,16 +39,16 @@ TICK_S = 0.05
 REFUND_PLANS = ("refund_bank_failure", "refund_pending_long")
 SETTLEMENT_PLANS = ("settlement_partial", "settlement_reversed")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS lifecycle (
+_TABLES = {
+    "lifecycle": f"""(
     seq INTEGER PRIMARY KEY AUTOINCREMENT,
     entity_id TEXT NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('refund', 'settlement')),
+    kind TEXT NOT NULL CHECK (kind IN ({", ".join(f"'{kind}'" for kind in ENTITY_KINDS)})),
     due_ms INTEGER NOT NULL,
     status TEXT NOT NULL
-) STRICT;
-CREATE INDEX IF NOT EXISTS lifecycle_due ON lifecycle (due_ms);
-"""
+) STRICT"""
+}
+_INDEXES = ("CREATE INDEX IF NOT EXISTS lifecycle_due ON lifecycle (due_ms)",)
 
 
 @dataclass
@@ -60,7 +61,7 @@ class Lifecycle:
     _task: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
-        self.journal.conn.executescript(_SCHEMA)
+        ensure_tables(self.journal.conn, _TABLES, _INDEXES)  # a journal's older schedule table is rebuilt
 
     @property
     def on(self) -> bool:
