@@ -31,7 +31,7 @@ async def health(rail: Rail, request: Request) -> Response:
             "pid": os.getpid(),
             "journal": str(rail.journal.path),
             # Idempotency keys whose first request is still being processed (a second one gets 409).
-            "in_progress": sorted(rail.in_progress),
+            "in_progress": sorted(key for _, key in rail.in_progress),
             "pending_applies": len(rail.tasks),
         }
     )

@@ -18,7 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
-from sandbox.errors import SERVER_ERROR, error_body
+from sandbox.errors import SERVER_ERROR, error_body, not_found
 from sandbox.faults import FaultSet
 from sandbox.journal import Journal, now_ms
 from sandbox.lifecycle import Lifecycle
@@ -47,8 +47,8 @@ class Rail:
     faults: FaultSet
     key_id: str
     key_secret: str
-    # Idempotency keys whose first request is still being processed (answered 409 meanwhile).
-    in_progress: set[str] = field(default_factory=set)
+    # (key space, idempotency key) whose first request is still being processed (answered 409 meanwhile).
+    in_progress: set[tuple[str, str]] = field(default_factory=set)
     # Slow applies run as tasks so a client that hangs up cannot cancel them: the entity still lands.
     tasks: set[asyncio.Task[Response]] = field(default_factory=set)
     # Where Razorpay-style webhooks go (SPEC §17), when a URL is configured.
@@ -99,6 +99,26 @@ class Rail:
         """Entities created after this instant are invisible to this read (replica_lag), or None."""
         fault = self.faults.draw("replica_lag", "reads")
         return None if fault is None else now_ms() - int(fault.param("lag_ms"))
+
+    def visible(self, rows: list[tuple[dict[str, Any], int]]) -> list[dict[str, Any]]:
+        """The entities of *rows* (entity, created_ms) this read sees: replica_lag hides the youngest."""
+        cutoff = self.lag_cutoff_ms()
+        return [entity for entity, created in rows if cutoff is None or created <= cutoff]
+
+    def visible_entity(self, entity_id: str, kind: str) -> dict[str, Any]:
+        """The entity, as a fetch sees it; one the replica has not caught up with does not exist yet."""
+        found = self.journal.entity(entity_id, kind)
+        cutoff = self.lag_cutoff_ms()
+        if found is None or (cutoff is not None and found[1] > cutoff):
+            raise not_found()
+        return found[0]
+
+    def deep_page(self, list_key: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """*items* reordered by the deep_page fault: the newest move to the end, each still listed exactly once."""
+        newest = self.faults.deep_page(list_key)
+        if newest <= 0 or len(items) <= 1:
+            return items
+        return items[newest:] + items[:newest]
 
     async def money_call(self, apply: Callable[[str | None], Applied], describe: Mapping[str, Any]) -> Response:
         """Run *apply* under the money-scoped faults; the journal write happens inside *apply*."""

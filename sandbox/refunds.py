@@ -2,22 +2,21 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from sandbox import validation
+from sandbox import idempotency, validation
 from sandbox.errors import RailHttpError, not_found
-from sandbox.journal import dump, new_id, now_ms
+from sandbox.idempotency import REFUNDS, body_hash
+from sandbox.journal import new_id, now_ms
 from sandbox.rail import Applied, Rail, collection, notes_out, recorded_headers
 
 logger = logging.getLogger(__name__)
 
 REFUND_FIELDS = ("amount", "speed", "notes", "receipt")
-IDEMPOTENCY_HEADER = "X-Refund-Idempotency"
 
 
 async def create_refund(rail: Rail, request: Request) -> Response:
@@ -50,37 +49,22 @@ async def create_refund_by_body(rail: Rail, request: Request) -> Response:
 async def _refund(
     rail: Rail, request: Request, payment_id: str, body: dict[str, Any], *, recorded: dict[str, Any]
 ) -> Response:
-    key = validation.idempotency_key(request.headers.get(IDEMPOTENCY_HEADER))
-    body_hash = hashlib.sha256(dump({"payment_id": payment_id, "body": body}).encode()).hexdigest()
+    key = validation.idempotency_key(request.headers.get(REFUNDS.header))
+    digest = body_hash({"payment_id": payment_id, "body": body})
     if key is not None:
-        if key in rail.in_progress:
-            raise RailHttpError(
-                "A request with this idempotency key is still being processed", status=409, field=IDEMPOTENCY_HEADER
-            )
-        known = rail.journal.idempotency_key(key)
-        if known is not None:
-            if known[0] != body_hash:
-                raise RailHttpError(
-                    "The idempotency key was already used with a different request body", field=IDEMPOTENCY_HEADER
-                )
-            found = rail.journal.entity(known[1], "refund")
-            if found is not None:  # always: the key and its refund commit in one transaction
-                return JSONResponse(found[0])
+        replayed = idempotency.replay(rail, REFUNDS, key, digest)
+        if replayed is not None:
+            return replayed
     _check_refund_body(body)
     headers = recorded_headers(request)
 
     def apply(fault: str | None) -> Applied:
         # Re-validated here, not earlier: a slow apply runs later, against the payment as it is then.
-        refund = _apply_refund(rail, payment_id, body, recorded, headers, key, body_hash, fault)
+        refund = _apply_refund(rail, payment_id, body, recorded, headers, key, digest, fault)
         return Applied("refund", refund)
 
-    if key is not None:
-        rail.in_progress.add(key)
-    try:
-        return await rail.money_call(apply, {"path": request.url.path, "idempotency_key": key})
-    finally:
-        if key is not None:
-            rail.in_progress.discard(key)
+    describe = {"path": request.url.path, "idempotency_key": key}
+    return await idempotency.claimed(rail, REFUNDS, key, lambda: rail.money_call(apply, describe))
 
 
 def _check_refund_body(body: dict[str, Any]) -> None:
@@ -173,18 +157,18 @@ async def list_payment_refunds(rail: Rail, request: Request) -> Response:
     if rail.journal.payment(payment_id) is None:
         raise not_found()
     query = validation.list_query(request)
-    items = query.window(_visible(rail, rail.journal.list_entities("refund", payment_id=payment_id)))
-    return JSONResponse(collection(query.page(_deep_page(rail, f"payment:{payment_id}", items))))
+    items = query.window(rail.visible(rail.journal.list_entities("refund", payment_id=payment_id)))
+    return JSONResponse(collection(query.page(rail.deep_page(f"payment:{payment_id}", items))))
 
 
 async def list_refunds(rail: Rail, request: Request) -> Response:
     query = validation.list_query(request)
-    items = query.window(_visible(rail, rail.journal.list_entities("refund")))
-    return JSONResponse(collection(query.page(_deep_page(rail, "refunds", items))))
+    items = query.window(rail.visible(rail.journal.list_entities("refund")))
+    return JSONResponse(collection(query.page(rail.deep_page("refunds", items))))
 
 
 async def fetch_refund(rail: Rail, request: Request) -> Response:
-    return JSONResponse(_visible_refund(rail, request.path_params["refund_id"]))
+    return JSONResponse(rail.visible_entity(request.path_params["refund_id"], "refund"))
 
 
 async def fetch_payment_refund(rail: Rail, request: Request) -> Response:
@@ -192,7 +176,7 @@ async def fetch_payment_refund(rail: Rail, request: Request) -> Response:
     payment_id = request.path_params["payment_id"]
     if rail.journal.payment(payment_id) is None:
         raise not_found()
-    refund = _visible_refund(rail, request.path_params["refund_id"])
+    refund = rail.visible_entity(request.path_params["refund_id"], "refund")
     if refund["payment_id"] != payment_id:
         raise not_found()
     return JSONResponse(refund)
@@ -210,24 +194,3 @@ async def edit_refund(rail: Rail, request: Request) -> Response:
         rail.journal.replace_entity(conn, refund, was=was)
     logger.info("refund %s notes replaced", refund["id"])
     return JSONResponse(refund)
-
-
-def _visible_refund(rail: Rail, refund_id: str) -> dict[str, Any]:
-    found = rail.journal.entity(refund_id, "refund")
-    cutoff = rail.lag_cutoff_ms()
-    if found is None or (cutoff is not None and found[1] > cutoff):
-        raise not_found()
-    return found[0]
-
-
-def _visible(rail: Rail, rows: list[tuple[dict[str, Any], int]]) -> list[dict[str, Any]]:
-    cutoff = rail.lag_cutoff_ms()
-    return [entity for entity, created in rows if cutoff is None or created <= cutoff]
-
-
-def _deep_page(rail: Rail, list_key: str, items: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    # Every entity still appears exactly once across pages; only the newest move to the end.
-    newest = rail.faults.deep_page(list_key)
-    if newest <= 0 or len(items) <= 1:
-        return items
-    return items[newest:] + items[:newest]

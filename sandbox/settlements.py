@@ -7,7 +7,6 @@ than a projection at the published rate would expect, so a fee budget checked ag
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from typing import Any
 
@@ -15,8 +14,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sandbox import validation
-from sandbox.errors import RailHttpError, not_found
-from sandbox.journal import new_id, now_ms, stable_id
+from sandbox.errors import RailHttpError
+from sandbox.journal import new_id, now_ms, stable_id, stable_utr
 from sandbox.rail import Applied, Rail, collection, notes_out, recorded_headers
 
 logger = logging.getLogger(__name__)
@@ -37,7 +36,7 @@ def settlement_fees(amount: int) -> tuple[int, int]:
 async def create_settlement(rail: Rail, request: Request) -> Response:
     body = await validation.json_object(request)
     validation.reject_unknown(body, SETTLEMENT_FIELDS)
-    full = _boolean(body.get("settle_full_balance", False))
+    full = validation.boolean(body.get("settle_full_balance", False), "settle_full_balance")
     if not full:
         if "amount" not in body:
             raise RailHttpError("The amount field is required.", field="amount")
@@ -52,16 +51,9 @@ async def create_settlement(rail: Rail, request: Request) -> Response:
     return await rail.money_call(apply, {"path": request.url.path})
 
 
-def _boolean(value: Any) -> bool:
-    # Razorpay takes 0/1 for a boolean too (the Python SDK's own example sends settle_full_balance: 0).
-    if value is True or value is False or (type(value) is int and value in (0, 1)):
-        return bool(value)
-    raise RailHttpError("settle_full_balance must be a boolean", field="settle_full_balance")
-
-
 def _apply_settlement(rail: Rail, body: dict[str, Any], headers: dict[str, str], fault: str | None) -> dict[str, Any]:
     balance = rail.journal.balance(CURRENCY)
-    full = _boolean(body.get("settle_full_balance", False))
+    full = validation.boolean(body.get("settle_full_balance", False), "settle_full_balance")
     # settle_full_balance: true ignores any amount sent (SPEC §14).
     amount = balance if full else int(body["amount"])
     if amount < MIN_SETTLEMENT:
@@ -101,20 +93,15 @@ def _apply_settlement(rail: Rail, body: dict[str, Any], headers: dict[str, str],
 async def list_settlements(rail: Rail, request: Request) -> Response:
     query = validation.list_query(request, extra=(EXPAND,))
     payouts = _expand(request)
-    cutoff = rail.lag_cutoff_ms()
-    visible = [e for e, created in rail.journal.list_entities("settlement") if cutoff is None or created <= cutoff]
-    items = query.page(query.window(visible))
+    items = query.page(query.window(rail.visible(rail.journal.list_entities("settlement"))))
     return JSONResponse(collection([with_payouts(e) if payouts else e for e in items]))
 
 
 async def fetch_settlement(rail: Rail, request: Request) -> Response:
     validation.reject_unknown(dict(request.query_params), (EXPAND,))
     payouts = _expand(request)
-    found = rail.journal.entity(request.path_params["settlement_id"], "settlement")
-    cutoff = rail.lag_cutoff_ms()
-    if found is None or (cutoff is not None and found[1] > cutoff):
-        raise not_found()
-    return JSONResponse(with_payouts(found[0]) if payouts else found[0])
+    settlement = rail.visible_entity(request.path_params["settlement_id"], "settlement")
+    return JSONResponse(with_payouts(settlement) if payouts else settlement)
 
 
 def _expand(request: Request) -> bool:
@@ -143,7 +130,7 @@ def with_payouts(settlement: dict[str, Any]) -> dict[str, Any]:
         "amount_settled": settlement["amount_settled"],
         "fees": settlement["fees"],
         "tax": settlement["tax"],
-        "utr": str(int(hashlib.sha256(("utr\x1f" + settlement["id"]).encode()).hexdigest(), 16))[-12:],
+        "utr": stable_utr(settlement["id"]),
         "status": status,
         "created_at": created,
     }

@@ -50,6 +50,13 @@ def positive_int(value: Any, field: str, *, minimum: int = 1, below_minimum: str
     return value
 
 
+def boolean(value: Any, field: str) -> bool:
+    # Razorpay takes 0/1 for a boolean too (the Python SDK's own example sends settle_full_balance: 0).
+    if value is True or value is False or (type(value) is int and value in (0, 1)):
+        return bool(value)
+    raise RailHttpError(f"{field} must be a boolean", field=field)
+
+
 def notes(value: Any) -> dict[str, Any]:
     if value is None or value == []:
         return {}
