@@ -41,6 +41,8 @@ PROFILES: dict[str, tuple[Scope, dict[str, Any]]] = {
     "refund_pending_long": ("lifecycle", {"hold_ms": 60000}),
     "settlement_partial": ("lifecycle", {}),
     "settlement_reversed": ("lifecycle", {}),
+    "payout_failed": ("lifecycle", {}),
+    "payout_reversed": ("lifecycle", {}),
 }
 PARTITION_MODES = ("reset", "hang")
 

@@ -18,6 +18,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, Response
 
+from sandbox import payout_states
 from sandbox.errors import SERVER_ERROR, error_body, not_found
 from sandbox.faults import FaultSet
 from sandbox.journal import Journal, now_ms
@@ -31,6 +32,9 @@ GATEWAY_HTML = (
     "<center><h1>504 Gateway Time-out</h1></center>\r\n</body>\r\n</html>\r\n"
 )
 _SECRET_HEADERS = {"authorization", "cookie", "proxy-authorization"}
+# The RazorpayX account payouts are made from when INTERLOCK_SANDBOX_ACCOUNT_NUMBER does not say: the account
+# number of Razorpay's own payout examples.
+DEFAULT_ACCOUNT_NUMBER = "7878780080316316"
 
 
 @dataclass
@@ -55,20 +59,21 @@ class Rail:
     webhooks: WebhookSender | None = None
     # How long after the call a refund or settlement reaches its final status (0: in the call's own answer).
     lifecycle_ms: int = 0
+    # The RazorpayX business account (`account_number` of every payout call).
+    account_number: str = DEFAULT_ACCOUNT_NUMBER
     lifecycle: Lifecycle = field(init=False)
 
     def __post_init__(self) -> None:
-        self.lifecycle = Lifecycle(self.journal, self.faults, self.lifecycle_ms, self.webhooks)
+        self.lifecycle = Lifecycle(self.journal, self.faults, self.lifecycle_ms, self.webhooks, self.account_number)
         if self.webhooks is not None and self.webhooks.journal is None:
             self.webhooks.journal = self.journal
 
     def notify(self, applied: Applied) -> None:
         """The webhooks an entity just created causes: delivered whatever the call that created it is answered."""
-        if self.webhooks is None or applied.kind != "refund":
+        if self.webhooks is None:
             return
-        self.webhooks.emit("refund.created", "refund", applied.entity)
-        if applied.entity.get("status") == "processed":
-            self.webhooks.emit("refund.processed", "refund", applied.entity)
+        for event in _creation_events(applied):
+            self.webhooks.emit(event, applied.kind, applied.entity)
 
     def authorized(self, request: Request) -> bool:
         header = request.headers.get("authorization", "")
@@ -155,6 +160,15 @@ class Rail:
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
         return await asyncio.shield(task)
+
+
+def _creation_events(applied: Applied) -> list[str]:
+    status = applied.entity.get("status")
+    if applied.kind == "refund":
+        return ["refund.created"] + (["refund.processed"] if status == "processed" else [])
+    if applied.kind == "payout":
+        return [payout_states.event(str(status))]  # payout.initiated, or payout.queued
+    return []  # an instant settlement sends webhooks only as its lifecycle moves it
 
 
 def gateway_timeout(html: bool) -> Response:
