@@ -99,6 +99,20 @@ class SandboxControl:
     def set_balance(self, amount: int) -> Any:
         return self._call("POST", "/__sandbox/balance", {"amount": amount, "currency": "INR"})
 
+    def add_fund_account(
+        self, fund_account_id: str | None = None, *, account_type: str = "bank_account", active: bool = True,
+        **extra: Any,
+    ) -> Any:  # fmt: skip
+        """A RazorpayX fund account and its contact (`contact`/`contact_id`, `bank_account`/`vpa` in *extra*)."""
+        body: dict[str, Any] = {"account_type": account_type, "active": active, **extra}
+        if fund_account_id is not None:
+            body["id"] = fund_account_id
+        return self._call("POST", "/__sandbox/fund_accounts", body)
+
+    def set_banking_balance(self, amount: int) -> Any:
+        """The RazorpayX business account's balance payouts are paid from (apart from set_balance's)."""
+        return self._call("POST", "/__sandbox/banking_balance", {"amount": amount, "currency": "INR"})
+
     def entities(self) -> list[dict[str, Any]]:
         entities: list[dict[str, Any]] = self._call("GET", "/__sandbox/journal")["entities"]
         return entities

@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from sandbox import control, payments, refunds, settlements
+from sandbox import banking, control, payees, payments, payouts, refunds, settlements
 from sandbox.errors import RailHttpError, unauthorized, unknown_url
 from sandbox.rail import Rail
 
@@ -69,12 +69,22 @@ def create_app(rail: Rail) -> Starlette:
             methods=["GET"],
         ),
         Route("/v1/balance", endpoint(settlements.fetch_balance, read=True), methods=["GET"]),
+        Route("/v1/payouts", endpoint(payouts.create_payout), methods=["POST"]),
+        Route("/v1/payouts", endpoint(payouts.list_payouts, read=True), methods=["GET"]),
+        Route("/v1/payouts/{payout_id}", endpoint(payouts.fetch_payout, read=True), methods=["GET"]),
+        Route("/v1/payouts/{payout_id}/cancel", endpoint(payouts.cancel_payout), methods=["POST"]),
+        Route("/v1/fund_accounts/{fund_account_id}", endpoint(payees.fetch_fund_account, read=True), methods=["GET"]),
+        Route("/v1/contacts/{contact_id}", endpoint(payees.fetch_contact, read=True), methods=["GET"]),
+        Route("/v1/banking_balances", endpoint(banking.fetch_banking_balances, read=True), methods=["GET"]),
         Route("/__sandbox/health", endpoint(control.health, auth=False), methods=["GET"]),
         Route("/__sandbox/journal", endpoint(control.journal), methods=["GET"]),
         Route("/__sandbox/faults", endpoint(control.get_faults), methods=["GET"]),
         Route("/__sandbox/faults", endpoint(control.set_faults), methods=["POST"]),
         Route("/__sandbox/payments", endpoint(control.create_payment), methods=["POST"]),
         Route("/__sandbox/balance", endpoint(control.put_balance), methods=["POST"]),
+        Route("/__sandbox/fund_accounts", endpoint(control.create_fund_account), methods=["POST"]),
+        Route("/__sandbox/banking_balance", endpoint(control.put_banking_balance), methods=["POST"]),
+        Route("/__sandbox/payouts/{payout_id}/status", endpoint(control.move_payout), methods=["POST"]),
         Route("/{path:path}", unknown_route, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ]
     app = Starlette(routes=routes)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ import click
 
 from sandbox.faults import Fault, FaultConfigError, FaultSet, parse_cli_fault, parse_fault
 from sandbox.journal import JOURNAL_FILENAME, Journal
-from sandbox.rail import Rail
+from sandbox.rail import DEFAULT_ACCOUNT_NUMBER, Rail
 from sandbox.seed import DEMO, SeedError, load_seed_file, seed_if_new
 from sandbox.server import PortInUse, bind, serve
 from sandbox.webhooks import WebhookSender
@@ -67,6 +68,11 @@ DEFAULT_ACCOUNT_ID = "acc_SandboxRail001"
     help="a refund is answered pending and a settlement created, each final this long later (0: processed in the "
     "answer; docs/sandbox.md) [env INTERLOCK_SANDBOX_LIFECYCLE_MS, else 0]",
 )
+@click.option(
+    "--account-number",
+    help="the RazorpayX account payouts are made from (their `account_number`) "
+    f"[env INTERLOCK_SANDBOX_ACCOUNT_NUMBER, else {DEFAULT_ACCOUNT_NUMBER}]",
+)
 @click.option("--mcp", is_flag=True, help="serve the MCP front (Razorpay MCP tool names) over a running sandbox")
 @click.option("--stdio", is_flag=True, help="with --mcp: serve MCP on stdin/stdout instead of HTTP")
 @click.option("--rail-url", help="with --mcp: the sandbox's origin [env INTERLOCK_RAIL_URL]")
@@ -93,6 +99,7 @@ def sandbox_command(
     ready_file: Path | None,
     webhook_url: str | None,
     lifecycle_ms: int | None,
+    account_number: str | None,
     mcp: bool,
     stdio: bool,
     rail_url: str | None,
@@ -120,6 +127,7 @@ def sandbox_command(
         seed_data: dict[str, Any] = load_seed_file(seed_file) if seed_file else DEMO
     except (FaultConfigError, SeedError) as exc:
         raise click.UsageError(str(exc)) from None
+    account = _account_number(account_number)
     try:
         sock = bind(host, port)
     except PortInUse as exc:
@@ -127,7 +135,7 @@ def sandbox_command(
     data_dir.mkdir(parents=True, exist_ok=True)
     journal = Journal(data_dir / JOURNAL_FILENAME)
     try:
-        seed_if_new(journal, seed_data, str(seed_file) if seed_file else "demo")
+        seed_if_new(journal, seed_data, str(seed_file) if seed_file else "demo", account_number=account)
     except SeedError as exc:
         raise click.UsageError(str(exc)) from None
     fault_set = FaultSet(profiles, seed)
@@ -138,6 +146,7 @@ def sandbox_command(
         key_secret=key_secret,
         webhooks=_webhook_sender(webhook_url or os.environ.get("INTERLOCK_SANDBOX_WEBHOOK_URL"), fault_set),
         lifecycle_ms=_lifecycle_ms(lifecycle_ms),
+        account_number=account,
     )
     try:
         serve(rail, sock, ready_file=ready_file)
@@ -154,6 +163,13 @@ def _lifecycle_ms(given: int | None) -> int:
     if not text.isdigit():
         raise click.UsageError(f"INTERLOCK_SANDBOX_LIFECYCLE_MS={text!r}: give a whole number of milliseconds (0: off)")
     return int(text)
+
+
+def _account_number(given: str | None) -> str:
+    number = given or os.environ.get("INTERLOCK_SANDBOX_ACCOUNT_NUMBER", "").strip() or DEFAULT_ACCOUNT_NUMBER
+    if not re.fullmatch(r"[A-Za-z0-9]{4,40}", number):
+        raise click.UsageError(f"account number {number!r}: give 4-40 letters or digits, as RazorpayX numbers them")
+    return number
 
 
 def _webhook_sender(url: str | None, faults: FaultSet) -> WebhookSender | None:

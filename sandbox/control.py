@@ -14,12 +14,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from sandbox import validation
-from sandbox.errors import RailHttpError
+from sandbox import banking, payout_states, validation
+from sandbox.errors import RailHttpError, not_found
 from sandbox.faults import FaultConfigError, parse_fault
 from sandbox.payments import payment_view
 from sandbox.rail import Rail
-from sandbox.seed import SeedError, add_payment, set_balance
+from sandbox.seed import SeedError, add_fund_account, add_payment, set_balance, set_banking_balance
 
 logger = logging.getLogger(__name__)
 
@@ -87,6 +87,50 @@ async def put_balance(rail: Rail, request: Request) -> Response:
     except SeedError as exc:
         raise RailHttpError(str(exc)) from None
     return JSONResponse({"entity": "balance", "balance": rail.journal.balance(), "currency": "INR"})
+
+
+async def create_fund_account(rail: Rail, request: Request) -> Response:
+    """Add (or replace) a RazorpayX fund account and its contact; `active: false` makes one payouts refuse."""
+    body = await validation.json_object(request)
+    try:
+        with rail.journal.transaction() as conn:
+            fund_account = add_fund_account(rail.journal, conn, body)
+    except SeedError as exc:
+        raise RailHttpError(str(exc)) from None
+    return JSONResponse(fund_account)
+
+
+async def put_banking_balance(rail: Rail, request: Request) -> Response:
+    """Set the RazorpayX business account's balance; queued payouts it now pays for start, oldest first."""
+    body = await validation.json_object(request)
+    try:
+        with rail.journal.transaction() as conn:
+            set_banking_balance(rail.journal, conn, body, rail.account_number)
+            released = rail.lifecycle.release_queued(conn)
+    except SeedError as exc:
+        raise RailHttpError(str(exc)) from None
+    rail.lifecycle.announce(released)
+    return JSONResponse(banking.banking_balance(rail))
+
+
+async def move_payout(rail: Rail, request: Request) -> Response:
+    """Move a payout on by hand, as RazorpayX test mode's dashboard does: processing -> processed | failed |
+    reversed, processed -> reversed. Its remaining schedule (with --lifecycle-ms) is dropped."""
+    body = await validation.json_object(request)
+    validation.reject_unknown(body, ("status",))
+    status = validation.choice(validation.required(body, "status"), "status", ("processed", "failed", "reversed"))
+    found = rail.journal.entity(request.path_params["payout_id"], "payout")
+    if found is None:
+        raise not_found()
+    try:
+        payout_states.moved(found[0], status)
+    except payout_states.IllegalTransition as exc:
+        raise RailHttpError(str(exc), status=409, field="status") from None
+    with rail.journal.transaction() as conn:
+        rail.lifecycle.unplan(conn, found[0]["id"])
+        changes = rail.lifecycle.move_payout(conn, found[0], status)
+    rail.lifecycle.announce(changes)
+    return JSONResponse(changes[0].entity)
 
 
 def _json_list(raw: bytes) -> Any:

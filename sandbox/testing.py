@@ -123,6 +123,27 @@ class SandboxProcess:
     def set_balance(self, amount: int) -> dict[str, Any]:
         return self._control("POST", "/__sandbox/balance", {"amount": amount, "currency": "INR"})
 
+    def add_fund_account(
+        self, fund_account_id: str | None = None, *, account_type: str = "bank_account", active: bool = True,
+        **extra: Any,
+    ) -> dict[str, Any]:  # fmt: skip
+        """Create (or replace) a RazorpayX fund account and its contact; returns the fund account entity.
+
+        *extra*: `contact` {id, name, email, contact, type, reference_id, notes, active} or `contact_id`, and
+        `bank_account` {name, ifsc, account_number} or `vpa` {address} (see docs/sandbox.md)."""
+        body: dict[str, Any] = {"account_type": account_type, "active": active, **extra}
+        if fund_account_id is not None:
+            body["id"] = fund_account_id
+        return self._control("POST", "/__sandbox/fund_accounts", body)
+
+    def set_banking_balance(self, amount: int) -> dict[str, Any]:
+        """Set the RazorpayX business account's balance (queued payouts it pays for start); returns the balance."""
+        return self._control("POST", "/__sandbox/banking_balance", {"amount": amount, "currency": "INR"})
+
+    def move_payout(self, payout_id: str, status: str) -> dict[str, Any]:
+        """Move a payout on by hand (processed, failed or reversed), as RazorpayX test mode's dashboard does."""
+        return self._control("POST", f"/__sandbox/payouts/{payout_id}/status", {"status": status})
+
     def health(self) -> dict[str, Any]:
         """pid, journal path, idempotency keys in progress and slow applies still pending."""
         return self._control("GET", "/__sandbox/health")

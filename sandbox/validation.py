@@ -19,6 +19,9 @@ MAX_COUNT = 100
 DEFAULT_COUNT = 10
 IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9_-]{10,}$")
 DESCRIPTION = re.compile(r"^[A-Za-z0-9 ]{0,30}$")
+PAYOUT_IDEMPOTENCY_HEADER = "X-Payout-Idempotency"
+PAYOUT_IDEMPOTENCY_KEY = re.compile(r"^[A-Za-z0-9 _-]{4,36}$")
+MAX_REFERENCE_ID_CHARS = 40
 
 
 async def json_object(request: Request) -> dict[str, Any]:
@@ -108,6 +111,53 @@ def idempotency_key(value: str | None) -> str | None:
             "X-Refund-Idempotency must be at least 10 characters of letters, digits, '_' or '-'.",
             field="X-Refund-Idempotency",
         )
+    return value
+
+
+def payout_idempotency_key(value: str | None) -> str:
+    """X-Payout-Idempotency: mandatory since 2025-03-15, 4-36 letters, digits, hyphens, underscores and spaces."""
+    if value is None or value == "":
+        raise RailHttpError("Idempotency key is missing. Include idempotency header and key in the request.",
+                            field=PAYOUT_IDEMPOTENCY_HEADER)  # fmt: skip
+    if not PAYOUT_IDEMPOTENCY_KEY.match(value):
+        raise RailHttpError(
+            "The idempotency key must be 4 to 36 characters of letters, digits, hyphens, underscores and spaces.",
+            field=PAYOUT_IDEMPOTENCY_HEADER,
+        )
+    return value
+
+
+def narration(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not DESCRIPTION.match(value):
+        raise RailHttpError(
+            "The narration may have at most 30 characters of letters, digits and spaces.", field="narration"
+        )
+    return value
+
+
+def reference_id(value: Any) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_REFERENCE_ID_CHARS:
+        raise RailHttpError(
+            f"The reference id must be a string of at most {MAX_REFERENCE_ID_CHARS} characters.", field="reference_id"
+        )
+    return value
+
+
+def required(body: Mapping[str, Any], field: str) -> Any:
+    """The value of a required field; missing (or empty) is Razorpay's "The x y field is required."."""
+    value = body.get(field)
+    if value is None or value == "":
+        raise RailHttpError(f"The {field.replace('_', ' ')} field is required.", field=field)
+    return value
+
+
+def choice(value: Any, field: str, allowed: Iterable[str]) -> str:
+    if not isinstance(value, str) or value not in tuple(allowed):
+        raise RailHttpError(f"The selected {field.replace('_', ' ')} is invalid.", field=field)
     return value
 
 
