@@ -396,3 +396,15 @@ def test_an_ambiguous_504_reaches_the_sdk_as_server_error_though_the_refund_land
         rail.clear_faults()
     assert rail.count_stamped("SDK504") == 1
     assert client.payment.fetch(payment_id)["amount_refunded"] == 400
+
+
+# -- RazorpayX ------------------------------------------------------------------------------------------
+
+
+def test_fund_account_fetch_serves_the_fund_account_and_unknown_ids_raise_bad_request(rail: SandboxProcess, client):
+    """The SDK (2.x) has no payouts, contacts or banking balances; of RazorpayX it has only `fund_account`, whose
+    `fetch` the sandbox serves (its `all` and `create` are not: fund accounts are made on the control surface)."""
+    made = rail.add_fund_account("fa_SDKFUNDACCT001", contact={"name": "SDK Payee", "type": "vendor"})
+    assert client.fund_account.fetch("fa_SDKFUNDACCT001", {}) == made
+    assert raises_bad_request(client.fund_account.fetch, "fa_DOESNOTEXIST01", {}) == ID_NOT_FOUND
+    assert not hasattr(client, "payout") and not hasattr(client, "contact")
