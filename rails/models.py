@@ -95,6 +95,53 @@ class Settlement(Stamped):
     created_at: int | None = None
 
 
+class Payout(Stamped):
+    """A RazorpayX payout (SPEC §18). `reference_id` carries our stamp as "ilk_"+SIK, beside notes.interlock_sik;
+    fees and tax are shown once the payout is processing."""
+
+    id: str
+    fund_account_id: str
+    amount: int
+    currency: str
+    status: str
+    mode: str | None = None
+    purpose: str | None = None
+    reference_id: str | None = None
+    narration: str | None = None
+    fees: int = 0
+    tax: int = 0
+    utr: str | None = None
+    status_details: dict[str, Any] | None = None
+    created_at: int | None = None
+
+    def carries_stamp(self, sik: str) -> bool:
+        return self.stamp_sik == sik or self.reference_id == "ilk_" + sik
+
+
+class FundAccount(RailEntity):
+    """Where a payout goes: a contact's bank account or UPI id. Who the payee is comes from here, never from the
+    agent (ADR 0028)."""
+
+    id: str
+    contact_id: str
+    account_type: str
+    active: bool
+    bank_account: dict[str, Any] | None = None
+    vpa: dict[str, Any] | None = None
+    created_at: int | None = None
+
+
+class BankingBalance(RailEntity):
+    """One RazorpayX account's balance (`GET /v1/banking_balances`)."""
+
+    account_number: str
+    currency: str
+    amount: int
+    available_amount: int | None = None
+    account_type: str | None = None
+    refreshed_at: int | None = None
+
+
 class Balance(RailEntity):
     balance: int
     currency: str

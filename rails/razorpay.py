@@ -6,7 +6,7 @@ about the money, which the rail worker maps to state transitions (SPEC §8):
 * REJECTED  — a definitive 4xx with Razorpay's error body: the rail refused, nothing moved.
 * AMBIGUOUS — the request may have been applied: 5xx (including a gateway's HTML 504), 409 "still
   processing", a timeout or reset after the request left, an unreadable body, a 4xx that is not a
-  Razorpay error (a proxy's page).
+  Razorpay error (a proxy's page), a 4xx about the payout idempotency key (used before with another body).
 * NOT_SENT  — nothing left this machine: connection refused, connect or pool timeout, or the caller's
   send window (rails.deadline.send_window) closed before the request's first byte was written.
 
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import logging
+import re
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, TypeVar
@@ -36,11 +37,13 @@ from interlock.errors import InvalidInput
 from rails.checks import MAX_PAGE, entity_id, page_args
 from rails.checks import amount as amount_arg
 from rails.deadline import SendWindowClosed, check_send_window, http_transport, total_deadline
-from rails.models import Balance, Page, Payment, RailEntity, Refund, Settlement
+from rails.models import Balance, BankingBalance, FundAccount, Page, Payment, Payout, RailEntity, Refund, Settlement
 
 logger = logging.getLogger(__name__)
 
 ID_NOT_FOUND = "The id provided does not exist"
+PAYOUT_KEY_HEADER = "X-Payout-Idempotency"
+PAYOUT_KEY = re.compile(r"^[A-Za-z0-9_\- ]{4,36}$")  # its values (SPEC §18)
 E = TypeVar("E", bound=RailEntity)
 
 
@@ -230,6 +233,74 @@ class RazorpayClient:
         """GET /v1/balance — a sandbox-only endpoint (the real API has no such call)."""
         return _parse(Balance, self._request("GET", "/v1/balance"), "GET", "/v1/balance")
 
+    # -- RazorpayX payouts (SPEC §18) -----------------------------------------------------------
+
+    def create_payout(
+        self,
+        *,
+        account_number: str,
+        fund_account_id: str,
+        amount: int,
+        currency: str,
+        mode: str,
+        purpose: str,
+        queue_if_low_balance: bool,
+        reference_id: str,
+        narration: str | None,
+        notes: Mapping[str, Any] | None,
+        idempotency_key: str,
+    ) -> Payout:
+        """POST /v1/payouts with exactly the stamps the caller passes. `X-Payout-Idempotency` is mandatory; a retry
+        must pass the same arguments and key, so the rail sees the same body under the same key and replays the
+        first payout (a different body under that key is refused 400; one while the first is processing, 409)."""
+        if not PAYOUT_KEY.match(idempotency_key or ""):
+            raise InvalidInput("the payout idempotency key is 4-36 letters, digits, hyphens, underscores or spaces",
+                               field="idempotency_key")  # fmt: skip
+        payload: dict[str, Any] = {
+            "account_number": account_number, "fund_account_id": entity_id(fund_account_id, "fund_account_id"),
+            "amount": amount_arg(amount), "currency": currency, "mode": mode, "purpose": purpose,
+            "queue_if_low_balance": queue_if_low_balance, "reference_id": reference_id,
+        }  # fmt: skip
+        if narration is not None:
+            payload["narration"] = narration
+        if notes:
+            payload["notes"] = dict(notes)
+        body = self._request("POST", "/v1/payouts", json=payload, headers={PAYOUT_KEY_HEADER: idempotency_key})
+        return _parse(Payout, body, "POST", "/v1/payouts")
+
+    def fetch_payout(self, payout_id: str) -> Payout:
+        body = self._request("GET", f"/v1/payouts/{entity_id(payout_id, 'payout_id')}")
+        return _parse(Payout, body, "GET", "/v1/payouts/{id}")
+
+    def list_payouts(self, account_number: str, *, reference_id: str | None = None, count: int = MAX_PAGE,
+                     skip: int = 0) -> Page[Payout]:  # fmt: skip
+        """One page of the account's payouts, newest first (by `reference_id` when given); page on with skip
+        until `page.exhausted` — only an exhausted list is absence (ADR 0004)."""
+        params: dict[str, Any] = {"account_number": account_number, **page_args(count, skip)}
+        if reference_id is not None:
+            params["reference_id"] = reference_id
+        return _page(Payout, self._request("GET", "/v1/payouts", params=params), count, skip, "/v1/payouts")
+
+    def cancel_payout(self, payout_id: str) -> Payout:
+        """POST /v1/payouts/{id}/cancel: a `queued` payout only (the rail refuses any other, 400)."""
+        path = f"/v1/payouts/{entity_id(payout_id, 'payout_id')}/cancel"
+        return _parse(Payout, self._request("POST", path, json={}), "POST", "/v1/payouts/{id}/cancel")
+
+    def fetch_fund_account(self, fund_account_id: str) -> FundAccount:
+        body = self._request("GET", f"/v1/fund_accounts/{entity_id(fund_account_id, 'fund_account_id')}")
+        return _parse(FundAccount, body, "GET", "/v1/fund_accounts/{id}")
+
+    def fetch_banking_balance(self, account_number: str) -> BankingBalance:
+        """The balance of the RazorpayX account *account_number*, from `GET /v1/banking_balances` (which lists
+        every account of the business); RailError REJECTED when the rail does not list that account."""
+        body = self._request("GET", "/v1/banking_balances")
+        items = body.get("items")
+        for raw in items if isinstance(items, list) else []:
+            if isinstance(raw, dict) and raw.get("account_number") == account_number:
+                return _parse(BankingBalance, raw, "GET", "/v1/banking_balances")
+        raise RailError(RailErrorKind.REJECTED, f"the rail lists no banking balance for account {account_number}",
+                        method="GET", path="/v1/banking_balances")  # fmt: skip
+
     # -- transport and classification ----------------------------------------------------------
 
     def _request(
@@ -280,8 +351,11 @@ def _classify(response: httpx.Response, method: str, path: str) -> dict[str, Any
         fields.update(code=error.get("code"), description=error.get("description"), field=error.get("field"))
     # 409: the first request with this idempotency key is still running — it may yet apply.
     # 408 and non-Razorpay 4xx bodies come from something in between, not from the rail's decision.
-    if 400 <= status < 500 and status not in (408, 409) and isinstance(error, dict) and error.get("code"):
-        raise RailError(RailErrorKind.REJECTED, f"{status} {error.get('description')}", **fields)
+    # A 4xx about the payout idempotency key: the key was checked here before it was sent, so the rail is saying
+    # the key was already used with another body — a payout exists under it, which is not a refusal.
+    refusal = isinstance(error, dict) and bool(error.get("code")) and error.get("field") != PAYOUT_KEY_HEADER
+    if 400 <= status < 500 and status not in (408, 409) and refusal:
+        raise RailError(RailErrorKind.REJECTED, f"{status} {fields.get('description')}", **fields)
     raise RailError(RailErrorKind.AMBIGUOUS, f"{status} {_snippet(text)}", **fields)
 
 

@@ -212,7 +212,8 @@ class Journal:
                 kind,
                 entity.get("payment_id"),
                 stamp_of(entity),
-                entity.get("receipt"),
+                # The caller's own reference: a refund's receipt, a payout's reference_id (both "ilk_" + SIK).
+                entity.get("receipt") or entity.get("reference_id"),
                 created_ms,
                 origin,
                 fault,
@@ -383,7 +384,8 @@ def connect(path: Path) -> sqlite3.Connection:
 
 
 def count_stamped(conn: sqlite3.Connection, sik: str) -> int:
-    """Entities carrying the stamp of *sik*: notes.interlock_sik == sik or receipt == "ilk_" + sik (SPEC §4)."""
+    """Entities carrying the stamp of *sik*: notes.interlock_sik == sik, or a receipt or payout reference_id
+    "ilk_" + sik (SPEC §4, §18)."""
     row = conn.execute(
         "SELECT count(*) FROM entities WHERE stamp_sik = ? OR receipt = ?", (sik, "ilk_" + sik)
     ).fetchone()
