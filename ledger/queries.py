@@ -10,6 +10,7 @@ from interlock.fees import FeeRate
 from ledger.states import COUNTS_AGAINST_LIMITS, MAY_MOVE_MONEY, State, unsettled_at
 
 SETTLEMENT_TOOL = "create_instant_settlement"
+PAYOUT_TOOL = "create_payout"  # RazorpayX payouts (SPEC §18, ADR 0028)
 
 
 def _placeholders(states: Iterable[State]) -> tuple[str, list[str]]:
