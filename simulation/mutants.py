@@ -156,6 +156,8 @@ SEARCHES: dict[str, Search] = {
     # absent, its retry applied with the answer lost, still unlisted when the stale pass reads
     "stale_due_list": Search(400, frozenset({"ambiguous_retries", "list_lag", "two_reconcilers",
                                              "reconciler_pause"})),
+    # a hold released after the window filled up behind it, or a retry authorized under a narrower mandate
+    "reauthorize_without_reassert": Search(200, frozenset({"holds", "replace"})),
     # a merchant moved between shards while its calls are on their way (simulation.shard_move)
     "shard_fence_off": Search(200, frozenset({"move"})),
     "move_leaves_intents_behind": Search(200, frozenset({"move"})),

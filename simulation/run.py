@@ -117,7 +117,10 @@ RECONCILER_PAUSE = "reconciler_pause"  # a reconciler paused between its due lis
 # applied with the answer lost (a 504): a first attempt read absent, and the retry it authorizes out with its answer
 # unknown, in most seeds instead of a few.
 AMBIGUOUS_RETRIES = "ambiguous_retries"
-FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES)
+# The workload's holds decided by the operator and its mid-run mandate replacement (simulation.workload), in every
+# seed instead of a third of them.
+HOLDS, REPLACE = "holds", "replace"
+FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE)
 
 
 def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
@@ -143,7 +146,7 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
                   reconcilers=2 if TWO_RECONCILERS in focus else reconcilers)  # fmt: skip
     sched.before_resume = world.strike
     # Holds, tasks, a replaced mandate, rail accounts, a merchant moved (simulation.workload).
-    extras = plan_workload(seed, disabled, focus & {MOVE})
+    extras = plan_workload(seed, disabled, focus & {MOVE, HOLDS, REPLACE})
     install(world, extras)
     try:
         with use_clock(sched.clock):

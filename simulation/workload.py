@@ -73,9 +73,9 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: froz
     *focus* parts are on whatever the seed drew (the move then displaces the rail accounts)."""
     rng = random.Random(f"workload:{seed}")
     w = Workload(rng)
-    w.holds = rng.random() < 0.35 and "holds" not in disabled
+    w.holds = (rng.random() < 0.35 or "holds" in focus) and "holds" not in disabled
     w.tasks = rng.random() < 0.5 and "tasks" not in disabled
-    w.replace = rng.random() < 0.4 and "replace" not in disabled
+    w.replace = (rng.random() < 0.4 or "replace" in focus) and "replace" not in disabled
     w.account = rng.random() < 0.3 and "account" not in disabled
     # Drawn from a generator of its own, so that the seeds without a move run as they did before it existed.
     moved = random.Random(f"move:{seed}").random() < 0.25
