@@ -37,7 +37,7 @@ from interlock.messages import Decision, Proposal, Verdict, trace_now
 from interlock.queues import ADMIT_JOB, outcome_key, rail_queue, rq_queue
 from interlock.tools import current_pins
 from ledger.db import open_ledger
-from rails.models import Balance, Payment
+from rails.models import Balance, BankingBalance, FundAccount, Page, Payment, Payout
 
 RAILS = ("sandbox", "double")
 REFUND = 10_000
@@ -67,6 +67,16 @@ class LocalPayments:
         return Payment(id=payment_id, amount=PAYMENT, currency="INR", status="captured", captured=True)
 
     def fetch_balance(self) -> Balance:
+        raise AssertionError("the rail worker bench proposes refunds only")
+
+    def fetch_fund_account(self, fund_account_id: str) -> FundAccount:
+        raise AssertionError("the rail worker bench proposes refunds only")
+
+    def fetch_banking_balance(self, account_number: str) -> BankingBalance:
+        raise AssertionError("the rail worker bench proposes refunds only")
+
+    def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
+                     count: int = 100, skip: int = 0) -> Page[Payout]:  # fmt: skip
         raise AssertionError("the rail worker bench proposes refunds only")
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from interlock.fees import DEFAULT_FEE_RATE, FeeRate
 from interlock.mandate import Mandate
 from interlock.task import TaskProblem, VerifiedTask
-from rails.models import Balance, Payment
+from rails.models import Balance, BankingBalance, FundAccount, Payment
 
 if TYPE_CHECKING:
     from gate_workers.gates.g5_purpose import PurposeJudge
@@ -36,6 +36,10 @@ class ResolvedAction:
     requested_amount: int | None = None
     payment: Payment | None = None
     balance: Balance | None = None
+    # create_payout: the payee as the rail knows it, the RazorpayX balance, and the payouts on it not yet debited.
+    fund_account: FundAccount | None = None
+    banking_balance: BankingBalance | None = None
+    payouts_waiting_minor: int = 0
     resolution_error: str | None = None
     resolution_detail: dict[str, Any] = field(default_factory=dict)
     sik: str | None = None

@@ -36,9 +36,9 @@ from interlock.shards import ShardMap, load_shard_map
 from interlock.tools import current_pins
 from ledger import ownership
 from ledger.db import open_ledger
-from ledger.queries import SETTLEMENT_TOOL
+from ledger.queries import PAYOUT_TOOL, SETTLEMENT_TOOL
 from rails.base import RAIL_MCP_UPSTREAM, make_rail
-from rails.mcp_upstream import FETCH_BALANCE
+from rails.mcp_upstream import FETCH_BALANCE, NO_PAYOUTS
 from rails.razorpay import RailError
 from rails.upstream_manifest import ManifestCache, ToolLister
 from rails.upstream_tools import ToolMap
@@ -250,9 +250,10 @@ def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
     # The window is the call's own time (the ingress's received_at_ms), not when this worker got to it:
     # a job redelivered or picked up late must key the same settlement the same way (ADR 0009).
     missing = rt.missing_balance_read() if proposal.tool == SETTLEMENT_TOOL else None
+    no_payouts = NO_PAYOUTS if proposal.tool == PAYOUT_TOOL and rt.upstream is not None else None
     action = resolve(proposal, rt.rail, rt.reader(), mandate, proposal.received_at_ms,
                      grace_ms=rt.settings.settlement_window_grace_ms, balance_read_missing=missing,
-                     account_merchants=rt.account_merchants(mandate))  # fmt: skip
+                     account_merchants=rt.account_merchants(mandate), payouts_missing=no_payouts)  # fmt: skip
     action = bind_task(action, proposal, mandate, now)  # SPEC §10: verified here, judged by G1 and G2
     trace = {**proposal.trace, "rail_read_done": trace_now()}
     ctx = rt.gate_context(mandate, now)
@@ -296,9 +297,12 @@ def _task_fields(action: ResolvedAction) -> dict[str, Any]:
 
 
 def _rail_basis(action: ResolvedAction) -> int | None:
-    """G2's basis as read on the rail: what the payment still allows, or the settlement balance."""
+    """G2's basis as read on the rail: what the payment still allows, the settlement balance, or the RazorpayX
+    balance less the payouts it holds but has not debited yet."""
     if action.payment is not None:
         return action.payment.amount - action.payment.amount_refunded
     if action.balance is not None:
         return action.balance.balance
+    if action.banking_balance is not None and action.params.get("queue_if_low_balance") is not True:
+        return action.banking_balance.amount - action.payouts_waiting_minor
     return None

@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 EXTRA_HINT = "pip install -e '.[purpose]'"
 DRIFT = "G5_PURPOSE_DRIFT"
 INSTRUCTION = "G5_INSTRUCTION_IN_NOTES"
-_VERBS = {"create_refund": "Refund", "create_instant_settlement": "Instant settlement"}
+_VERBS = {"create_refund": "Refund", "create_instant_settlement": "Instant settlement", "create_payout": "Payout"}
 _ID_LIKE = re.compile(r"^[A-Za-z0-9_-]{16,}$")  # a uuid or an id in a note says nothing about purpose
 
 # Instruction-like text aimed at the payment system, as family A's injected notes phrase it (bench/scenarios/
@@ -68,17 +68,22 @@ def describe_action(action: ResolvedAction) -> str:
     amount = f"{action.currency or ''} {action.amount_minor / 100:,.2f}" if action.amount_minor is not None else ""
     if action.tool == "create_refund":
         return f"{verb} of {amount} on customer payment {action.subject or ''}".strip()
+    if action.tool == "create_payout":
+        payee = action.fund_account
+        contact = f" of contact {payee.contact_id}" if payee is not None else ""
+        return f"{verb} of {amount} to payee {action.subject or ''}{contact}".strip()
     return f"{verb} of {amount} from the merchant balance to the merchant's bank account".strip()
 
 
 def agent_text(action: ResolvedAction) -> str:
-    """The words the agent supplied with the call: notes, a settlement's description, the distinct reason."""
+    """The words the agent supplied with the call: notes, a settlement's description, a payout's narration and
+    purpose, the distinct reason."""
     args = action.arguments
     parts: list[str] = []
     notes = args.get("notes")
     if isinstance(notes, Mapping):
         parts += [str(v) for v in notes.values() if isinstance(v, str | int) and not _ID_LIKE.match(str(v))]
-    for key in ("description", "interlock_distinct_reason"):
+    for key in ("description", "narration", "purpose", "interlock_distinct_reason"):
         if isinstance(args.get(key), str):
             parts.append(args[key])
     if action.distinct_reason and action.distinct_reason not in parts:

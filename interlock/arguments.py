@@ -13,7 +13,13 @@ from typing import Any
 
 from interlock.errors import InvalidInput
 from interlock.money import parse_amount
-from interlock.tools import MAX_NOTES
+from interlock.tools import (
+    FUND_ACCOUNT_PATTERN,
+    MAX_NOTES,
+    PAYOUT_MODES,
+    PAYOUT_NARRATION_PATTERN,
+    PAYOUT_PURPOSE_PATTERN,
+)
 
 MAX_ARGUMENTS_BYTES = 64 * 1024
 MAX_DEPTH = 32
@@ -23,11 +29,17 @@ _ID = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 _SIK = re.compile(r"^[A-Z2-7]{32}$")
 _OPERATION_REF = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _DESCRIPTION = re.compile(r"^[A-Za-z0-9 ]{1,30}$")
+_FUND_ACCOUNT = re.compile(FUND_ACCOUNT_PATTERN)
+_PURPOSE = re.compile(PAYOUT_PURPOSE_PATTERN)
+_NARRATION = re.compile(PAYOUT_NARRATION_PATTERN)
+PAYOUT_CURRENCIES = ("INR",)
 _ALLOWED = {
     "fetch_payment": {"payment_id"},
     "fetch_refund": {"refund_id"},
     "create_refund": {"payment_id", "amount", "speed", "notes", "interlock_distinct_reason"},
     "create_instant_settlement": {"amount", "settle_full_balance", "description", "notes", "interlock_distinct_reason"},
+    "create_payout": {"fund_account_id", "amount", "currency", "mode", "purpose", "narration", "notes",
+                      "interlock_distinct_reason"},
     "interlock_status": {"sik", "operation_ref"},
 }
 
@@ -43,6 +55,20 @@ class MoneyCall:
     notes: dict[str, str]
     description: str | None
     distinct_reason: str | None
+    # create_payout only: the payee (a lookup key, resolved on the rail) and how the money goes.
+    payout: PayoutTerms | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PayoutTerms:
+    """What a create_payout call says besides its amount: the payee it names and how the money goes (SPEC §18).
+    Only the fund account enters the SIK (ADR 0028); mode, purpose and narration are sent as given."""
+
+    fund_account_id: str
+    currency: str
+    mode: str
+    purpose: str
+    narration: str | None
 
 
 def check_envelope(arguments: Any) -> dict[str, Any]:
@@ -115,7 +141,7 @@ def parse_distinct(value: Any) -> str | None:
 
 
 def parse_money_call(tool: str, arguments: Any) -> MoneyCall:
-    """Validate a create_refund / create_instant_settlement call; InvalidInput names the bad field."""
+    """Validate a create_refund / create_instant_settlement / create_payout call; InvalidInput names the bad field."""
     arguments = check_envelope(arguments)
     check_fields(tool, arguments)
     notes = parse_notes(arguments.get("notes"))
@@ -138,7 +164,35 @@ def parse_money_call(tool: str, arguments: Any) -> MoneyCall:
         if description is not None and (not isinstance(description, str) or not _DESCRIPTION.match(description)):
             raise InvalidInput("description must be 1-30 letters, digits or spaces", field="description")
         return MoneyCall(tool, None, amount, None, notes, description, distinct)
+    if tool == "create_payout":
+        if amount is None:
+            raise InvalidInput("amount is required for create_payout (integer minor units)", field="amount")
+        return MoneyCall(tool, None, amount, None, notes, None, distinct, payout=_payout_terms(arguments))
     raise InvalidInput(f"{tool} does not move money", field="tool")
+
+
+def _payout_terms(arguments: dict[str, Any]) -> PayoutTerms:
+    for name in ("fund_account_id", "currency", "mode", "purpose"):
+        if name not in arguments:
+            raise InvalidInput(f"{name} is required for create_payout", field=name)
+    fund_account_id = arguments["fund_account_id"]
+    if not isinstance(fund_account_id, str) or not _FUND_ACCOUNT.match(fund_account_id):
+        raise InvalidInput(f"fund_account_id must be a RazorpayX fund account id (fa_ and 14 letters or digits), "
+                           f"got {fund_account_id!r}", field="fund_account_id")  # fmt: skip
+    currency = arguments["currency"]
+    if currency not in PAYOUT_CURRENCIES:
+        raise InvalidInput(f"currency must be one of {', '.join(PAYOUT_CURRENCIES)} for a payout, got {currency!r}",
+                           field="currency")  # fmt: skip
+    mode = arguments["mode"]
+    if mode not in PAYOUT_MODES:
+        raise InvalidInput(f"mode must be one of {', '.join(PAYOUT_MODES)}, got {mode!r}", field="mode")
+    purpose = arguments["purpose"]
+    if not isinstance(purpose, str) or not _PURPOSE.match(purpose):
+        raise InvalidInput("purpose must be 1-30 letters, digits, spaces, '_' or '-'", field="purpose")
+    narration = arguments.get("narration")
+    if narration is not None and (not isinstance(narration, str) or not _NARRATION.match(narration)):
+        raise InvalidInput("narration must be 1-30 letters, digits or spaces", field="narration")
+    return PayoutTerms(fund_account_id, currency, mode, purpose, narration)
 
 
 def parse_status_query(arguments: Any) -> tuple[str | None, str | None]:

@@ -18,7 +18,7 @@ from typing import Annotated, Any, Literal, NamedTuple
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from interlock.canonical import canonical_json, sha256_hex
-from interlock.tools import MONEY_TOOLS, TOOLS
+from interlock.tools import MONEY_TOOLS, PAYOUT_TOOL, TOOLS
 
 REFUND_TOOL = "create_refund"  # the one money tool without an idempotency window (SPEC §4)
 # The call's fields each money tool's SIK already covers (SPEC §4): the seed's `idempotency.<tool>.key_fields`
@@ -26,6 +26,8 @@ REFUND_TOOL = "create_refund"  # the one money tool without an idempotency windo
 SIK_FIELDS: dict[str, frozenset[str]] = {
     "create_refund": frozenset({"payment_id", "amount", "interlock_distinct_reason"}),
     "create_instant_settlement": frozenset({"amount", "settle_full_balance", "interlock_distinct_reason"}),
+    # fund_account_id is the payee the rail returned (ADR 0028).
+    "create_payout": frozenset({"fund_account_id", "amount", "interlock_distinct_reason"}),
 }
 TaskBinding = Literal["off", "optional", "required"]
 PurposeMode = Literal["off", "hold", "block"]
@@ -123,9 +125,33 @@ class ValueLimit(_Strict):
         return self
 
 
+FundAccountId = Annotated[str, _check(r"fa_[A-Za-z0-9]{14}", "a RazorpayX fund account id (fa_ and 14 characters)")]
+ContactId = Annotated[str, _check(r"cont_[A-Za-z0-9]{14}", "a RazorpayX contact id (cont_ and 14 characters)")]
+AccountNumber = Annotated[str, _check(r"[0-9]{9,18}", "a RazorpayX account number (9-18 digits)")]
+
+
+class Payees(_Strict):
+    """Whom a create_payout grant may pay (ADR 0028): a fund account on the first list, or any fund account of a
+    contact on the second — as the rail says the fund account is, never as the agent does."""
+
+    fund_account_ids: list[FundAccountId] = Field(default_factory=list)
+    contact_ids: list[ContactId] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _rules(self) -> Payees:
+        if not self.fund_account_ids and not self.contact_ids:
+            message = "payees must name at least one fund account or contact"
+            raise _Violations([_Problem(("fund_account_ids",), message)])
+        return self
+
+
 class Grant(_Strict):
     reversibility: Literal["reversible", "irreversible"]
     value: ValueLimit | None = None
+    # create_payout only, and left out of the hash while unset so every other grant keeps its hash.
+    payees: Payees | None = Field(default=None, exclude_if=_unset)
+    # create_payout only: a payout the balance cannot cover waits on the rail (true) or is refused (false, default).
+    queue_if_low_balance: bool = Field(default=False, exclude_if=lambda v: v is False)
 
 
 class Scope(_Strict):
@@ -193,10 +219,11 @@ class PurposeCheck(_Strict):
 
 
 class RailSection(_Strict):
-    """The rail account this mandate's money moves on (issue 25 item 8, ADR 0021; SPEC §18 puts the RazorpayX
-    `account_number` for payouts in this section too, when payouts are built)."""
+    """The rail account this mandate's money moves on (issue 25 item 8, ADR 0021), and the RazorpayX account
+    payouts are made from (SPEC §18)."""
 
     account_id: Ident | None = None
+    account_number: AccountNumber | None = Field(default=None, exclude_if=_unset)
 
 
 class Mandate(_Strict):
@@ -282,10 +309,18 @@ def _mandate_problems(m: Mandate) -> Iterator[_Problem]:
                 message = (f"{tool} is granted, so idempotency.{tool}.window_ms must be set (SPEC §4: the same amount "
                            "in a later window is a new operation)")
                 yield _Problem(("idempotency", tool, "window_ms"), message, anchor=path)
+            if tool == PAYOUT_TOOL and grant.payees is None:
+                yield _Problem(path + ("payees",), "create_payout is granted, so payees must name the fund accounts "
+                               "or contacts it may pay (ADR 0028)", anchor=path)  # fmt: skip
+            if tool == PAYOUT_TOOL and m.rail.account_number is None:
+                yield _Problem(("rail", "account_number"), "create_payout is granted, so rail.account_number must "
+                               "name the RazorpayX account payouts are made from", anchor=path)  # fmt: skip
         elif grant.value is not None and (grant.value.min_amount_minor, grant.value.max_amount_minor) != (0, 0):
             # The seed writes {min_amount_minor: 0, max_amount_minor: 0} on a read-only grant: "moves no money".
             message = f"{tool} moves no money; its value may only say so (min_amount_minor: 0, max_amount_minor: 0)"
             yield _Problem(path + ("value",), message)
+        if tool != PAYOUT_TOOL and (grant.payees is not None or grant.queue_if_low_balance):
+            yield _Problem(path, f"payees and queue_if_low_balance belong to create_payout's grant, not {tool}'s")
     for tool, rule in m.idempotency.items():
         if tool not in MONEY_TOOLS:
             yield _Problem(("idempotency", tool), f"{tool} moves no money and has no idempotency window")

@@ -2,10 +2,11 @@
 
 Our stamp (notes.interlock_sik, a refund's receipt) says an entity was created for a SIK; it does not say the rail
 did what the intent asked. An entity counts as the intent's APPLIED only when its terms equal the intent's: a
-refund's payment_id, amount and currency; a settlement's requested amount and currency (its subject is the balance,
-which the entity does not name). For a settle-full-balance intent the amount the rail reports is what was settled:
-it must be positive and no more than the balance read the intent was admitted with (its amount_minor). Any other
-stamped entity is a finding for a person (QUARANTINED), with both sets of terms on the audit record.
+refund's payment_id, amount and currency; a payout's fund_account_id, amount and currency; a settlement's requested
+amount and currency (its subject is the balance, which the entity does not name). For a settle-full-balance intent
+the amount the rail reports is what was settled: it must be positive and no more than the balance read the intent
+was admitted with (its amount_minor). Any other stamped entity is a finding for a person (QUARANTINED), with both
+sets of terms on the audit record.
 
 Pure functions over the entity's raw dict, so the rail worker (its own answer, a fenced answer), the reconciler
 (a list match) and the ledger (an attempt row's kept answer) judge by one rule.
@@ -16,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from interlock.tools import PAYOUT_TOOL
+
 REFUND_TOOL = "create_refund"
 SETTLEMENT_SUBJECT = "balance"
 
@@ -24,6 +27,9 @@ def entity_terms(tool: str, raw: Mapping[str, Any]) -> dict[str, Any]:
     """The terms a rail entity states, in the shape of Intent.terms()' subject, amount and currency."""
     if tool == REFUND_TOOL:
         return {"subject": raw.get("payment_id"), "amount_minor": raw.get("amount"), "currency": raw.get("currency")}
+    if tool == PAYOUT_TOOL:
+        return {"subject": raw.get("fund_account_id"), "amount_minor": raw.get("amount"),
+                "currency": raw.get("currency")}  # fmt: skip
     return {"subject": SETTLEMENT_SUBJECT, "amount_minor": raw.get("amount_requested"), "currency": raw.get("currency")}
 
 

@@ -18,6 +18,11 @@ ID_PATTERN = r"^[A-Za-z0-9_]{1,64}$"
 SIK_PATTERN = r"^[A-Z2-7]{32}$"  # first 32 characters of RFC 4648 base32 (SPEC §4)
 OPERATION_REF_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 SETTLEMENT_DESCRIPTION_PATTERN = r"^[A-Za-z0-9 ]{1,30}$"  # Razorpay's limit on instant settlements (SPEC §4)
+PAYOUT_TOOL = "create_payout"
+FUND_ACCOUNT_PATTERN = r"^fa_[A-Za-z0-9]{14}$"  # a RazorpayX fund account id (SPEC §18)
+PAYOUT_MODES = ("IMPS", "NEFT", "RTGS", "UPI")
+PAYOUT_PURPOSE_PATTERN = r"^[A-Za-z0-9 _-]{1,30}$"  # refund, salary, vendor bill, ... or the business's own
+PAYOUT_NARRATION_PATTERN = r"^[A-Za-z0-9 ]{1,30}$"  # RazorpayX: letters, digits and spaces, at most 30
 RAIL_MAX_NOTES = 15  # Razorpay's limit (SPEC §10)
 MAX_NOTES = RAIL_MAX_NOTES - 1  # one key is Interlock's stamp, notes.interlock_sik
 MAX_NOTE_CHARS = 256
@@ -75,7 +80,8 @@ _RESULT_SCHEMA: dict[str, Any] = {
             "type": "object",
             "description": "interlock_status only, for an APPLIED call: what the rail has said of the money since "
             "(a refund pending, processed or failed; a settlement created, initiated, processed, "
-            "partially_processed or reversed). With an attention, a person must decide what follows.",
+            "partially_processed or reversed; a payout queued, processing, processed, reversed, failed or "
+            "cancelled). With an attention, a person must decide what follows.",
             "properties": {
                 "status": {"type": "string"},
                 "final": {"type": "boolean"},
@@ -254,6 +260,32 @@ _CATALOGUE = (
             "interlock_distinct_reason": _DISTINCT,
         },
         required=[],
+        moves_money=True,
+        output_schema=_RESULT_SCHEMA,
+        annotations=_annotations(read_only=False, destructive=True, open_world=True),
+    ),
+    _spec(
+        PAYOUT_TOOL,
+        "Pay a registered payee",
+        "Send money from the business's RazorpayX account to one of its registered payees (a fund account, "
+        "fa_...). `amount` is an integer in minor units (paise: 50000 means Rs 500.00). Only payees your mandate "
+        "names can be paid, never more than the account's balance less payouts already on their way, and large "
+        "payouts wait for a person's approval; the result's `state` says what happened and `caller_action` says "
+        "what to do next. " + _RETRY_SAFE,
+        properties={
+            "fund_account_id": {"type": "string", "pattern": FUND_ACCOUNT_PATTERN, "description": "the payee"},
+            "amount": _AMOUNT,
+            "currency": {"type": "string", "enum": ["INR"], "description": "the payout's currency"},
+            "mode": {"type": "string", "enum": list(PAYOUT_MODES),
+                     "description": "IMPS, NEFT or RTGS to a bank account; UPI to a UPI id"},
+            "purpose": {"type": "string", "pattern": PAYOUT_PURPOSE_PATTERN,
+                        "description": "why: refund, cashback, payout, salary, utility bill, vendor bill, ..."},
+            "narration": {"type": "string", "pattern": PAYOUT_NARRATION_PATTERN,
+                          "description": "shown on the payee's bank statement: up to 30 letters, digits or spaces"},
+            "notes": _NOTES,
+            "interlock_distinct_reason": _DISTINCT,
+        },
+        required=["fund_account_id", "amount", "currency", "mode", "purpose"],
         moves_money=True,
         output_schema=_RESULT_SCHEMA,
         annotations=_annotations(read_only=False, destructive=True, open_world=True),

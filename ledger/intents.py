@@ -261,6 +261,14 @@ def _apply(
     return require_intent(conn, merchant_id, sik)
 
 
+def refused_attempts(conn: sqlite3.Connection, merchant_id: str, sik: str) -> int:
+    """How many of the intent's attempts the rail definitely refused (outcome REJECTED): a payout reopened after
+    each is sent under a key of its own (ADR 0028)."""
+    row = conn.execute("SELECT COUNT(*) FROM intent_attempts WHERE merchant_id = ? AND sik = ? AND outcome = ?",
+                       (merchant_id, sik, "REJECTED")).fetchone()  # fmt: skip
+    return int(row[0])
+
+
 def start_attempt(
     conn: sqlite3.Connection,
     merchant_id: str,

@@ -7,10 +7,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from interlock.fees import FeeRate
+from interlock.tools import PAYOUT_TOOL as PAYOUT_TOOL  # the ledger's questions name it beside SETTLEMENT_TOOL
 from ledger.states import COUNTS_AGAINST_LIMITS, MAY_MOVE_MONEY, State, unsettled_at
 
 SETTLEMENT_TOOL = "create_instant_settlement"
-PAYOUT_TOOL = "create_payout"  # RazorpayX payouts (SPEC §18, ADR 0028)
 
 
 def _placeholders(states: Iterable[State]) -> tuple[str, list[str]]:
@@ -65,6 +65,25 @@ def applied_since(
            WHERE merchant_id IN ({who}) AND subject_id = ? AND sik <> ? AND state = 'APPLIED' AND updated_at >= ?
              AND (? IS NULL OR currency = ?)""",
         (*merchants, subject_id, exclude_sik, since_ms, currency, currency),
+    ).fetchone()
+    return int(row[0])
+
+
+def money_committed_for_tool(
+    conn: sqlite3.Connection, merchant_ids: str | Sequence[str], tool: str, *, exclude_sik: str, currency: str,
+    applied_since_ms: int | None = None,
+) -> int:
+    """Minor units of *tool*'s other intents, on every subject, that may still move money or are HELD — and, with
+    *applied_since_ms*, those that became APPLIED since then. A payout's basis is the account's one balance,
+    whoever the payee (ADR 0028), so its money in motion is counted by tool, not by subject. APPLIED payouts are
+    left out otherwise: the rail's balance shows a processing one debited, and its list shows a queued one."""
+    marks, states = _placeholders(_G2_COUNTED)
+    who, merchants = _merchants(merchant_ids)
+    row = conn.execute(
+        f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents
+            WHERE merchant_id IN ({who}) AND tool = ? AND sik <> ? AND currency = ?
+              AND (state IN ({marks}) OR (state = 'APPLIED' AND ? IS NOT NULL AND updated_at >= ?))""",
+        (*merchants, tool, exclude_sik, currency, *states, applied_since_ms, applied_since_ms),
     ).fetchone()
     return int(row[0])
 

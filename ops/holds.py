@@ -25,17 +25,19 @@ from interlock.canonical import canonical_hash
 from interlock.clock import now_ms
 from interlock.errors import ConfigError, InterlockError, OperatorRefused
 from interlock.mandate import MandateStore
+from interlock.mandate_model import Payees
 from interlock.queues import EXECUTE_JOB
 from ledger import operator
 from ledger.db import transaction
 from ledger.intents import Intent
-from ledger.queries import money_committed_for_subject
+from ledger.queries import PAYOUT_TOOL, money_committed_for_subject, money_committed_for_tool
 from ledger.states import State
 from ops.approvers import Approver
 from ops.context import OpsContext
 from ops.format import format_minor
 from ops.rail_check import REFUND_TOOL
-from rails.models import Balance, Payment
+from rails.models import Balance, BankingBalance, FundAccount, Payment
+from rails.pager import payouts_not_debited
 from rails.razorpay import RailError
 
 logger = logging.getLogger(__name__)
@@ -123,7 +125,8 @@ def approve(
             else:
                 problem = (_approval_problem(mandates, intent, approver.approver_id, now)
                            or _terms_problem(intent, terms_digest, expected or Expected())
-                           or _value_problem(conn, intent, rail_view, _account_merchants(mandates, intent)))
+                           or _value_problem(conn, intent, rail_view, _account_merchants(mandates, intent),
+                                             _payees(mandates, intent)))
                 if problem is None:
                     intent = operator.release_hold(conn, intent, approver=approver.approver_id, reason=reason,
                                                    approved_terms=terms_of(intent), now=now,
@@ -141,6 +144,10 @@ class _RailView:
 
     payment: Payment | None = None
     balance: Balance | None = None
+    # A payout: its payee as the rail says it is now, the RazorpayX balance and the payouts it holds undebited.
+    fund_account: FundAccount | None = None
+    banking_balance: BankingBalance | None = None
+    payouts_waiting_minor: int = 0
     problem: str | None = None
 
 
@@ -149,16 +156,40 @@ def _read_referent(ctx: OpsContext, sik: str, merchant_id: str | None) -> _RailV
         intent = find_intent(conn, sik, merchant_id)
     if intent.state is not State.HELD:
         return _RailView()  # refused under the lock as not HELD; nothing to read
-    what = f"payment {intent.subject_id}" if intent.tool == REFUND_TOOL else "settlement balance"
+    what = {REFUND_TOOL: f"payment {intent.subject_id}", PAYOUT_TOOL: f"payee {intent.subject_id} and balance"}.get(
+        intent.tool, "settlement balance")
     try:
         with ctx.rail() as rail:
             if intent.tool == REFUND_TOOL:
                 return _RailView(payment=rail.fetch_payment(intent.subject_id))
+            if intent.tool == PAYOUT_TOOL:
+                account = str(intent.params["account_number"])
+                return _RailView(fund_account=rail.fetch_fund_account(intent.subject_id),
+                                 banking_balance=rail.fetch_banking_balance(account),
+                                 payouts_waiting_minor=payouts_not_debited(rail, account))  # fmt: skip
             return _RailView(balance=rail.fetch_balance())
     except (RailError, ConfigError) as exc:
         # Fail closed: an approval is judged against the rail as it is now, never against the gate's old read.
         return _RailView(problem=f"could not re-read the {what} on the rail to re-run G2 ({exc}); nothing was "
                                  "released — approve again once the rail answers")  # fmt: skip
+
+
+def _payees(mandates: MandateStore, intent: Intent) -> Payees | None:
+    """Whom the agent's mandate, as it is now, lets a payout pay (None: nobody)."""
+    mandate = mandates.get(intent.agent_id)
+    grant = mandate.grant(intent.tool) if mandate is not None else None
+    return grant.payees if grant is not None else None
+
+
+def _payee_problem(intent: Intent, fund_account: FundAccount, payees: Payees | None) -> str | None:
+    """G2's payee check again, on the rail's fund account now and the mandate now (ADR 0028)."""
+    if payees is None or (fund_account.id not in payees.fund_account_ids
+                          and fund_account.contact_id not in payees.contact_ids):  # fmt: skip
+        return (f"G2_PAYEE_NOT_ALLOWED: payee {fund_account.id} (contact {fund_account.contact_id}) is not on the "
+                "mandate's payees any more; reject it")  # fmt: skip
+    if not fund_account.active:
+        return f"G2_PAYEE_INACTIVE: payee {fund_account.id} is no longer active on the rail; reject it"
+    return None
 
 
 def _account_merchants(mandates: MandateStore, intent: Intent) -> tuple[str, ...]:
@@ -167,8 +198,8 @@ def _account_merchants(mandates: MandateStore, intent: Intent) -> tuple[str, ...
     return mandates.account_merchants(mandate) if mandate is not None else (intent.merchant_id,)
 
 
-def _value_problem(conn: sqlite3.Connection, intent: Intent, view: _RailView,
-                   merchants: tuple[str, ...]) -> str | None:  # fmt: skip
+def _value_problem(conn: sqlite3.Connection, intent: Intent, view: _RailView, merchants: tuple[str, ...],
+                   mandates_payees: Payees | None = None) -> str | None:  # fmt: skip
     """G2 again, against the fresh rail read and the ledger inside the release transaction: money moved or
     held since the call was held (another refund, a settlement) may leave no room for it any more."""
     if view.problem is not None:
@@ -183,6 +214,19 @@ def _value_problem(conn: sqlite3.Connection, intent: Intent, view: _RailView,
                  f"{format_minor(pay.amount_refunded, currency)} - other intents in motion or held "
                  f"{format_minor(others, currency)}")  # fmt: skip
         code = "G2_EXCEEDS_REFUNDABLE"
+    elif view.banking_balance is not None and view.fund_account is not None:
+        refused = _payee_problem(intent, view.fund_account, mandates_payees)
+        if refused is not None:
+            return refused
+        if intent.params.get("queue_if_low_balance") is True:
+            return None  # the mandate lets the rail queue what the balance cannot cover
+        others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=intent.sik, currency=currency)
+        banking = view.banking_balance
+        room = banking.amount - view.payouts_waiting_minor - others
+        basis = (f"RazorpayX balance {format_minor(banking.amount, banking.currency)} - payouts the rail holds "
+                 f"undebited {format_minor(view.payouts_waiting_minor, currency)} - other payouts in motion or held "
+                 f"{format_minor(others, currency)}")  # fmt: skip
+        code = "G2_EXCEEDS_PAYOUT_BALANCE"
     elif view.balance is not None:
         room = view.balance.balance - others
         basis = (f"balance {format_minor(view.balance.balance, view.balance.currency)} - other settlements in "

@@ -21,7 +21,7 @@ from interlock.task import TASK_EXPIRED, TASK_WRONG_AUDIENCE, audience_problem
 from ledger import intents, leases
 from ledger.intents import Intent
 from ledger.limits import check_limits, check_task_ceiling, reassert
-from ledger.queries import applied_since, money_committed_for_subject
+from ledger.queries import PAYOUT_TOOL, applied_since, money_committed_for_subject, money_committed_for_tool
 from ledger.states import Event, State
 from ledger.views import outcome_from_intent
 from rail_worker import grace
@@ -207,12 +207,20 @@ def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str,
     terms = decision.terms
     if decision.rail_basis_minor is None or terms is None:
         return None
-    others = money_committed_for_subject(conn, merchants, terms.subject, exclude_sik=sik,
-                                         currency=terms.currency)  # fmt: skip
-    if terms.amount_minor > decision.rail_basis_minor - others:
-        return "G2_EXCEEDS_REFUNDABLE" if decision.tool == REFUND_TOOL else "G2_EXCEEDS_BALANCE"
-    others += applied_since(conn, merchants, terms.subject, since_ms=decision.rail_read_at_ms or 0,
-                            exclude_sik=sik, currency=terms.currency)  # fmt: skip
+    if decision.tool == PAYOUT_TOOL:
+        # One balance for every payee (ADR 0028): counted by tool, not by subject.
+        others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=sik, currency=terms.currency)
+        if terms.amount_minor > decision.rail_basis_minor - others:
+            return "G2_EXCEEDS_PAYOUT_BALANCE"
+        others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=sik, currency=terms.currency,
+                                          applied_since_ms=decision.rail_read_at_ms or 0)  # fmt: skip
+    else:
+        others = money_committed_for_subject(conn, merchants, terms.subject, exclude_sik=sik,
+                                             currency=terms.currency)  # fmt: skip
+        if terms.amount_minor > decision.rail_basis_minor - others:
+            return "G2_EXCEEDS_REFUNDABLE" if decision.tool == REFUND_TOOL else "G2_EXCEEDS_BALANCE"
+        others += applied_since(conn, merchants, terms.subject, since_ms=decision.rail_read_at_ms or 0,
+                                exclude_sik=sik, currency=terms.currency)  # fmt: skip
     if terms.amount_minor > decision.rail_basis_minor - others:
         # Refused only because money applied since the gate's read may or may not be in that read: the
         # repeat of the same call is judged against a fresh one (nothing was recorded, nothing moved).

@@ -18,7 +18,7 @@ from typing import Any
 
 from ledger.intents import Intent
 from ledger.states import Event
-from rails.models import Refund, Settlement
+from rails.models import Payout, Refund, Settlement
 from rails.razorpay import RailError, RailErrorKind
 
 # The attempt-row outcome of a definitive refusal of a retry: UNKNOWN until the stamp is confirmed absent.
@@ -44,7 +44,7 @@ class Classified:
     detail: dict[str, Any] = field(default_factory=dict)
 
 
-def classify_entity(entity: Refund | Settlement, sik: str, intent: Intent | None = None) -> Classified:
+def classify_entity(entity: Refund | Settlement | Payout, sik: str, intent: Intent | None = None) -> Classified:
     """The rail's 2xx answer to *intent*'s call. Without *intent* only the stamp is judged (a caller with no
     intent to compare terms with); the rail worker always passes it."""
     if not entity.carries_stamp(sik):
@@ -58,8 +58,9 @@ def classify_entity(entity: Refund | Settlement, sik: str, intent: Intent | None
         return Classified(Event.TERMS_MISMATCH, TERMS_MISMATCH, rail_entity_id=entity.id, http_status=200,
                           reason_code="RAIL_TERMS_MISMATCH", response=entity.raw,
                           detail={"rail_entity_id": entity.id, **differs})  # fmt: skip
-    fee = entity.fees if isinstance(entity, Settlement) else None
-    tax = entity.tax if isinstance(entity, Settlement) else None
+    # A payout shows its fees from `processing` on; a queued one says 0, which is not yet a charge.
+    fee = entity.fees if isinstance(entity, Settlement) or (isinstance(entity, Payout) and entity.fees) else None
+    tax = entity.tax if isinstance(entity, Settlement) or (isinstance(entity, Payout) and entity.fees) else None
     return Classified(Event.RAIL_APPLIED, "APPLIED", rail_entity_id=entity.id, http_status=200, fee_minor=fee,
                       tax_minor=tax, response=entity.raw)  # fmt: skip
 

@@ -27,6 +27,7 @@ from interlock.messages import Outcome, Trace, trace_now
 from interlock.sik import idempotency_key_for, receipt_for, stamp_notes
 from ledger import audit, intents, leases
 from ledger.intents import Intent
+from ledger.queries import PAYOUT_TOOL
 from ledger.states import Event, State
 from ledger.views import outcome_from_intent
 from rail_worker.classify import Classified, classify_entity, classify_error
@@ -101,7 +102,7 @@ def _begin(rt: RailRuntime, conn: sqlite3.Connection, merchant_id: str, sik: str
     withdrawn = _mandate_withdrawn(rt, conn, intent, now)
     if withdrawn is not None:
         return outcome_from_intent(withdrawn, request_id=request_id, replayed=False) if request_id else None
-    request = rail_request(intent)
+    request = rail_request(intent, refusals=intents.refused_attempts(conn, merchant_id, sik))
     intent = intents.start_attempt(
         conn, merchant_id, sik, now=now, lease_owner=rt.owner, lease_epoch=lease.epoch,
         lease_expires_at=now + rt.settings.lease_ttl_ms, request=request,
@@ -197,10 +198,21 @@ def _mandate_withdrawn(rt: RailRuntime, conn: Any, intent: Intent, now: int) -> 
                               set_fields={"reason_code": reason})  # fmt: skip
 
 
-def rail_request(intent: Intent) -> dict[str, Any]:
-    """Exactly what goes to the rail. Nothing attempt-specific: a retry must send the same body (SPEC §14)."""
+def rail_request(intent: Intent, *, refusals: int = 0) -> dict[str, Any]:
+    """Exactly what goes to the rail. Nothing attempt-specific: a retry must send the same body (SPEC §14). A payout
+    carries its key too: the SIK, and after *refusals* definite refusals of earlier attempts the SIK and their
+    count (ADR 0028: the rail would answer a reopened payout's first key with the refusal it saved)."""
     params = intent.params
     notes = stamp_notes(intent.sik, params.get("notes") or {})
+    if intent.tool == PAYOUT_TOOL:
+        payout: dict[str, Any] = {
+            "account_number": params["account_number"], "fund_account_id": intent.subject_id,
+            "amount": intent.amount_minor, "currency": intent.currency, "mode": params["mode"],
+            "purpose": params["purpose"], "queue_if_low_balance": params.get("queue_if_low_balance") is True,
+            "reference_id": receipt_for(intent.sik), "narration": params.get("narration"), "notes": notes,
+            "idempotency_key": intent.sik if refusals == 0 else f"{intent.sik}-{refusals}",
+        }  # fmt: skip
+        return payout
     if intent.tool == "create_refund":
         request: dict[str, Any] = {
             "payment_id": intent.subject_id, "amount": intent.amount_minor, "notes": notes,
@@ -224,6 +236,8 @@ def call_rail(rt: RailRuntime, intent: Intent, request: dict[str, Any]) -> Class
                 receipt=request["receipt"], idempotency_key=request["idempotency_key"],
             )  # fmt: skip
             return classify_entity(refund, intent.sik, intent)
+        if intent.tool == PAYOUT_TOOL:
+            return classify_entity(rt.rail.create_payout(**request), intent.sik, intent)
         settlement = rt.rail.create_instant_settlement(
             request["amount"], description=request.get("description"), notes=request["notes"]
         )

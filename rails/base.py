@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from interlock.config import Settings
 from interlock.errors import ConfigError
-from rails.models import Balance, Page, Payment, Refund, Settlement
+from rails.models import Balance, BankingBalance, FundAccount, Page, Payment, Payout, Refund, Settlement
 from rails.razorpay import RailError, RailErrorKind
 
 __all__ = ["Rail", "RailError", "RailErrorKind", "make_rail", "RAIL_REST", "RAIL_MCP_UPSTREAM"]
@@ -24,7 +24,7 @@ RAIL_MCP_UPSTREAM = "mcp-upstream"
 
 class Rail(Protocol):
     """What Interlock asks of a rail. Reads are used by gates, the ingress and the reconciler; only the
-    rail worker calls the two money methods (SPEC §2). No method retries (I3)."""
+    rail worker calls the money methods (SPEC §2). No method retries (I3)."""
 
     def fetch_payment(self, payment_id: str) -> Payment: ...
 
@@ -57,6 +57,34 @@ class Rail(Protocol):
     def fetch_instant_settlement(self, settlement_id: str) -> Settlement: ...
 
     def fetch_balance(self) -> Balance: ...
+
+    # RazorpayX payouts (SPEC §18): on the REST rail only; an upstream MCP server refuses them (404-shaped).
+    def create_payout(
+        self,
+        *,
+        account_number: str,
+        fund_account_id: str,
+        amount: int,
+        currency: str,
+        mode: str,
+        purpose: str,
+        queue_if_low_balance: bool,
+        reference_id: str,
+        narration: str | None,
+        notes: Mapping[str, Any] | None,
+        idempotency_key: str,
+    ) -> Payout: ...
+
+    def fetch_payout(self, payout_id: str) -> Payout: ...
+
+    def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
+                     count: int = ..., skip: int = ...) -> Page[Payout]: ...  # fmt: skip
+
+    def cancel_payout(self, payout_id: str) -> Payout: ...
+
+    def fetch_fund_account(self, fund_account_id: str) -> FundAccount: ...
+
+    def fetch_banking_balance(self, account_number: str) -> BankingBalance: ...
 
     def close(self) -> None: ...
 

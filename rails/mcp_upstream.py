@@ -41,7 +41,7 @@ from interlock.errors import ConfigError, InvalidInput
 from rails.checks import MAX_PAGE, entity_id, page_args
 from rails.checks import amount as amount_arg
 from rails.mcp_session import UpstreamAmbiguous, UpstreamNotSent, UpstreamSession, UpstreamTarget
-from rails.models import Balance, Page, Payment, RailEntity, Refund, Settlement
+from rails.models import Balance, BankingBalance, FundAccount, Page, Payment, Payout, RailEntity, Refund, Settlement
 from rails.razorpay import ID_NOT_FOUND, RailError, RailErrorKind
 from rails.upstream_tools import ToolMap
 
@@ -171,10 +171,41 @@ class McpUpstreamRail:
                             description=missing)  # fmt: skip
         return _parse(Balance, self._call(tool, {}), tool)
 
+    # -- RazorpayX payouts: razorpay-mcp-server has no tool that makes one (SPEC §18) --------------
+
+    def fetch_fund_account(self, fund_account_id: str) -> FundAccount:
+        raise _no_payouts("fetch_fund_account")
+
+    def fetch_banking_balance(self, account_number: str) -> BankingBalance:
+        raise _no_payouts("fetch_banking_balance")
+
+    def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
+                     count: int = MAX_PAGE, skip: int = 0) -> Page[Payout]:  # fmt: skip
+        raise _no_payouts("list_payouts")
+
+    def fetch_payout(self, payout_id: str) -> Payout:
+        raise _no_payouts("fetch_payout")
+
+    def create_payout(self, **request: Any) -> Payout:
+        # Never reached: G2 refuses every payout in proxy mode (G2_PAYOUTS_UNSUPPORTED); refused here all the same.
+        raise _no_payouts("create_payout")
+
+    def cancel_payout(self, payout_id: str) -> Payout:
+        raise _no_payouts("cancel_payout")
+
     # -- transport and classification ----------------------------------------------------------
 
     def _call(self, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
         return classify_result(self.call_raw(tool, arguments), tool)
+
+
+NO_PAYOUTS = "payouts are made only on the REST rail (INTERLOCK_RAIL=razorpay-rest): the upstream has no payout tool"
+
+
+def _no_payouts(what: str) -> RailError:
+    # Said the way a rail without the endpoint says it (404), so a gate refuses for good, not as an outage.
+    return RailError(RailErrorKind.REJECTED, NO_PAYOUTS, method="MCP", path=what, http_status=404,
+                     description=NO_PAYOUTS)  # fmt: skip
 
 
 def classify_result(result: CallToolResult, tool: str) -> dict[str, Any]:

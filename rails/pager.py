@@ -1,7 +1,8 @@
 """Page the rail's list for our stamp until the list runs out (SPEC §9; ADR 0004).
 
 Absence on page one is not absence: a page shorter than `count` is the only proof the list is
-exhausted. Matches only on notes.interlock_sik == sik or receipt == "ilk_" + sik — never on amount. The match
+exhausted. Matches only on notes.interlock_sik == sik or receipt (a payout's reference_id) == "ilk_" + sik —
+never on amount. The match
 is handed back whole (`matched_raw`): whether its terms are the intent's is the caller's to judge (ADR 0016),
 and a stamped entity with other terms is still ours to find, never a reason to page on past it.
 
@@ -20,8 +21,10 @@ from typing import Any, Protocol
 
 from interlock import clock
 from interlock.failpoints import failpoint
-from rails.models import Page, Refund, Settlement
-from rails.razorpay import RailError
+from interlock.sik import receipt_for
+from interlock.tools import PAYOUT_TOOL
+from rails.models import Page, Payout, Refund, Settlement
+from rails.razorpay import RailError, RailErrorKind
 
 logger = logging.getLogger(__name__)
 
@@ -33,6 +36,9 @@ class RailLister(Protocol):
     def list_refunds_for_payment(self, payment_id: str, *, count: int = ..., skip: int = ...) -> Page[Refund]: ...
 
     def list_instant_settlements(self, *, count: int = ..., skip: int = ...) -> Page[Settlement]: ...
+
+    def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
+                     count: int = ..., skip: int = ...) -> Page[Payout]: ...  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +55,15 @@ class PageResult:
 
 def find_stamped(rail: RailLister, tool: str, subject: str, sik: str, *, page_size: int = PAGE_SIZE,
                  max_pages: int = MAX_PAGES, deadline: float | None = None,
-                 accept: Callable[[dict[str, Any]], bool] | None = None) -> PageResult:  # fmt: skip
+                 accept: Callable[[dict[str, Any]], bool] | None = None,
+                 account_number: str | None = None) -> PageResult:  # fmt: skip
     """The first entity carrying *sik*'s stamp. With *accept*, a stamped entity it refuses (another payment,
     amount or currency) is passed over and named in `passed_over`, and paging goes on: the operator proving
-    that nothing of ours on the intent's terms exists (ops/quarantine)."""
+    that nothing of ours on the intent's terms exists (ops/quarantine). A payout is looked for among the
+    RazorpayX account *account_number*'s payouts with our reference_id ("ilk_" + SIK, SPEC §18), paged to the end
+    like every list; a payout's key is its SIK too, so a retry after a lagging list replays what it missed."""
+    if tool == PAYOUT_TOOL and account_number is None:
+        raise ValueError(f"paging for payout {sik} needs the RazorpayX account it was made from")
     pages = 0
     passed: list[str] = []
     skip = 0
@@ -62,9 +73,12 @@ def find_stamped(rail: RailLister, tool: str, subject: str, sik: str, *, page_si
                 logger.warning("paging %s for %s: deadline passed after %d pages", subject, sik, pages)
                 return PageResult(None, pages, exhausted=False, error=f"deadline passed after {pages} pages",
                                   passed_over=tuple(passed))  # fmt: skip
-            page: Page[Refund] | Page[Settlement]
+            page: Page[Refund] | Page[Settlement] | Page[Payout]
             if tool == "create_refund":
                 page = rail.list_refunds_for_payment(subject, count=page_size, skip=skip)
+            elif tool == PAYOUT_TOOL:
+                assert account_number is not None
+                page = rail.list_payouts(account_number, reference_id=receipt_for(sik), count=page_size, skip=skip)
             else:
                 page = rail.list_instant_settlements(count=page_size, skip=skip)
             pages += 1
@@ -82,3 +96,31 @@ def find_stamped(rail: RailLister, tool: str, subject: str, sik: str, *, page_si
         logger.warning("paging %s for %s stopped at page %d: %s", subject, sik, pages + 1, exc)
         return PageResult(None, pages, exhausted=False, error=str(exc)[:500], passed_over=tuple(passed))
     return PageResult(None, pages, exhausted=False, error=f"gave up after {max_pages} pages", passed_over=tuple(passed))
+
+
+# Payouts the rail holds without having debited the balance for them yet (SPEC §18; ADR 0028).
+NOT_DEBITED = ("queued", "pending", "scheduled")
+
+
+class PayoutLister(Protocol):
+    def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
+                     count: int = ..., skip: int = ...) -> Page[Payout]: ...  # fmt: skip
+
+
+def payouts_not_debited(rail: PayoutLister, account_number: str, *, page_size: int = PAGE_SIZE) -> int:
+    """Minor units of the account's payouts the rail holds but has not debited yet (queued, pending, scheduled),
+    every list paged to its end: the balance does not show them, and each takes its share when it runs. A
+    RailError goes to the caller, who fails closed."""
+    total = 0
+    for status in NOT_DEBITED:
+        skip = 0
+        for _ in range(MAX_PAGES):
+            page = rail.list_payouts(account_number, status=status, count=page_size, skip=skip)
+            total += sum(p.amount for p in page.items if p.status == status)
+            if page.exhausted:
+                break
+            skip += len(page.items)
+        else:
+            raise RailError(RailErrorKind.AMBIGUOUS, f"more than {MAX_PAGES} pages of {status} payouts",
+                            method="GET", path="/v1/payouts")  # fmt: skip
+    return total

@@ -272,13 +272,15 @@ class RazorpayClient:
         body = self._request("GET", f"/v1/payouts/{entity_id(payout_id, 'payout_id')}")
         return _parse(Payout, body, "GET", "/v1/payouts/{id}")
 
-    def list_payouts(self, account_number: str, *, reference_id: str | None = None, count: int = MAX_PAGE,
-                     skip: int = 0) -> Page[Payout]:  # fmt: skip
-        """One page of the account's payouts, newest first (by `reference_id` when given); page on with skip
-        until `page.exhausted` — only an exhausted list is absence (ADR 0004)."""
+    def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
+                     count: int = MAX_PAGE, skip: int = 0) -> Page[Payout]:  # fmt: skip
+        """One page of the account's payouts, newest first (by `reference_id`, `status` when given); page on with
+        skip until `page.exhausted` — only an exhausted list is absence (ADR 0004)."""
         params: dict[str, Any] = {"account_number": account_number, **page_args(count, skip)}
         if reference_id is not None:
             params["reference_id"] = reference_id
+        if status is not None:
+            params["status"] = status
         return _page(Payout, self._request("GET", "/v1/payouts", params=params), count, skip, "/v1/payouts")
 
     def cancel_payout(self, payout_id: str) -> Payout:

@@ -237,7 +237,8 @@ class Reconciler:
                                              lease_expires_at=now + self.settings.lease_ttl_ms)  # fmt: skip
         # The whole pass ends before our per-intent lease does (each page read has its own total deadline too).
         budget_s = max(self.settings.lease_ttl_ms - self.settings.rail_timeout_ms, 0) / 1000
-        result = find_stamped(self.rail, intent.tool, intent.subject_id, sik, deadline=clock.monotonic() + budget_s)
+        result = find_stamped(self.rail, intent.tool, intent.subject_id, sik, deadline=clock.monotonic() + budget_s,
+                              account_number=intent.params.get("account_number"))  # fmt: skip
         failpoint("reconciler.after_finding_before_commit")
         retry = self._commit_finding(intent, result)
         if retry:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rails.deadline import SendWindowClosed, check_send_window
-from rails.models import Balance, Page, Payment, Refund, Settlement
+from rails.models import Balance, BankingBalance, FundAccount, Page, Payment, Payout, Refund, Settlement
 from rails.razorpay import RailError, RailErrorKind
 from simulation.scheduler import Scheduler
 
@@ -42,6 +42,9 @@ def settlement_fees(amount: int) -> tuple[int, int]:
     fee = -(-amount * 3 // 1000)
     tax = -(-fee * 18 // 100)
     return fee + tax, tax
+
+
+NO_SUCH_URL = "The requested URL was not found on the server."
 
 
 @dataclass
@@ -163,6 +166,31 @@ class SimRail:
     def list_instant_settlements(self, *, count: int = 10, skip: int = 0) -> Page[Settlement]:
         self._read("settlements.list")
         return self._page(Settlement, self.settlements, count, skip)
+
+    # RazorpayX payouts are not simulated yet (docs/simulation.md): the workload proposes none, and each call is
+    # refused the way a rail without the endpoint refuses, so nothing could count one as made.
+    def fetch_fund_account(self, fund_account_id: str) -> FundAccount:
+        raise self._no_payouts("/v1/fund_accounts")
+
+    def fetch_banking_balance(self, account_number: str) -> BankingBalance:
+        raise self._no_payouts("/v1/banking_balances")
+
+    def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
+                     count: int = 10, skip: int = 0) -> Page[Payout]:  # fmt: skip
+        raise self._no_payouts("/v1/payouts")
+
+    def fetch_payout(self, payout_id: str) -> Payout:
+        raise self._no_payouts("/v1/payouts/{id}")
+
+    def create_payout(self, **request: Any) -> Payout:
+        raise self._no_payouts("/v1/payouts")
+
+    def cancel_payout(self, payout_id: str) -> Payout:
+        raise self._no_payouts("/v1/payouts/{id}/cancel")
+
+    def _no_payouts(self, path: str) -> RailError:
+        return RailError(RailErrorKind.REJECTED, NO_SUCH_URL, method="GET", path=path, http_status=404,
+                         description=NO_SUCH_URL)  # fmt: skip
 
     def create_refund(self, payment_id: str, amount: int | None, *, speed: str | None = None,
                       notes: Mapping[str, Any] | None, receipt: str | None,

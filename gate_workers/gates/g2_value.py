@@ -5,7 +5,9 @@ intents that may still move (AUTHORIZED, IN_FLIGHT, UNKNOWN, RECONCILING) or are
 release one at any moment). For a settlement = the balance read now - the merchant's other settlements
 that may still move or are HELD; an APPLIED one is already out of the balance the rail reports. Intents of
 every merchant on the same rail account count (ADR 0021). The proposal's own SIK is excluded so a retry is not
-counted against itself. A call bound to a task must also stay
+counted against itself. For a payout: the payee as the rail returned it must be on the grant's payees and active,
+and the amount within the RazorpayX balance less the payouts the rail holds undebited (queued, pending, scheduled)
+and less this account's payout intents that may still move (ADR 0028). A call bound to a task must also stay
 inside it: its subjects, the payment's order and customer, and its ceiling on the sum (gate_workers.task_binding).
 """
 
@@ -15,7 +17,7 @@ from gate_workers.context import GateContext, ResolvedAction
 from gate_workers.task_binding import task_value
 from interlock.sik import SETTLEMENT_SUBJECT
 from interlock.verdicts import GateResult, allow, block, hold
-from ledger.queries import money_committed_for_subject
+from ledger.queries import money_committed_for_subject, money_committed_for_tool
 
 NAME = "G2"
 CAPTURED_STATUSES = frozenset({"captured", "refunded"})
@@ -45,7 +47,43 @@ def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
         if amount > balance.balance - in_motion:
             return block("G2_EXCEEDS_BALANCE", amount_minor=amount, balance_minor=balance.balance,
                          in_motion_minor=in_motion, available_minor=max(balance.balance - in_motion, 0))  # fmt: skip
+    elif action.fund_account is not None:
+        refused = _payee_refusal(action, ctx) or _payout_balance_refusal(action, ctx, merchants)
+        if refused is not None:
+            return refused
     return task_value(action, ctx) or _check_mandate_range(action.tool, amount, currency, ctx)
+
+
+def _payee_refusal(action: ResolvedAction, ctx: GateContext) -> GateResult | None:
+    """The fund account, as the rail returned it, must be one the grant names — by its id or its contact's — and
+    active (ADR 0028). The agent's id was only the lookup key."""
+    fund_account = action.fund_account
+    assert fund_account is not None
+    grant = ctx.mandate.grant(action.tool) if ctx.mandate is not None else None
+    payees = grant.payees if grant is not None else None
+    if payees is None or (fund_account.id not in payees.fund_account_ids
+                          and fund_account.contact_id not in payees.contact_ids):  # fmt: skip
+        return block("G2_PAYEE_NOT_ALLOWED", fund_account_id=fund_account.id, contact_id=fund_account.contact_id)
+    if not fund_account.active:
+        return block("G2_PAYEE_INACTIVE", fund_account_id=fund_account.id, contact_id=fund_account.contact_id)
+    return None
+
+
+def _payout_balance_refusal(action: ResolvedAction, ctx: GateContext, merchants: tuple[str, ...]) -> GateResult | None:
+    """The RazorpayX balance less what the rail holds undebited and less Interlock's own payouts that may still
+    move; a mandate that lets the rail queue a payout the balance cannot cover (queue_if_low_balance) skips it."""
+    banking = action.banking_balance
+    assert banking is not None and action.amount_minor is not None and action.currency is not None
+    if action.params.get("queue_if_low_balance") is True:
+        return None
+    in_motion = money_committed_for_tool(ctx.ledger, merchants, action.tool, exclude_sik=action.sik or "",
+                                         currency=action.currency)  # fmt: skip
+    available = banking.amount - action.payouts_waiting_minor - in_motion
+    if action.amount_minor > available:
+        return block("G2_EXCEEDS_PAYOUT_BALANCE", amount_minor=action.amount_minor, balance_minor=banking.amount,
+                     waiting_on_rail_minor=action.payouts_waiting_minor, in_motion_minor=in_motion,
+                     available_minor=max(available, 0))  # fmt: skip
+    return None
 
 
 def _check_mandate_range(tool: str, amount: int, currency: str, ctx: GateContext) -> GateResult:

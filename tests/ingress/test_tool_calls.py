@@ -95,9 +95,9 @@ async def test_malformed_calls_are_errors_naming_the_field_and_record_nothing(en
             assert field in error["message"] or field == "arguments"
             assert body["caller_action"] == "DO_NOT_RETRY"
 
-        unknown = error_of(await client.call_tool("create_payout", {"amount": 100}))
+        unknown = error_of(await client.call_tool("create_payment_link", {"amount": 100}))
         assert unknown["error"]["code"] == "UNKNOWN_TOOL"
-        assert "create_payout" in unknown["error"]["message"]
+        assert "create_payment_link" in unknown["error"]["message"]
 
         bad_ref = await client.call_tool("create_refund", {"payment_id": "pay_1", "amount": 100},
                                          meta={"interlock/operation_ref": "not a ref!"})  # fmt: skip

@@ -10,8 +10,8 @@ from interlock.tools import MONEY_TOOLS, READ_TOOLS, TOOLS, current_pins, tool_d
 
 def test_catalogue_names_and_money_flags() -> None:
     assert set(TOOLS) == {"fetch_payment", "fetch_refund", "create_refund", "create_instant_settlement",
-                          "interlock_status"}
-    assert MONEY_TOOLS == {"create_refund", "create_instant_settlement"}
+                          "create_payout", "interlock_status"}
+    assert MONEY_TOOLS == {"create_refund", "create_instant_settlement", "create_payout"}
     assert READ_TOOLS == set(TOOLS) - MONEY_TOOLS
     assert all(TOOLS[name].moves_money for name in MONEY_TOOLS)
 
@@ -29,6 +29,11 @@ def test_input_schemas_refuse_unknown_arguments_and_bound_ids_and_notes() -> Non
     assert TOOLS["create_refund"].input_schema["required"] == ["payment_id"]
     assert TOOLS["create_refund"].input_schema["properties"]["payment_id"]["pattern"] == "^[A-Za-z0-9_]{1,64}$"
     assert TOOLS["create_refund"].input_schema["properties"]["speed"]["enum"] == ["normal", "optimum"]
+    payout = TOOLS["create_payout"].input_schema
+    assert payout["required"] == ["fund_account_id", "amount", "currency", "mode", "purpose"]
+    assert payout["properties"]["fund_account_id"]["pattern"] == "^fa_[A-Za-z0-9]{14}$"
+    # queue_if_low_balance and the account are the mandate's, never the agent's (ADR 0028).
+    assert "queue_if_low_balance" not in payout["properties"] and "account_number" not in payout["properties"]
     for name in MONEY_TOOLS:
         # 15 on the rail, one of which is the stamp.
         assert TOOLS[name].input_schema["properties"]["notes"]["maxProperties"] == 14

@@ -172,7 +172,7 @@ function scenarios(fixtures) {
     { name: "status malformed sik", tool: "interlock_status", args: { sik: "lower-case" }, schemaValid: false, expect: "error", code: "INVALID_INPUT", field: "sik" },
     { name: "status unknown field", tool: "interlock_status", args: { sik: UNKNOWN_SIK, merchant_id: "acc_OTHER00001" }, schemaValid: false, expect: "error", code: "INVALID_INPUT", field: "merchant_id" },
     // A tool nobody serves: still a result the agent can read, naming what is offered.
-    { name: "unknown tool", tool: "create_payout", args: { amount: 100 }, expect: "error", code: "UNKNOWN_TOOL", caller_action: "DO_NOT_RETRY", mentions: "create_refund" },
+    { name: "unknown tool", tool: "create_payment_link", args: { amount: 100 }, expect: "error", code: "UNKNOWN_TOOL", caller_action: "DO_NOT_RETRY", mentions: "create_refund" },
   ];
 }
 

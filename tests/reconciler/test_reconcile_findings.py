@@ -226,8 +226,8 @@ def test_the_pass_reads_the_subjects_list_under_a_lease_and_a_deadline_inside_it
     monkeypatch.setattr(reconciler_module, "find_stamped", recording)
     monkeypatch.setattr(reconciler_module, "clock", Monotonic)
     world.reconciler().reconcile(MERCHANT, SIK)
-    assert seen == [(REFUND, "pay_SEND0000001", SIK, {"deadline": 102.0}, State.RECONCILING, OWNER,
-                     T0 + READY + 3000)]  # fmt: skip
+    assert seen == [(REFUND, "pay_SEND0000001", SIK, {"deadline": 102.0, "account_number": None}, State.RECONCILING,
+                     OWNER, T0 + READY + 3000)]  # fmt: skip
 
 
 @pytest.mark.parametrize(("ttl", "timeout", "budget"), [(3000, 3000, 0.0), (2000, 3000, 0.0), (5000, 1500, 3.5)])
@@ -250,7 +250,7 @@ def test_the_read_budget_is_the_lease_less_one_call_deadline_never_negative(
     monkeypatch.setattr(reconciler_module, "find_stamped", recording)
     monkeypatch.setattr(reconciler_module, "clock", Monotonic)
     world.reconciler().reconcile(MERCHANT, SIK)
-    assert deadlines == [{"deadline": 100.0 + budget}]
+    assert deadlines == [{"deadline": 100.0 + budget, "account_number": None}]
 
 
 # -- not ours ----------------------------------------------------------------------------------------------------------
