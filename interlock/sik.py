@@ -90,9 +90,29 @@ def stamp_notes(sik: str, notes: dict[str, str] | None = None) -> dict[str, str]
     return stamped
 
 
+# Where a rail entity carries "ilk_" + SIK: a refund's receipt, a RazorpayX payout's reference_id (SPEC §18).
+STAMP_FIELDS = ("receipt", "reference_id")
+
+
+def stamped_siks(entity: dict[str, Any]) -> tuple[str, ...]:
+    """Every SIK a rail entity's stamp names (notes.interlock_sik, then receipt or reference_id), each once."""
+    siks: list[str] = []
+    notes = entity.get("notes")
+    if isinstance(notes, dict) and isinstance(notes.get(NOTES_STAMP_KEY), str) and notes[NOTES_STAMP_KEY]:
+        siks.append(notes[NOTES_STAMP_KEY])
+    for name in STAMP_FIELDS:
+        value = entity.get(name)
+        if isinstance(value, str) and value.startswith(RECEIPT_PREFIX) and len(value) > len(RECEIPT_PREFIX):
+            sik = value[len(RECEIPT_PREFIX):]
+            if sik not in siks:
+                siks.append(sik)
+    return tuple(siks)
+
+
 def carries_stamp(entity: dict[str, Any], sik: str) -> bool:
-    """True when a rail entity carries this SIK's stamp (notes.interlock_sik or receipt). Never by amount."""
+    """True when a rail entity carries this SIK's stamp (notes.interlock_sik, a receipt or a payout's
+    reference_id). Never by amount."""
     notes = entity.get("notes")
     if isinstance(notes, dict) and notes.get(NOTES_STAMP_KEY) == sik:
         return True
-    return entity.get("receipt") == receipt_for(sik)
+    return any(entity.get(name) == receipt_for(sik) for name in STAMP_FIELDS)

@@ -1,19 +1,25 @@
 """The lifecycle after APPLIED: what the rail says has become of the money since it accepted the call.
 
-APPLIED means the rail created the refund or the instant settlement; it is absorbing (I4) and stays so. What the
-bank does next is kept beside it, one row per applied intent in `rail_status`, never as a state of the money
+APPLIED means the rail created the refund, the instant settlement or the payout; it is absorbing (I4) and stays so.
+What the bank does next is kept beside it, one row per applied intent in `rail_status`, never as a state of the money
 machine: a refund goes `pending` → `processed` or `failed` (pending can last days), an instant settlement goes
-`created` → `initiated` → `processed`, `partially_processed` or `reversed` (SPEC §17). Observations come from the
-call's own answer, from signed webhooks and from a poller that fetches entities not final yet
-(`reconciler/lifecycle.py`), in any order and more than once, so each status has a rank and an observation is
-taken only when it moves the entity forward: a final status is never overwritten by an earlier one, and a second,
-different final status (processed, then failed) is kept in the history and raised for a person, not taken.
+`created` → `initiated` → `processed`, `partially_processed` or `reversed` (SPEC §17), a RazorpayX payout goes
+`pending` (approval) → `queued` or `scheduled` → `processing` → `processed`, `failed`, `cancelled`, `rejected` or
+`reversed` — and a bank may still reverse a processed payout (SPEC §18). Observations come from the call's own
+answer, from signed webhooks and from a poller that fetches entities not final yet (`reconciler/lifecycle.py`), in
+any order and more than once, so each status has a rank and an observation is taken only when it moves the entity
+forward: a final status is never overwritten by an earlier one, and a second, different final status (processed,
+then failed) is kept in the history and raised for a person, not taken. The one exception is written in
+`_AFTER_FINAL`: a payout `reversed` after `processed` is the bank's real next step, taken (and raised).
 
 A status a person must look at sets `attention`: a refund the bank failed (REFUND_FAILED: the customer has not
-been paid), a settlement reversed in whole or part (SETTLEMENT_REVERSED: the money came back to the balance), two
-final statuses that disagree (CONFLICTING_FINAL), or a second entity carrying this intent's stamp (SECOND_ENTITY).
-The agent's next interlock_status is told ESCALATE_TO_OPERATOR for any of these (ingress/status.py); nothing here
-retries or reverses anything: a new refund after a failed one is a new business action.
+been paid), a settlement reversed in whole or part (SETTLEMENT_REVERSED: the money came back to the balance), a
+payout failed (PAYOUT_FAILED) or reversed (PAYOUT_REVERSED: the payee was not paid, or the bank sent the money
+back), a payout cancelled or rejected (PAYOUT_NOT_PAID: it never went out; the agent was told the call was
+accepted), two final statuses that disagree (CONFLICTING_FINAL), or a second entity carrying this intent's stamp
+(SECOND_ENTITY). The agent's next interlock_status is told ESCALATE_TO_OPERATOR for any of these
+(ingress/status.py); nothing here retries or reverses anything: a new refund after a failed one, or a new payout
+after a reversed one, is a new business action.
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from interlock.errors import OperatorRefused
 from interlock.mandate import REFUND_TOOL
 from ledger import audit
 from ledger.db import require_transaction
-from ledger.queries import SETTLEMENT_TOOL
+from ledger.queries import PAYOUT_TOOL, SETTLEMENT_TOOL
 
 # Where an observation was read.
 ANSWER, WEBHOOK, POLL = "answer", "webhook", "poll"
@@ -37,22 +43,43 @@ ANSWER, WEBHOOK, POLL = "answer", "webhook", "poll"
 _RANKS: dict[str, dict[str, int]] = {
     REFUND_TOOL: {"pending": 1, "processed": 3, "failed": 3},
     SETTLEMENT_TOOL: {"created": 1, "initiated": 2, "partially_processed": 3, "processed": 4, "reversed": 4},
+    # pending is RazorpayX's approval workflow, before a payout may be queued (low balance) or scheduled; reversed
+    # comes after processed (a bank reverses a processed payout). Between final statuses the rank decides nothing:
+    # _AFTER_FINAL does.
+    PAYOUT_TOOL: {"pending": 1, "queued": 2, "scheduled": 2, "processing": 3, "processed": 4, "failed": 4,
+                  "cancelled": 4, "rejected": 4, "reversed": 5},
 }
 _FINAL: dict[str, frozenset[str]] = {
     REFUND_TOOL: frozenset({"processed", "failed"}),
     SETTLEMENT_TOOL: frozenset({"processed", "reversed"}),
+    PAYOUT_TOOL: frozenset({"processed", "reversed", "failed", "cancelled", "rejected"}),
+}
+# A final status that a later one may still follow: the rail's own next step, not a contradiction. A processed
+# payout is final for the poller (SPEC §18: ignore what comes after processed) except for the bank's reversal,
+# which is taken; nothing follows reversed. Seen the other way round (processed after reversed), it is the earlier
+# step arriving late: stale, not a conflict.
+_AFTER_FINAL: dict[str, dict[str, frozenset[str]]] = {
+    PAYOUT_TOOL: {"processed": frozenset({"reversed"})},
 }
 # The amounts kept with each status (integers in minor units, as the rail stated them).
 _AMOUNTS: dict[str, tuple[str, ...]] = {
     REFUND_TOOL: ("amount",),
     SETTLEMENT_TOOL: ("amount_requested", "amount_settled", "amount_pending", "amount_reversed", "fees", "tax"),
+    PAYOUT_TOOL: ("amount", "fees", "tax"),
 }
 
 REFUND_FAILED = "REFUND_FAILED"
 SETTLEMENT_REVERSED = "SETTLEMENT_REVERSED"
+PAYOUT_FAILED = "PAYOUT_FAILED"
+PAYOUT_REVERSED = "PAYOUT_REVERSED"
+PAYOUT_NOT_PAID = "PAYOUT_NOT_PAID"
 CONFLICTING_FINAL = "CONFLICTING_FINAL"
 SECOND_ENTITY = "SECOND_ENTITY"
-ATTENTIONS = (REFUND_FAILED, SETTLEMENT_REVERSED, CONFLICTING_FINAL, SECOND_ENTITY)
+ATTENTIONS = (REFUND_FAILED, SETTLEMENT_REVERSED, PAYOUT_FAILED, PAYOUT_REVERSED, PAYOUT_NOT_PAID, CONFLICTING_FINAL,
+              SECOND_ENTITY)  # fmt: skip
+# The attention a payout's status raises: each is money the payee does not have although the rail accepted the call.
+_PAYOUT_ATTENTIONS = {"failed": PAYOUT_FAILED, "reversed": PAYOUT_REVERSED, "cancelled": PAYOUT_NOT_PAID,
+                      "rejected": PAYOUT_NOT_PAID}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +134,8 @@ def attention_for(tool: str, status: str, amounts: dict[str, int]) -> str | None
         return REFUND_FAILED
     if tool == SETTLEMENT_TOOL and (status == "reversed" or amounts.get("amount_reversed", 0) > 0):
         return SETTLEMENT_REVERSED
+    if tool == PAYOUT_TOOL:
+        return _PAYOUT_ATTENTIONS.get(status)
     return None
 
 
@@ -151,8 +180,9 @@ def observe(conn: sqlite3.Connection, *, merchant_id: str, sik: str, tool: str, 
     """Take one observation of the intent's entity; returns the row when it changed, else None.
 
     Taken when it is the first, or ranks above the current status, or (not final) states the same status with more
-    of the money accounted for (a partially processed settlement settling more). Never over a final status: a
-    different final one is kept in the history as a conflict and raised (CONFLICTING_FINAL)."""
+    of the money accounted for (a partially processed settlement settling more). Never over a final status but the
+    rail's own next step (a processed payout reversed, `_AFTER_FINAL`): a different final one is kept in the history
+    as a conflict and raised (CONFLICTING_FINAL)."""
     require_transaction(conn)
     amounts = amounts_of(tool, entity)
     was = current(conn, merchant_id, sik)
@@ -200,6 +230,11 @@ def _judge(tool: str, was: RailStatus, status: str, amounts: dict[str, int]) -> 
             return None
         return "moved"
     if was.final:
+        after = _AFTER_FINAL.get(tool, {})
+        if status in after.get(was.status, ()):
+            return "moved"
+        if was.status in after.get(status, ()):
+            return "stale"  # the step before it, arriving late
         return "conflict" if is_final(tool, status) else "stale"
     return "moved" if new > old else "stale"
 

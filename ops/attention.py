@@ -1,12 +1,13 @@
 """Applied money a person must look at (docs/webhooks.md): list it, and acknowledge one attention.
 
 An attention is raised by the lifecycle (ledger/lifecycle.py): a refund the bank failed, a settlement reversed, a
-second final status that contradicts the first, another entity carrying the intent's stamp. Acknowledging it says a
-named person has it in hand and what they are doing about it: it stops counting as waiting for a person (the
-`interlock_rail_attention` metric, `interlock status`'s NEEDS A PERSON lines, the console's list), and nothing
-else changes — the intent stays APPLIED, its rail_status and history stay as the rail said, no money moves, and
-the agent is still told that a person decides (`interlock_status`: ESCALATE_TO_OPERATOR). A new refund after a
-failed one is a new business action, taken by the merchant, never by this command.
+payout failed, reversed, cancelled or rejected, a second final status that contradicts the first, another entity
+carrying the intent's stamp. Acknowledging it says a named person has it in hand and what they are doing about it:
+it stops counting as waiting for a person (the `interlock_rail_attention` metric, `interlock status`'s NEEDS A
+PERSON lines, the console's list), and nothing else changes — the intent stays APPLIED, its rail_status and history
+stay as the rail said, no money moves, and the agent is still told that a person decides (`interlock_status`:
+ESCALATE_TO_OPERATOR). A new refund after a failed one, or a new payout after one the payee did not get, is a new
+business action, taken by the merchant, never by this command.
 
 Who acknowledged it: as for a quarantine resolution, the console passes the person's authenticated approver
 credential and the record names it; the CLI's `--as NAME` is what the operator typed, and the record says so.

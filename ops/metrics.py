@@ -135,16 +135,17 @@ def ledger_metrics(conn: sqlite3.Connection, now: int | None = None, *, shard: s
     yield holds
 
     # The lifecycle after APPLIED (ledger/lifecycle.py): where applied money stands, and what a person must look at
-    # (a refund the bank failed, a settlement reversed): alert on interlock_rail_attention > 0. An attention a person
-    # has acknowledged (`interlock attention ack`) moves to interlock_rail_attention_acknowledged.
-    followed = GaugeMetricFamily("interlock_rail_status", "applied refunds and settlements by the rail's latest status",
-                                 labels=["tool", "status", "shard"])  # fmt: skip
+    # (a refund the bank failed, a settlement or payout reversed, a payout failed or not paid): alert on
+    # interlock_rail_attention > 0. An attention a person has acknowledged (`interlock attention ack`) moves to
+    # interlock_rail_attention_acknowledged.
+    followed = GaugeMetricFamily("interlock_rail_status", "applied refunds, settlements and payouts by the rail's "
+                                 "latest status", labels=["tool", "status", "shard"])  # fmt: skip
     for tool, status, n in lifecycle.counts(conn):
         followed.add_metric([tool, status, shard], n)
     yield followed
     attention = GaugeMetricFamily("interlock_rail_attention",
-                                  "applied money a person must look at and nobody has acknowledged (REFUND_FAILED, "
-                                  "SETTLEMENT_REVERSED, CONFLICTING_FINAL, SECOND_ENTITY)",
+                                  "applied money a person must look at and nobody has acknowledged "
+                                  f"({', '.join(lifecycle.ATTENTIONS)})",
                                   labels=["reason", "shard"])  # fmt: skip
     taken = GaugeMetricFamily("interlock_rail_attention_acknowledged", "applied money a person must look at and a "
                               "person has acknowledged", labels=["reason", "shard"])  # fmt: skip

@@ -1,13 +1,14 @@
-"""Webhooks as a second source of truth (SPEC §17; ADR 0027): a shard's reconciler reads the webhook inbox.
+"""Webhooks as a second source of truth (SPEC §17, §18; ADR 0027): a shard's reconciler reads the webhook inbox.
 
-Each accepted event whose refund or instant settlement carries our stamp (notes.interlock_sik, or a refund's
-receipt "ilk_"+SIK) for an intent on this shard's ledger becomes a sighting on that ledger — the entity as the
-rail stated it, audit-chained — and settles the intent through `intents.settle_from_evidence`, the rule an
-attempt's kept answer goes by: on the intent's terms, WEBHOOK_APPLIED → APPLIED from UNKNOWN, RECONCILING, an
-AUTHORIZED retry not yet sent, CONFIRMED_NOT_APPLIED or FAILED_TERMINAL; on other terms, QUARANTINED (ADR 0016).
-An intent whose attempt is still out (IN_FLIGHT) is watched: the sighting settles it as soon as that attempt's
-answer leaves it UNKNOWN. The rail worker reads sightings too before it sends a retry, so a retry the list reader
-authorized on a lagging list is not sent once a webhook has shown the first call landed.
+Each accepted event whose refund, instant settlement or RazorpayX payout carries our stamp (notes.interlock_sik, or
+"ilk_"+SIK in a refund's receipt or a payout's reference_id) for an intent on this shard's ledger becomes a sighting
+on that ledger — the entity as the rail stated it, audit-chained — and settles the intent through
+`intents.settle_from_evidence`, the rule an attempt's kept answer goes by: on the intent's terms, WEBHOOK_APPLIED →
+APPLIED from UNKNOWN, RECONCILING, an AUTHORIZED retry not yet sent, CONFIRMED_NOT_APPLIED or FAILED_TERMINAL; on
+other terms, QUARANTINED (ADR 0016). An intent whose attempt is still out (IN_FLIGHT) is watched: the sighting
+settles it as soon as that attempt's answer leaves it UNKNOWN. The rail worker reads sightings too before it sends a
+retry, so a retry the list reader authorized on a lagging list is not sent once a webhook has shown the first call
+landed.
 
 Never the other way: no event, and no missing event, is evidence that something did not happen. The list-paging
 reconciler stays the only authority for "not applied".
@@ -31,11 +32,11 @@ from typing import Any
 from interlock.clock import now_ms
 from interlock.errors import LedgerError
 from interlock.mandate import REFUND_TOOL
-from interlock.sik import NOTES_STAMP_KEY, RECEIPT_PREFIX
+from interlock.sik import stamped_siks
 from ledger import intents, sightings, webhook_inbox
 from ledger.db import transaction
 from ledger.intents import Intent
-from ledger.queries import SETTLEMENT_TOOL
+from ledger.queries import PAYOUT_TOOL, SETTLEMENT_TOOL
 from ledger.states import State
 
 logger = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ _ENTITIES = (
     ("refund", "refund", REFUND_TOOL),
     ("settlement.ondemand", "settlement.ondemand", SETTLEMENT_TOOL),
     ("settlement", "settlement.ondemand", SETTLEMENT_TOOL),
+    ("payout", "payout", PAYOUT_TOOL),  # every payout.* event (SPEC §18), payout.updated included
 )
 # States in which a sighting may still come to settle the intent: its attempt is out, or it is unsettled.
 _MAY_SETTLE = (State.IN_FLIGHT, State.UNKNOWN, State.RECONCILING, State.AUTHORIZED, State.CONFIRMED_NOT_APPLIED,
@@ -62,8 +64,8 @@ class Evidence:
 
 
 def stamped_entity(body: bytes) -> Evidence | None:
-    """The refund or instant settlement an event carries, with the SIKs its stamp names; None when it carries
-    no entity of ours (another kind of event, or an entity without our stamp)."""
+    """The refund, instant settlement or payout an event carries, with the SIKs its stamp names; None when it
+    carries no entity of ours (another kind of event, or an entity without our stamp)."""
     try:
         event = json.loads(body)
     except ValueError:
@@ -76,17 +78,9 @@ def stamped_entity(body: bytes) -> Evidence | None:
         entity = wrapped.get("entity") if isinstance(wrapped, dict) else None
         if not (isinstance(entity, dict) and entity.get("entity") == kind and isinstance(entity.get("id"), str)):
             continue
-        siks: list[str] = []
-        notes = entity.get("notes")
-        if isinstance(notes, dict) and isinstance(notes.get(NOTES_STAMP_KEY), str):
-            siks.append(notes[NOTES_STAMP_KEY])
-        receipt = entity.get("receipt")
-        by_receipt = receipt[len(RECEIPT_PREFIX):] if isinstance(receipt, str) and receipt.startswith(RECEIPT_PREFIX) \
-            else None  # fmt: skip
-        if by_receipt and by_receipt not in siks:
-            siks.append(by_receipt)
+        siks = stamped_siks(entity)
         status = entity.get("status")
-        return Evidence(tool, entity, entity["id"], status if isinstance(status, str) else None, tuple(siks)) \
+        return Evidence(tool, entity, entity["id"], status if isinstance(status, str) else None, siks) \
             if siks else None  # fmt: skip
     return None
 

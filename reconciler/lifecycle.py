@@ -1,13 +1,16 @@
 """Following applied money to the bank's final word (issue 27 item 3; docs/webhooks.md; `ledger/lifecycle.py`).
 
-Run by each shard's reconciler beside the reconcile loop. Every APPLIED refund or instant settlement is followed
-from the status the call's own answer showed (and any webhook seen of it), until the rail says a final status:
+Run by each shard's reconciler beside the reconcile loop. Every APPLIED refund, instant settlement or RazorpayX payout
+is followed from the status the call's own answer showed (and any webhook seen of it), until the rail says a final
+status:
 
 * a webhook of a followed entity (read by `reconciler/inbox.py`) is taken as an observation at once;
-* a poller fetches each entity not final yet (`GET /v1/refunds/{id}`, `GET /v1/settlements/ondemand/{id}`) with a
-  backoff: first after `INTERLOCK_LIFECYCLE_POLL_MS` (2 s) without webhooks, after a minute with them (the webhook
-  is expected first: the fetch is the safety net), doubling to an hour, for as long as the entity is not final
-  (a refund may be pending for days);
+* a poller fetches each entity not final yet (`GET /v1/refunds/{id}`, `GET /v1/settlements/ondemand/{id}`,
+  `GET /v1/payouts/{id}`; which rail method for which tool is one table, `_fetchers`) with a backoff: first after
+  `INTERLOCK_LIFECYCLE_POLL_MS` (2 s) without webhooks, after a minute with them (the webhook is expected first:
+  the fetch is the safety net), doubling to an hour, for as long as the entity is not final (a refund may be
+  pending for days, a payout queued for months). A processed payout is final and not fetched again: a bank's later
+  reversal of it is seen by its `payout.reversed` webhook;
 * when webhooks are configured but none has arrived for `INTERLOCK_WEBHOOK_SILENCE_MS` since a money call that
   should have caused one, the stream is taken as stopped (a disabled webhook, a receiver down): every entity not
   final, applied within Razorpay's 7-day replay window, is fetched now (the backfill), and again each time the
@@ -24,15 +27,16 @@ import sqlite3
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from interlock.clock import now_ms
 from interlock.mandate import REFUND_TOOL
 from ledger import lifecycle, sightings
 from ledger.db import transaction
 from ledger.intents import APPLIED_OUTCOMES, Intent, get_intent
+from ledger.queries import PAYOUT_TOOL, SETTLEMENT_TOOL
 from ledger.states import State
-from rails.models import Refund, Settlement
+from rails.models import Payout, Refund, Settlement
 from rails.razorpay import RailError
 
 logger = logging.getLogger(__name__)
@@ -48,6 +52,25 @@ class EntityReader(Protocol):
     def fetch_refund(self, refund_id: str) -> Refund: ...
 
     def fetch_instant_settlement(self, settlement_id: str) -> Settlement: ...
+
+
+@runtime_checkable
+class PayoutReader(Protocol):
+    """A rail that serves RazorpayX payouts (the REST client does; an MCP upstream may not)."""
+
+    def fetch_payout(self, payout_id: str) -> Payout: ...
+
+
+Fetch = Callable[[str], Refund | Settlement | Payout]
+
+
+def _fetchers(rail: EntityReader) -> dict[str, Fetch]:
+    """How each followed tool's entity is fetched from *rail*. A rail without payouts has no entry for them: a payout
+    is then followed by its answer and its webhooks only (and its fetch counted `not_fetchable`)."""
+    table: dict[str, Fetch] = {REFUND_TOOL: rail.fetch_refund, SETTLEMENT_TOOL: rail.fetch_instant_settlement}
+    if isinstance(rail, PayoutReader):
+        table[PAYOUT_TOOL] = rail.fetch_payout
+    return table
 
 
 @dataclass
@@ -66,6 +89,10 @@ class LifecycleFollower:
     _waiting_since: int | None = None
     _since: int | None = None  # APPLIED intents changed at or after this are looked for (moves forward)
     _retry: dict[tuple[str, str], int] = field(default_factory=dict)  # untracked intents whose fetch failed
+    _fetch: dict[str, Fetch] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self._fetch = _fetchers(self.rail)
 
     def step(self) -> int:
         """Follow what was applied since the last step, watch the webhook stream, fetch what is due; returns how
@@ -149,9 +176,15 @@ class LifecycleFollower:
     # -- the poller ---------------------------------------------------------------------------------
 
     def _poll(self, merchant_id: str, sik: str, tool: str, entity_id: str, *, polls: int) -> int:
+        fetch = self._fetch.get(tool)
+        if fetch is None:
+            self.counts["not_fetchable"] += 1
+            logger.warning("lifecycle: this rail cannot fetch a %s; %s of %s is followed by webhook only", tool,
+                           entity_id, sik)  # fmt: skip
+            self._after_poll(merchant_id, sik, polls, failed=True, untracked_retry_ms=MAX_POLL_MS)
+            return 0
         try:
-            fetched = self.rail.fetch_refund(entity_id) if tool == REFUND_TOOL \
-                else self.rail.fetch_instant_settlement(entity_id)  # fmt: skip
+            fetched = fetch(entity_id)
         except RailError as exc:
             self.counts["fetch_failed"] += 1
             logger.warning("lifecycle: %s %s of %s not fetched: %s", tool, entity_id, sik, exc)
@@ -169,10 +202,11 @@ class LifecycleFollower:
         self._retry.pop((merchant_id, sik), None)
         return changed
 
-    def _after_poll(self, merchant_id: str, sik: str, polls: int, *, failed: bool) -> None:
+    def _after_poll(self, merchant_id: str, sik: str, polls: int, *, failed: bool,
+                    untracked_retry_ms: int = UNTRACKED_RETRY_MS) -> None:  # fmt: skip
         now = self.clock()
         if lifecycle.current(self.ledger, merchant_id, sik) is None:
-            self._retry[(merchant_id, sik)] = now + UNTRACKED_RETRY_MS  # not followed yet: the next step tries again
+            self._retry[(merchant_id, sik)] = now + untracked_retry_ms  # not followed yet: a later step tries again
             return
         with transaction(self.ledger):
             lifecycle.schedule(self.ledger, merchant_id, sik, next_poll_at=self.clock() + self._backoff(polls + 1),

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from interlock.sik import carries_stamp, compute_sik, receipt_for, stamp_notes, window_bucket
+from interlock.sik import carries_stamp, compute_sik, receipt_for, stamp_notes, stamped_siks, window_bucket
 
 BASE = {
     "merchant_id": "acc_DEMO000001",
@@ -124,3 +124,18 @@ def test_stamps_and_matching() -> None:
     assert carries_stamp({"notes": [], "receipt": "ilk_" + sik}, sik)
     assert not carries_stamp({"notes": [], "receipt": None, "amount": 189900}, sik), "amount is not an identity"
     assert not carries_stamp({"notes": {"interlock_sik": "OTHER"}}, sik)
+
+
+def test_a_payouts_reference_id_is_our_stamp_like_a_refunds_receipt() -> None:
+    # SPEC §18: a payout carries "ilk_" + SIK in reference_id (RazorpayX has no receipt), beside notes.interlock_sik.
+    sik = compute_sik(**BASE)
+    assert carries_stamp({"notes": [], "reference_id": "ilk_" + sik}, sik)
+    assert not carries_stamp({"notes": [], "reference_id": sik}, sik), "only the prefixed form is our stamp"
+    assert not carries_stamp({"notes": [], "reference_id": "ilk_OTHER"}, sik)
+
+
+def test_the_siks_an_entity_names_are_read_from_every_stamp_once() -> None:
+    assert stamped_siks({"notes": {"interlock_sik": "A" * 32}, "reference_id": "ilk_" + "A" * 32}) == ("A" * 32,)
+    assert stamped_siks({"notes": {"interlock_sik": "A" * 32}, "receipt": "ilk_" + "B" * 32}) == ("A" * 32, "B" * 32)
+    assert stamped_siks({"notes": [], "reference_id": "ilk_" + "C" * 32}) == ("C" * 32,)
+    assert stamped_siks({"notes": {"interlock_sik": 7}, "receipt": "ilk_", "reference_id": "vendor-17"}) == ()

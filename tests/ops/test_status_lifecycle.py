@@ -177,3 +177,33 @@ def test_a_ledger_without_the_acknowledgements_table_yet_shows_every_attention_w
         assert dict(lifecycle.attention_counts(conn, acknowledged=True)) == {}
     finally:
         conn.close()
+
+
+def test_a_reversed_payout_waits_for_a_person_until_acknowledged_and_the_agent_is_told_to_escalate(
+        ledger, monkeypatch) -> None:  # fmt: skip
+    from ingress.status import _lookup
+
+    conn = open_ledger(ledger)
+    try:
+        follow(conn, "P" * 32, "create_payout", "pout_P", "processing", "processed", "reversed", fees=590, tax=90)
+    finally:
+        conn.close()
+    report = json.loads(status(ledger, monkeypatch, "--json"))
+    assert report["rail_status"]["create_payout"] == {"reversed": 1}
+    assert ("pout_P", "PAYOUT_REVERSED") in [(r["entity_id"], r["attention"]) for r in report["needs_attention"]]
+    exposition = generate_latest(build_registry([ShardSource("s1", ledger, None)])).decode()
+    assert 'interlock_rail_attention{reason="PAYOUT_REVERSED",shard="s1"} 1.0' in exposition
+    for reason in ("PAYOUT_FAILED", "PAYOUT_NOT_PAID"):
+        assert f'interlock_rail_attention{{reason="{reason}",shard="s1"}} 0.0' in exposition  # present at 0
+    answer = _lookup(ledger, M, "P" * 32, None)
+    assert (answer["state"], answer["caller_action"], answer["rail_status"]["status"]) == \
+        ("APPLIED", "ESCALATE_TO_OPERATOR", "reversed")  # fmt: skip
+    assert answer["rail_status"]["amounts"] == {"amount": 5000, "fees": 590, "tax": 90}
+    code, out = ack(ledger, monkeypatch, "ack", "P" * 32, "--attention", "PAYOUT_REVERSED", "--as", "asha",
+                    "--note", "beneficiary bank returned it; vendor asked for new account details, ticket T-40")
+    assert code == 0, out
+    exposition = generate_latest(build_registry([ShardSource("s1", ledger, None)])).decode()
+    assert 'interlock_rail_attention{reason="PAYOUT_REVERSED",shard="s1"} 0.0' in exposition
+    assert 'interlock_rail_attention_acknowledged{reason="PAYOUT_REVERSED",shard="s1"} 1.0' in exposition
+    assert _lookup(ledger, M, "P" * 32, None)["caller_action"] == "ESCALATE_TO_OPERATOR", \
+        "what follows a reversed payout is the merchant's decision, not the agent's"  # fmt: skip

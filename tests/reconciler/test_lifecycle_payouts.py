@@ -1,0 +1,285 @@
+"""Following an APPLIED RazorpayX payout to the bank's final word (reconciler/lifecycle.py; SPEC §18): by its
+`payout.*` webhooks, in whatever order they come, and by the poller's `GET /v1/payouts/{id}` — against a dict of
+entities first, then against a real sandbox process, with the payout made by the REST client under our stamps."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlock.sik import receipt_for, stamp_notes
+from ledger import intents, lifecycle, webhook_inbox
+from ledger.db import open_ledger, transaction
+from ledger.queries import PAYOUT_TOOL
+from ledger.states import Event
+from rails.models import Payout, Refund, Settlement
+from rails.razorpay import RazorpayClient
+from reconciler.inbox import InboxReader
+from reconciler.lifecycle import LifecycleFollower
+from sandbox.rail import DEFAULT_ACCOUNT_NUMBER
+from sandbox.testing import SandboxProcess, start_sandbox
+from tests.ledger.helpers import put_intent
+
+M = "acc_DEMO000001"
+SIK = "U" * 32
+POUT = "pout_U1"
+PAYEE = "fa_U0000000001"
+AMOUNT = 48_000
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+class Rail:
+    """Refunds, settlements and payouts by id; every fetch recorded."""
+
+    def __init__(self) -> None:
+        self.entities: dict[str, dict[str, Any]] = {}
+        self.fetches: list[str] = []
+
+    def fetch_refund(self, refund_id: str) -> Refund:
+        return Refund.from_raw(self._get(refund_id))
+
+    def fetch_instant_settlement(self, settlement_id: str) -> Settlement:
+        return Settlement.from_raw(self._get(settlement_id))
+
+    def fetch_payout(self, payout_id: str) -> Payout:
+        return Payout.from_raw(self._get(payout_id))
+
+    def _get(self, entity_id: str) -> dict[str, Any]:
+        self.fetches.append(entity_id)
+        return self.entities[entity_id]
+
+
+class RefundsOnly:
+    """A rail that serves no payouts (an MCP upstream without payout tools)."""
+
+    def fetch_refund(self, refund_id: str) -> Refund:
+        raise AssertionError("not asked")
+
+    def fetch_instant_settlement(self, settlement_id: str) -> Settlement:
+        raise AssertionError("not asked")
+
+
+def payout(status: str, *, pid: str = POUT, sik: str = SIK) -> dict[str, Any]:
+    return {"id": pid, "entity": "payout", "fund_account_id": PAYEE, "amount": AMOUNT, "currency": "INR",
+            "fees": 590, "tax": 90, "status": status, "mode": "IMPS", "purpose": "vendor bill",
+            "reference_id": receipt_for(sik), "notes": {"interlock_sik": sik}}  # fmt: skip
+
+
+def applied(conn: sqlite3.Connection, answer: dict[str, Any] | None, *, now: int, sik: str = SIK,
+            pid: str = POUT) -> None:  # fmt: skip
+    """A payout intent APPLIED by its attempt's answer, as the rail worker leaves it (tests/ledger/helpers.put_intent
+    drives it through the real transitions; its defaults are a refund's, so the payout's tool and payee are given)."""
+    put_intent(conn, sik, "IN_FLIGHT", amount=AMOUNT, tool=PAYOUT_TOOL, subject=PAYEE, now=now)
+    with transaction(conn):
+        intents.finish_attempt(conn, M, sik, 1, now=now, outcome="APPLIED", rail_entity_id=pid, http_status=200,
+                               response=answer)  # fmt: skip
+        intents.transition(conn, M, sik, Event.RAIL_APPLIED, now=now, set_fields={"rail_entity_id": pid})
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> sqlite3.Connection:
+    return open_ledger(tmp_path / "ledger.sqlite3")
+
+
+@pytest.fixture
+def inbox(tmp_path: Path) -> sqlite3.Connection:
+    return webhook_inbox.open_inbox(tmp_path / "webhooks.sqlite3")
+
+
+def follower(ledger: sqlite3.Connection, rail: Any, clock: Clock, **kw: Any) -> LifecycleFollower:
+    return LifecycleFollower(ledger=ledger, rail=rail, owner="reconciler-test", first_poll_ms=2000, clock=clock, **kw)
+
+
+def reader_telling(f: LifecycleFollower, ledger: sqlite3.Connection, inbox: sqlite3.Connection,
+                   clock: Clock) -> InboxReader:  # fmt: skip
+    return InboxReader(ledger=ledger, inbox=inbox, reader="shard:0", owner="reconciler-test", clock=clock,
+                       account_of=lambda intent: M,
+                       on_sighting=lambda m, s, seen, ref: f.sighted(m, s, entity_id=seen.entity_id,
+                                                                     status=seen.status, entity=seen.entity,
+                                                                     ref=ref))  # fmt: skip
+
+
+def deliver(inbox: sqlite3.Connection, event_id: str, event: str, entity: dict[str, Any]) -> None:
+    body = json.dumps({"entity": "event", "account_id": M, "event": event, "contains": ["payout"],
+                       "payload": {"payout": {"entity": entity}}, "created_at": 1}).encode()  # fmt: skip
+    webhook_inbox.store(inbox, event_id=event_id, body=body, event=event, account_id=M, created_at=1, now=10)
+
+
+def followed(ledger: sqlite3.Connection, sik: str = SIK) -> tuple[str, bool, str | None]:
+    row = lifecycle.current(ledger, M, sik)
+    assert row is not None
+    return row.status, row.final, row.attention
+
+
+def test_a_payout_answered_processing_is_followed_by_webhook_and_a_late_initiated_changes_nothing(
+        ledger, inbox, clock) -> None:  # fmt: skip
+    rail = Rail()
+    applied(ledger, payout("processing"), now=clock.ms)
+    f = follower(ledger, rail, clock, webhooks=True)
+    reader = reader_telling(f, ledger, inbox, clock)
+    f.step()
+    assert followed(ledger) == ("processing", False, None)
+    deliver(inbox, "evt_p", "payout.processed", payout("processed"))
+    deliver(inbox, "evt_i", "payout.initiated", payout("processing"))  # overtaken on the way
+    reader.read()
+    assert followed(ledger) == ("processed", True, None)
+    assert [(h["status"], h["source"], h["taken"]) for h in lifecycle.history(ledger, M, SIK)] == \
+        [("processing", "answer", "moved"), ("processed", "webhook", "moved"), ("processing", "webhook", "stale")]
+    assert rail.fetches == []
+
+
+def test_a_processed_payout_reversed_later_is_taken_and_raised(ledger, inbox, clock, caplog) -> None:
+    rail = Rail()
+    applied(ledger, payout("processing"), now=clock.ms)
+    f = follower(ledger, rail, clock, webhooks=True)
+    reader = reader_telling(f, ledger, inbox, clock)
+    deliver(inbox, "evt_p", "payout.processed", payout("processed"))
+    reader.read()
+    assert followed(ledger) == ("processed", True, None)
+    clock.ms += 86_400_000  # the beneficiary bank sends it back a day later
+    deliver(inbox, "evt_r", "payout.reversed", payout("reversed"))
+    with caplog.at_level("ERROR"):
+        reader.read()
+    assert followed(ledger) == ("reversed", True, lifecycle.PAYOUT_REVERSED)
+    assert f.counts["attention:PAYOUT_REVERSED"] == 1
+    assert any("ATTENTION PAYOUT_REVERSED" in r.getMessage() for r in caplog.records)
+    assert intents.require_intent(ledger, M, SIK).state.value == "APPLIED"
+
+
+def test_a_payout_failed_after_processed_is_a_conflict_for_a_person(ledger, inbox, clock) -> None:
+    rail = Rail()
+    applied(ledger, payout("processing"), now=clock.ms)
+    f = follower(ledger, rail, clock, webhooks=True)
+    reader = reader_telling(f, ledger, inbox, clock)
+    deliver(inbox, "evt_p", "payout.processed", payout("processed"))
+    deliver(inbox, "evt_f", "payout.failed", payout("failed"))
+    reader.read()
+    assert followed(ledger) == ("processed", True, lifecycle.CONFLICTING_FINAL)
+    assert [h["taken"] for h in lifecycle.history(ledger, M, SIK)][-1] == "conflict"
+
+
+def test_the_same_payout_status_under_two_event_ids_is_one_observation(ledger, inbox, clock) -> None:
+    rail = Rail()
+    applied(ledger, payout("processing"), now=clock.ms)
+    f = follower(ledger, rail, clock, webhooks=True)
+    reader = reader_telling(f, ledger, inbox, clock)
+    deliver(inbox, "evt_1", "payout.processed", payout("processed"))
+    deliver(inbox, "evt_2", "payout.processed", payout("processed"))  # a replay by hand, under a new id
+    deliver(inbox, "evt_3", "payout.updated", payout("processed"))
+    reader.read()
+    assert [(h["status"], h["taken"]) for h in lifecycle.history(ledger, M, SIK)] == \
+        [("processing", "moved"), ("processed", "moved")]  # fmt: skip
+    assert followed(ledger) == ("processed", True, None)
+
+
+def test_the_poller_fetches_a_queued_payout_until_it_is_final(ledger, clock) -> None:
+    rail = Rail()
+    applied(ledger, payout("queued"), now=clock.ms)
+    f = follower(ledger, rail, clock)
+    f.step()
+    assert followed(ledger) == ("queued", False, None) and rail.fetches == []
+    rail.entities[POUT] = payout("queued")
+    clock.ms += 2000
+    assert f.step() == 0 and rail.fetches == [POUT]
+    rail.entities[POUT] = payout("cancelled")  # an operator cancelled it on the dashboard
+    clock.ms += 4000
+    assert f.step() == 1
+    assert followed(ledger) == ("cancelled", True, lifecycle.PAYOUT_NOT_PAID)
+    clock.ms += 10**8
+    f.step()
+    assert rail.fetches == [POUT, POUT], "a final payout is not fetched again"
+
+
+def test_a_rail_without_payouts_is_not_asked_for_one_and_not_asked_in_a_loop(ledger, clock) -> None:
+    applied(ledger, None, now=clock.ms)
+    f = follower(ledger, RefundsOnly(), clock)
+    f.step()
+    clock.ms += 60_000
+    f.step()
+    assert f.counts["not_fetchable"] == 1
+    assert lifecycle.current(ledger, M, SIK) is None
+
+
+# -- against the real sandbox -------------------------------------------------------------------------
+
+_ids = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxProcess]:
+    """The sandbox with its lifecycle off: a payout stays processing until moved by hand (RazorpayX test mode)."""
+    with start_sandbox(tmp_path_factory.mktemp("rail")) as rail:
+        rail.set_banking_balance(10_000_000)
+        yield rail
+
+
+@pytest.fixture
+def client(sandbox: SandboxProcess) -> Iterator[RazorpayClient]:
+    with RazorpayClient(sandbox.url, sandbox.key_id, sandbox.key_secret, timeout_ms=3000) as c:
+        yield c
+
+
+def made_payout(sandbox: SandboxProcess, client: RazorpayClient) -> tuple[str, Payout]:
+    """A payout made as the rail worker will make it (SPEC §18): reference_id "ilk_"+SIK, notes.interlock_sik, and
+    the SIK as X-Payout-Idempotency."""
+    n = next(_ids)
+    sik = f"PAYOUTLIFE{os.getpid():08d}{n:014d}"[:32]
+    payee = f"fa_{os.getpid() % 10**6:06d}L{n:07d}"
+    sandbox.add_fund_account(payee)
+    made = client.create_payout(account_number=DEFAULT_ACCOUNT_NUMBER, fund_account_id=payee, amount=AMOUNT,
+                                currency="INR", mode="IMPS", purpose="vendor bill", queue_if_low_balance=False,
+                                reference_id=receipt_for(sik), narration="Interlock payout", notes=stamp_notes(sik),
+                                idempotency_key=sik)  # fmt: skip
+    return sik, made
+
+
+def applied_on_the_sandbox(ledger: sqlite3.Connection, sik: str, made: Payout, now: int) -> None:
+    put_intent(ledger, sik, "IN_FLIGHT", amount=AMOUNT, tool=PAYOUT_TOOL, subject=made.fund_account_id, now=now)
+    with transaction(ledger):
+        intents.finish_attempt(ledger, M, sik, 1, now=now, outcome="APPLIED", rail_entity_id=made.id,
+                               http_status=200, response=made.raw)  # fmt: skip
+        intents.transition(ledger, M, sik, Event.RAIL_APPLIED, now=now, set_fields={"rail_entity_id": made.id})
+
+
+@pytest.mark.parametrize(("moves", "final", "attention"), [
+    (["processed"], "processed", None),
+    (["processed", "reversed"], "reversed", lifecycle.PAYOUT_REVERSED),
+    (["failed"], "failed", lifecycle.PAYOUT_FAILED),
+])  # fmt: skip
+def test_the_poller_follows_a_real_payout_to_its_final_status(sandbox, client, ledger, clock, moves, final,
+                                                              attention) -> None:  # fmt: skip
+    sik, made = made_payout(sandbox, client)
+    assert made.status == "processing" and made.carries_stamp(sik)
+    applied_on_the_sandbox(ledger, sik, made, clock.ms)
+    f = follower(ledger, client, clock)
+    f.step()
+    assert followed(ledger, sik) == ("processing", False, None), "the answer's own status is the start"
+    clock.ms += 2000
+    assert f.step() == 0, "fetched: still processing"
+    for status in moves:
+        sandbox.move_payout(made.id, status)
+    clock.ms += 4000
+    assert f.step() == 1
+    row = lifecycle.current(ledger, M, sik)
+    assert row is not None and (row.status, row.final, row.attention, row.source) == (final, True, attention, "poll")
+    assert row.amounts == {"amount": AMOUNT, "fees": 590, "tax": 90}
+    assert row.entity_id == made.id and f.counts["fetched"] == 2
