@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from interlock.terms import entity_terms
 from ledger import intents, sightings, webhook_inbox
 from ledger.db import open_ledger
 from ledger.queries import PAYOUT_TOOL
@@ -111,13 +110,6 @@ def test_a_payout_stamp_on_a_refund_intent_is_not_evidence_nor_the_reverse(ledge
     assert intents.require_intent(ledger, M, SIK).state is State.UNKNOWN
 
 
-def _terms_know_payouts() -> bool:
-    return entity_terms(PAYOUT_TOOL, {"fund_account_id": PAYEE, "amount": 1, "currency": "INR"})["subject"] == PAYEE
-
-
-@pytest.mark.xfail(not _terms_know_payouts(), strict=True,
-                   reason="interlock/terms.py does not judge a payout's terms yet (fund_account_id, amount, currency): "
-                          "every stamped payout reads as other terms and QUARANTINES its intent")  # fmt: skip
 @pytest.mark.parametrize("stamp", ["notes", "reference_id"])
 def test_a_stamped_payout_on_the_intents_terms_settles_an_unknown_payout_applied(ledger, inbox, stamp) -> None:
     put_intent(ledger, SIK, "UNKNOWN", amount=48_000, tool=PAYOUT_TOOL, subject=PAYEE)
