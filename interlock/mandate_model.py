@@ -159,12 +159,16 @@ class Scope(_Strict):
 
 
 class Window(_Strict):
-    """A sliding window over the money calls of this mandate (G3)."""
+    """A sliding window over the money calls of this mandate (G3): all of them, or one tool's (`tool`), and
+    either together or each subject apart (`per_subject`: a payout's payee, a refund's payment, ADR 0028)."""
 
     window_ms: Millis
     max_calls: Minor | None = None
     max_amount_minor: Minor | None = None
     currency: Currency | None = None
+    # Left out of the hash while unset, so a mandate whose windows count every call keeps its hash.
+    tool: ToolName | None = Field(default=None, exclude_if=_unset)
+    per_subject: bool = Field(default=False, exclude_if=lambda v: v is False)
 
     @model_validator(mode="after")
     def _rules(self) -> Window:
@@ -172,6 +176,11 @@ class Window(_Strict):
             raise _Violations([_Problem(("max_calls",), "a window needs max_calls, max_amount_minor or both")])
         if self.max_amount_minor is not None and self.currency is None:
             raise _Violations([_Problem(("currency",), "max_amount_minor needs the currency it counts")])
+        if self.per_subject and self.tool is None:
+            raise _Violations([_Problem(("per_subject",), "per_subject needs the tool whose subjects it counts "
+                                        "(a payout's payee, a refund's payment)")])  # fmt: skip
+        if self.tool is not None and self.tool not in MONEY_TOOLS:
+            raise _Violations([_Problem(("tool",), f"{self.tool} moves no money; a window counts money calls")])
         return self
 
 

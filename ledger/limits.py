@@ -15,7 +15,7 @@ from interlock.messages import Verdict
 from interlock.task import EXCEEDS_TASK_CEILING, TASK_WRONG_AUDIENCE, V1_TASK_ERROR
 from interlock.verdicts import GateResult, allow, block
 from ledger.intents import Intent
-from ledger.queries import SETTLEMENT_TOOL, fees_in_window, money_under_task, window_usage
+from ledger.queries import PAYOUT_TOOL, SETTLEMENT_TOOL, fees_in_window, money_under_task, window_usage
 
 
 def check_limits(
@@ -30,15 +30,19 @@ def check_limits(
     currency: str,
     now_ms: int,
     rate: FeeRate,
+    subject: str | None = None,
 ) -> GateResult:
     """BLOCK when this call would cross a window or fee budget (SPEC §14: crossing is BLOCK, not HOLD).
 
     The intent with this call's own SIK is excluded, so re-checking an already admitted intent
-    does not count it twice.
+    does not count it twice. *subject* (the payee, the payment) is what a per_subject window counts apart.
     """
     for index, window in enumerate(mandate.limits.windows):
+        if window.tool is not None and window.tool != tool:
+            continue  # another tool's window
         used = window_usage(conn, merchant_id, agent_id, since_ms=now_ms - window.window_ms + 1,
-                            currency=window.currency, exclude_sik=sik)  # fmt: skip
+                            currency=window.currency, exclude_sik=sik, tool=window.tool,
+                            subject_id=subject if window.per_subject else None)  # fmt: skip
         if window.max_calls is not None and used.calls + 1 > window.max_calls:
             return block("G3_WINDOW_CALLS", window=index, window_ms=window.window_ms, calls=used.calls,
                          max_calls=window.max_calls)  # fmt: skip
@@ -48,10 +52,10 @@ def check_limits(
                              counted_minor=used.amount_minor, amount_minor=amount_minor,
                              max_amount_minor=window.max_amount_minor)  # fmt: skip
     budget = mandate.limits.fee_budgets.get(currency)
-    if budget is not None and tool == SETTLEMENT_TOOL:
+    if budget is not None and tool in (SETTLEMENT_TOOL, PAYOUT_TOOL):
         counted = fees_in_window(conn, merchant_id, agent_id, since_ms=now_ms - budget.window_ms + 1,
                                  currency=currency, rate=rate, exclude_sik=sik)  # fmt: skip
-        projected = rate.project(amount_minor)
+        projected = rate.project_for(tool, amount_minor)
         if counted + projected > budget.max_fee_minor:
             return block("G3_FEE_BUDGET", counted_fee_minor=counted, projected_fee_minor=projected,
                          max_fee_minor=budget.max_fee_minor, window_ms=budget.window_ms)  # fmt: skip
@@ -97,7 +101,7 @@ def reassert(conn: sqlite3.Connection, intent: Intent, mandate: Mandate | None, 
                      max_amount_minor=value.max_amount_minor)  # fmt: skip
     limits = check_limits(conn, mandate, merchant_id=intent.merchant_id, agent_id=intent.agent_id, sik=intent.sik,
                           tool=intent.tool, amount_minor=intent.amount_minor, currency=intent.currency,
-                          now_ms=now_ms, rate=rate)  # fmt: skip
+                          now_ms=now_ms, rate=rate, subject=intent.subject_id)  # fmt: skip
     if limits.verdict is not Verdict.ALLOW:
         return limits
     if intent.task_id is not None and intent.task_signer is None:

@@ -111,14 +111,16 @@ class WindowUsage:
 
 def window_usage(
     conn: sqlite3.Connection, merchant_id: str, agent_id: str, *, since_ms: int, currency: str | None,
-    exclude_sik: str | None = None,
+    exclude_sik: str | None = None, tool: str | None = None, subject_id: str | None = None,
 ) -> WindowUsage:
-    """Money calls (and their minor units in *currency*) first seen at or after *since_ms*."""
+    """Money calls (and their minor units in *currency*) first seen at or after *since_ms*: of every tool, or of
+    *tool* alone, and of every subject or of *subject_id* alone."""
     marks, states = _placeholders(COUNTS_AGAINST_LIMITS)
     sql = f"""SELECT COUNT(*), COALESCE(SUM(CASE WHEN currency = ? THEN amount_minor ELSE 0 END), 0) FROM intents
               WHERE merchant_id = ? AND agent_id = ? AND COALESCE(authorized_at, first_seen_at) >= ?
-                AND state IN ({marks}) AND sik <> ?"""
-    row = conn.execute(sql, (currency or "", merchant_id, agent_id, since_ms, *states, exclude_sik or "")).fetchone()
+                AND state IN ({marks}) AND sik <> ? AND (? IS NULL OR tool = ?) AND (? IS NULL OR subject_id = ?)"""
+    row = conn.execute(sql, (currency or "", merchant_id, agent_id, since_ms, *states, exclude_sik or "", tool, tool,
+                             subject_id, subject_id)).fetchone()  # fmt: skip
     return WindowUsage(calls=int(row[0]), amount_minor=int(row[1]))
 
 
@@ -126,20 +128,22 @@ def fees_in_window(
     conn: sqlite3.Connection, merchant_id: str, agent_id: str, *, since_ms: int, currency: str, rate: FeeRate,
     exclude_sik: str | None = None,
 ) -> int:
-    """Fees of settlements in the window: what the rail charged where recorded, else the projection."""
+    """Fees of settlements and payouts in the window: what the rail charged where recorded, else the projection
+    (a settlement's by *rate*, a payout's flat fee)."""
     marks, states = _placeholders(COUNTS_AGAINST_LIMITS)
     rows = conn.execute(
-        f"""SELECT i.amount_minor,
+        f"""SELECT i.amount_minor, i.tool,
                    (SELECT a.fee_minor FROM intent_attempts a
                      WHERE a.merchant_id = i.merchant_id AND a.sik = i.sik AND a.fee_minor IS NOT NULL
                      ORDER BY a.attempt_seq DESC LIMIT 1) AS charged
             FROM intents i
-            WHERE i.merchant_id = ? AND i.agent_id = ? AND i.tool = ? AND i.currency = ?
+            WHERE i.merchant_id = ? AND i.agent_id = ? AND i.tool IN (?, ?) AND i.currency = ?
               AND COALESCE(i.authorized_at, i.first_seen_at) >= ?
               AND i.state IN ({marks}) AND i.sik <> ?""",
-        (merchant_id, agent_id, SETTLEMENT_TOOL, currency, since_ms, *states, exclude_sik or ""),
+        (merchant_id, agent_id, SETTLEMENT_TOOL, PAYOUT_TOOL, currency, since_ms, *states, exclude_sik or ""),
     ).fetchall()
-    return sum(int(r["charged"]) if r["charged"] is not None else rate.project(int(r["amount_minor"])) for r in rows)
+    return sum(int(r["charged"]) if r["charged"] is not None else rate.project_for(r["tool"], int(r["amount_minor"]))
+               for r in rows)  # fmt: skip
 
 
 def intents_by_state(conn: sqlite3.Connection) -> dict[str, int]:

@@ -100,7 +100,7 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
             conn, mandate, merchant_id=decision.merchant_id, agent_id=decision.agent_id,
             sik=existing.sik if existing is not None else decision.sik,
             tool=decision.tool, amount_minor=decision.terms.amount_minor, currency=decision.terms.currency,
-            now_ms=now, rate=rt.fee_rate,
+            now_ms=now, rate=rt.fee_rate, subject=decision.terms.subject,
         )  # fmt: skip
         if limits.verdict is Verdict.BLOCK:
             verdict, reason = Verdict.BLOCK, limits.reason_code

@@ -19,5 +19,5 @@ def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
     return check_limits(
         ctx.ledger, ctx.mandate, merchant_id=action.merchant_id, agent_id=action.agent_id, sik=action.sik,
         tool=action.tool, amount_minor=action.amount_minor, currency=action.currency, now_ms=ctx.now_ms,
-        rate=ctx.fee_rate,
+        rate=ctx.fee_rate, subject=action.subject,
     )  # fmt: skip

@@ -7,6 +7,9 @@ from __future__ import annotations
 import sqlite3
 from typing import Any
 
+import pytest
+
+from interlock.errors import MandateError
 from interlock.fees import FeeRate
 from interlock.mandate import Mandate
 from interlock.task import EXCEEDS_TASK_CEILING
@@ -205,3 +208,61 @@ def test_a_v1_intent_of_the_same_task_id_counts_against_the_signed_task(ledger: 
     # Recorded before the signer was (task_signer NULL): counted rather than ignored — over-counting refuses.
     put_intent(ledger, "V" * 32, "APPLIED", amount=950, task_id=TASK, task_signer=None)
     assert ceiling(ledger, 51).reason_code == EXCEEDS_TASK_CEILING
+
+
+PAYOUT = "create_payout"
+PAYEE_A, PAYEE_B = "fa_PAYEEA00000001", "fa_PAYEEB00000001"
+
+
+def check_payout(conn: sqlite3.Connection, mandate: Mandate, amount: int, payee: str) -> GateResult:
+    return check_limits(conn, mandate, merchant_id=MERCHANT, agent_id=AGENT, sik=OWN, tool=PAYOUT,
+                        amount_minor=amount, currency="INR", now_ms=NOW, rate=RATE, subject=payee)  # fmt: skip
+
+
+def payout_limits(windows: list[dict[str, Any]], fee_budgets: dict[str, Any] | None = None) -> Mandate:
+    return make_mandate({
+        "limits.windows": windows, "limits.fee_budgets": fee_budgets or {},
+        "scope.grants.create_payout": {"reversibility": "irreversible", "payees": {"fund_account_ids": [PAYEE_A]},
+                                       "value": {"min_amount_minor": 100, "max_amount_minor": 10**6,
+                                                 "currencies": ["INR"]}},
+        "idempotency.create_payout": {"window_ms": DAY}, "rail.account_number": "7878780080316316",
+    })  # fmt: skip
+
+
+def test_a_per_payee_window_counts_each_payee_apart_and_other_tools_not_at_all(ledger: sqlite3.Connection) -> None:
+    mandate = payout_limits([{"window_ms": DAY, "max_calls": 1, "max_amount_minor": 50_000, "currency": "INR",
+                              "tool": PAYOUT, "per_subject": True}])  # fmt: skip
+    put_intent(ledger, "A" * 32, "APPLIED", amount=40_000, tool=PAYOUT, subject=PAYEE_A, now=NOW - 10)
+    put_intent(ledger, "B" * 32, "APPLIED", amount=40_000, now=NOW - 10)  # a refund: another tool's call
+    assert check_payout(ledger, mandate, 40_000, PAYEE_B) == allow("G3_WITHIN_LIMITS")
+    assert check_payout(ledger, mandate, 100, PAYEE_A) == block(
+        "G3_WINDOW_CALLS", window=0, window_ms=DAY, calls=1, max_calls=1)  # fmt: skip
+    # A refund is not counted by a payout window, whatever its size.
+    assert check(ledger, mandate, 400_000) == allow("G3_WITHIN_LIMITS")
+
+
+def test_a_payout_window_over_every_payee_sums_them(ledger: sqlite3.Connection) -> None:
+    mandate = payout_limits([{"window_ms": DAY, "max_amount_minor": 50_000, "currency": "INR", "tool": PAYOUT}])
+    put_intent(ledger, "A" * 32, "APPLIED", amount=30_000, tool=PAYOUT, subject=PAYEE_A, now=NOW - 10)
+    assert check_payout(ledger, mandate, 20_000, PAYEE_B) == allow("G3_WITHIN_LIMITS")
+    assert check_payout(ledger, mandate, 20_001, PAYEE_B) == block(
+        "G3_WINDOW_AMOUNT", window=0, window_ms=DAY, counted_minor=30_000, amount_minor=20_001,
+        max_amount_minor=50_000)  # fmt: skip
+
+
+def test_payouts_and_settlements_share_the_fee_budget_a_payout_at_its_flat_fee(ledger: sqlite3.Connection) -> None:
+    mandate = payout_limits([], {"INR": {"window_ms": DAY, "max_fee_minor": 1_500}})
+    put_intent(ledger, "A" * 32, "APPLIED", amount=40_000, tool=PAYOUT, subject=PAYEE_A, now=NOW - 10)  # 500
+    put_intent(ledger, "B" * 32, "APPLIED", amount=50_000, tool=SETTLE, subject="balance", now=NOW - 10)  # 500
+    assert check_payout(ledger, mandate, 1_000_000, PAYEE_A) == allow("G3_WITHIN_LIMITS")  # flat: 500 more
+    put_intent(ledger, "C" * 32, "APPLIED", amount=100, tool=PAYOUT, subject=PAYEE_A, now=NOW - 10)
+    assert check_payout(ledger, mandate, 100, PAYEE_A) == block(
+        "G3_FEE_BUDGET", counted_fee_minor=1_500, projected_fee_minor=500, max_fee_minor=1_500,
+        window_ms=DAY)  # fmt: skip
+
+
+def test_a_per_subject_window_names_its_tool() -> None:
+    with pytest.raises(MandateError, match="per_subject needs the tool"):
+        limits([{"window_ms": DAY, "max_calls": 1, "per_subject": True}])
+    with pytest.raises(MandateError, match="fetch_payment moves no money"):
+        limits([{"window_ms": DAY, "max_calls": 1, "tool": "fetch_payment"}])
