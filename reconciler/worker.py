@@ -27,6 +27,7 @@ from rails.base import Rail, make_rail
 from reconciler.inbox import InboxReader
 from reconciler.lifecycle import LifecycleFollower
 from reconciler.loop import Reconciler
+from reconciler.withdrawal import PayoutWithdrawal
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +67,8 @@ def reconciler_command(once: bool) -> None:
     signal.signal(signal.SIGINT, stop)
     reader = _inbox_reader(settings, rec)
     follower = _follower(settings, rec, rail, reader)
+    assert rec.mandates is not None
+    withdrawal = PayoutWithdrawal(ledger=rec.ledger, rail=rail, mandates=rec.mandates, owner=rec.owner)
     logger.info("reconciler %s started (min delay %d ms; webhook inbox %s)", rec.owner,
                 settings.reconcile_min_delay_ms, "read" if reader else "not configured")  # fmt: skip
     last_cleanup = 0.0
@@ -86,6 +89,7 @@ def reconciler_command(once: bool) -> None:
         if sweep_now or now - last_sweep >= SWEEP_INTERVAL_S:
             rec.sweep()
             _follow(follower)
+            _follow(withdrawal)
             last_sweep, sweep_now = time.monotonic(), False
         if once:
             break
@@ -143,7 +147,8 @@ def _follower(settings: Settings, rec: Reconciler, rail: Rail, reader: InboxRead
     return follower
 
 
-def _follow(follower: LifecycleFollower) -> None:
+def _follow(follower: LifecycleFollower | PayoutWithdrawal) -> None:
+    """One step of the lifecycle follower or of the payout withdrawal: neither may stop the reconcile loop."""
     try:
         follower.step()
     except (sqlite3.Error, LedgerError) as exc:  # the ledger busy past its timeout: the next step goes on

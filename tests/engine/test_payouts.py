@@ -9,16 +9,23 @@ and the stamps the rail is sent; an ambiguous answer settled by reading the rail
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from interlock.errors import OperatorRefused
+from ledger import lifecycle
+from ops import holds
 from sandbox.rail import DEFAULT_ACCOUNT_NUMBER
 from tests.engine.conftest import Engine
-from tests.mandates import write_mandate
+from tests.mandates import MERCHANT, write_mandate
+from tests.ops.conftest import APPROVER_TOKEN, ops_context_for
+from tests.procs import wait_until
 
 _ids = itertools.count(1)
 DAY_MS = 86_400_000
@@ -152,10 +159,6 @@ def test_a_payout_never_applied_is_retried_under_the_same_key(payout_engine) -> 
 
 
 def test_a_held_payout_is_judged_again_against_the_payee_and_balance_now(payout_engine, monkeypatch) -> None:
-    from interlock.errors import OperatorRefused
-    from ops import holds
-    from tests.ops.conftest import APPROVER_TOKEN, ops_context_for
-
     engine, payees = payout_engine()
     held = engine.outcome(engine.propose(payout(payees["listed"], 350_000), tool="create_payout"))
     assert (held.state, held.caller_action) == ("HELD", "WAIT_FOR_APPROVAL"), held
@@ -178,3 +181,34 @@ def test_a_held_payout_is_judged_again_against_the_payee_and_balance_now(payout_
     intent = engine.settle(held.sik, {"APPLIED"})
     [real] = rail_payouts(engine, held.sik)
     assert intent.rail_entity_id == real["entity"]["id"]
+
+
+def test_a_queued_payout_is_cancelled_on_the_rail_when_its_mandate_is_replaced(payout_engine) -> None:
+    engine, payees = payout_engine(**{"scope.grants.create_payout.queue_if_low_balance": True})
+    engine.rail.set_banking_balance(1_000)  # the rail cannot pay for it yet: it waits queued
+    queued = engine.outcome(engine.propose(payout(payees["listed"], 40_000), tool="create_payout"))
+    assert queued.state == "APPLIED" and queued.sik is not None, queued
+    [real] = rail_payouts(engine, queued.sik)
+    assert real["entity"]["status"] == "queued" and real["request"]["body"]["queue_if_low_balance"] is True
+    # A person replaces the mandate (a smaller maximum): the reconciler, restarted with it, cancels the payout.
+    path = Path(engine.stack.env["INTERLOCK_MANDATE"])
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["scope"]["grants"]["create_payout"]["value"]["max_amount_minor"] = 200_000
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    engine.stack.restart("reconciler")
+
+    def cancelled() -> bool:
+        return [e["entity"]["status"] for e in rail_payouts(engine, queued.sik)] == ["cancelled"]
+
+    wait_until(cancelled, timeout=30, what="the queued payout to be cancelled on the rail")
+    engine.rail.set_banking_balance(5_000_000)  # a top-up now pays for nothing of ours
+    conn = engine.ledger()
+    try:
+        status = lifecycle.current(conn, MERCHANT, queued.sik)
+        assert status is not None and (status.status, status.attention) == ("cancelled", "PAYOUT_NOT_PAID")
+        records = [json.loads(r[0]) for r in conn.execute(
+            "SELECT payload_json FROM audit_log WHERE kind = 'PAYOUT_CANCELLED'")]  # fmt: skip
+        assert [(r["sik"], r["reason"]) for r in records] == [(queued.sik, "MANDATE_REPLACED")]
+    finally:
+        conn.close()
+    assert [e["entity"]["status"] for e in rail_payouts(engine, queued.sik)] == ["cancelled"]

@@ -1,0 +1,130 @@
+"""A queued payout whose mandate is withdrawn is cancelled on the rail (reconciler/withdrawal.py; issue 28 item 4):
+the reasons, the record of each cancellation, and what happens when the rail will not or cannot cancel."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from interlock.mandate import Mandate, MandateStore
+from ledger import lifecycle
+from ledger.db import open_ledger, transaction
+from ledger.queries import PAYOUT_TOOL
+from rails.models import Payout
+from rails.razorpay import RailError, RailErrorKind
+from reconciler.withdrawal import GRANT_WITHDRAWN, MANDATE_EXPIRED, MANDATE_REPLACED, PayoutWithdrawal, withdrawn
+from tests.ledger.helpers import put_intent
+from tests.mandates import AGENT, MERCHANT, make_mandate
+
+SIK = "W" * 32
+POUT = "pout_W1"
+PAYEE = "fa_W0000000000001"
+NOW = 1_800_000_000_000
+
+
+def payout_mandate(**changes: Any) -> Mandate:
+    return make_mandate({
+        "scope.grants.create_payout": {"reversibility": "irreversible", "payees": {"fund_account_ids": [PAYEE]},
+                                       "queue_if_low_balance": True,
+                                       "value": {"min_amount_minor": 100, "max_amount_minor": 10**6,
+                                                 "currencies": ["INR"]}},
+        "idempotency.create_payout": {"window_ms": 86_400_000}, "rail.account_number": "7878780080316316",
+        "expires_at": 4_102_444_800_000, **changes,
+    })  # fmt: skip
+
+
+class Canceller:
+    def __init__(self, error: RailError | None = None) -> None:
+        self.calls: list[str] = []
+        self.error = error
+
+    def cancel_payout(self, payout_id: str) -> Payout:
+        self.calls.append(payout_id)
+        if self.error is not None:
+            raise self.error
+        return Payout.from_raw({"id": payout_id, "entity": "payout", "fund_account_id": PAYEE, "amount": 40_000,
+                                "currency": "INR", "status": "cancelled", "fees": 0, "tax": 0,
+                                "notes": {"interlock_sik": SIK}})  # fmt: skip
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> sqlite3.Connection:
+    return open_ledger(tmp_path / "ledger.sqlite3")
+
+
+def queued(conn: sqlite3.Connection, admitted_under: Mandate, status: str = "queued") -> None:
+    """A payout intent APPLIED under *admitted_under*, its payout waiting on the rail in *status*."""
+    put_intent(conn, SIK, "APPLIED", amount=40_000, tool=PAYOUT_TOOL, subject=PAYEE, now=NOW - 1000)
+    with transaction(conn):
+        conn.execute("UPDATE intents SET mandate_hash = ? WHERE sik = ?", (admitted_under.mandate_hash, SIK))
+        lifecycle.observe(conn, merchant_id=MERCHANT, sik=SIK, tool=PAYOUT_TOOL, entity_id=POUT, status=status,
+                          entity={"amount": 40_000, "fees": 0, "tax": 0}, source=lifecycle.ANSWER, ref=None,
+                          now=NOW - 1000, next_poll_at=NOW, actor="test")  # fmt: skip
+
+
+def withdrawal(conn: sqlite3.Connection, mandate: Mandate | None, rail: Canceller) -> PayoutWithdrawal:
+    store = MandateStore({AGENT: mandate} if mandate is not None else {})
+    return PayoutWithdrawal(ledger=conn, rail=rail, mandates=store, owner="reconciler-test", clock=lambda: NOW)
+
+
+def audited(conn: sqlite3.Connection, kind: str) -> list[dict[str, Any]]:
+    return [json.loads(r[0]) for r in conn.execute("SELECT payload_json FROM audit_log WHERE kind = ?", (kind,))]
+
+
+def test_why_a_mandate_no_longer_lets_a_payout_go() -> None:
+    mandate = payout_mandate()
+    assert withdrawn(mandate, mandate.mandate_hash, NOW) is None
+    assert withdrawn(mandate, "another version", NOW) == MANDATE_REPLACED
+    assert withdrawn(None, mandate.mandate_hash, NOW) == GRANT_WITHDRAWN
+    assert withdrawn(make_mandate(), mandate.mandate_hash, NOW) == GRANT_WITHDRAWN  # no create_payout grant
+    expired = payout_mandate(expires_at=NOW)
+    assert withdrawn(expired, expired.mandate_hash, NOW) == MANDATE_EXPIRED
+
+
+def test_a_payout_under_the_mandate_in_force_is_left_alone(ledger: sqlite3.Connection) -> None:
+    mandate, rail = payout_mandate(), Canceller()
+    queued(ledger, mandate)
+    assert withdrawal(ledger, mandate, rail).step() == 0 and rail.calls == []
+
+
+def test_a_replaced_mandate_cancels_its_queued_payout_and_records_it(ledger: sqlite3.Connection) -> None:
+    rail = Canceller()
+    queued(ledger, payout_mandate())
+    step = withdrawal(ledger, payout_mandate(purpose="a narrower purpose"), rail)
+    assert step.step() == 1 and rail.calls == [POUT]
+    status = lifecycle.current(ledger, MERCHANT, SIK)
+    assert status is not None and (status.status, status.final, status.attention) == ("cancelled", True,
+                                                                                     "PAYOUT_NOT_PAID")  # fmt: skip
+    [record] = audited(ledger, "PAYOUT_CANCELLED")
+    assert (record["rail_entity_id"], record["reason"]) == (POUT, MANDATE_REPLACED)
+    assert step.step() == 0 and rail.calls == [POUT]  # cancelled: nothing queued is left
+
+
+def test_a_payout_that_is_no_longer_queued_is_not_cancelled(ledger: sqlite3.Connection) -> None:
+    rail = Canceller()
+    queued(ledger, payout_mandate(), status="processing")
+    assert withdrawal(ledger, None, rail).step() == 0 and rail.calls == []
+
+
+def test_a_refusal_is_recorded_once_and_an_outage_is_tried_again_later(ledger: sqlite3.Connection) -> None:
+    queued(ledger, payout_mandate())
+    refused = Canceller(RailError(RailErrorKind.REJECTED, "Only queued payouts can be cancelled", method="POST",
+                                  path="/v1/payouts/{id}/cancel", http_status=400))  # fmt: skip
+    step = withdrawal(ledger, None, refused)
+    assert step.step() == 0 and step.step() == 0 and refused.calls == [POUT]
+    [record] = audited(ledger, "PAYOUT_NOT_CANCELLED")
+    assert (record["reason"], record["refused"]) == (GRANT_WITHDRAWN, True)
+    status = lifecycle.current(ledger, MERCHANT, SIK)
+    assert status is not None and status.next_poll_at == NOW  # its lifecycle is read again soon
+
+    down = Canceller(RailError(RailErrorKind.NOT_SENT, "connection refused", method="POST", path="/v1/payouts"))
+    clock = [NOW]
+    later = PayoutWithdrawal(ledger=ledger, rail=down, mandates=MandateStore({}), owner="t", clock=lambda: clock[0])
+    assert later.step() == 0 and later.step() == 0 and down.calls == [POUT]
+    clock[0] += 60_000
+    assert later.step() == 0 and down.calls == [POUT, POUT]
+    assert [r["refused"] for r in audited(ledger, "PAYOUT_NOT_CANCELLED")] == [True, False, False]
