@@ -20,6 +20,9 @@ import click
 from deploy.agent_client import SandboxControl, StackInfo, mcp_client, structured
 from ledger.db import open_ledger
 
+# The payee deploy/mandate.example.yaml names, and one it does not (an injected vendor).
+DEMO_PAYEE, STRANGER = "fa_DEMOVENDOR0001", "fa_INJECTED000001"
+
 
 @dataclass
 class Row:
@@ -101,7 +104,27 @@ async def run_demo(info: StackInfo, *, out: Callable[[str], None] = print, settl
             f"rail_status {rail_status.get('status')} ({'final' if rail_status.get('final') else 'not final'})",
             rail_status.get("status") == "processed" and rail_status.get("final") is True)
 
-    # 6. The rail's own journal: exactly the two refunds this run meant to make.
+        # 6. A payout to the mandate's one payee, repeated: one payout. One to a payee it does not name: blocked.
+        rail.add_fund_account(DEMO_PAYEE)
+        rail.add_fund_account(STRANGER, contact={"name": "Injected Vendor"})
+        rail.set_banking_balance(1_000_000)
+        # A genuine new payout each run says why (ADR 0028): the same payee and amount in a day is one payout.
+        pay = {"fund_account_id": DEMO_PAYEE, "amount": 48000, "currency": "INR", "mode": "IMPS",
+               "purpose": "vendor bill", "interlock_distinct_reason": f"demo run {run}"}  # fmt: skip
+        paid = [structured(await client.call_tool("create_payout", pay)) for _ in range(3)]
+        sik_p = paid[0].get("sik") or ""
+        count = rail.count_stamped(sik_p) if sik_p else 0
+        once = [p.get("state") for p in paid] == ["APPLIED"] * 3 and [p.get("replayed") for p in paid] == [
+            False, True, True]  # fmt: skip
+        row("payout Rs 480 to the listed vendor, 3x", "APPLIED, 2x replayed, 1 payout",
+            f"{paid[0].get('state')}, {sum(1 for p in paid if p.get('replayed'))}x replayed, {count} payout",
+            once and count == 1)
+        stranger = structured(await client.call_tool("create_payout", {**pay, "fund_account_id": STRANGER}))
+        row("injected payout to an unlisted payee", "BLOCKED G2_PAYEE_NOT_ALLOWED",
+            f"{stranger.get('state')} {stranger.get('reason_code')}",
+            stranger.get("state") == "BLOCKED" and stranger.get("reason_code") == "G2_PAYEE_NOT_ALLOWED")
+
+    # 7. The rail's own journal: exactly the two refunds this run meant to make.
     ours = [e for e in rail.entities() if e["entity"].get("payment_id") in (pay_a, pay_b, pay_c)]
     row("sandbox journal entities for this run", "2", str(len(ours)), len(ours) == 2)
     rail.close()

@@ -31,7 +31,7 @@ def test_make_run_starts_the_stack_runs_the_demo_and_stops(tmp_path: Path) -> No
                    what="the stack to serve")  # fmt: skip
         text = log.read_text()
         assert "interlock: stack ready" in text, text[-3000:]
-        assert "\ndemo: 7 passed, 0 failed\n" in text, text[-3000:]
+        assert "\ndemo: 9 passed, 0 failed\n" in text, text[-3000:]
         assert "PASS  ...settled by the rail's webhook" in text, "the ambiguous refund was settled by its webhook"
         assert f"webhooks      http://127.0.0.1:{ports['webhooks']}/webhooks/razorpay" in text
         assert all(port_in_use(p) for p in ports.values())

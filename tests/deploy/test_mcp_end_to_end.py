@@ -28,7 +28,7 @@ async def test_the_demo_cases_over_http(full_stack_factory: Callable[..., FullSt
     lines: list[str] = []
     code = await run_demo(full.info, out=lines.append)
     assert code == 0, "\n".join(lines)
-    assert lines[-1] == "demo: 7 passed, 0 failed"
+    assert lines[-1] == "demo: 9 passed, 0 failed"
     async with mcp_client(full.info.mcp_url, full.info.token()) as client:
         result = structured(await client.call_tool("create_refund", {"payment_id": full.payment(), "amount": 1000}))
     assert set(result) == CONTRACT

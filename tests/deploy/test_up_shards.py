@@ -59,7 +59,7 @@ def test_up_with_three_shards_runs_the_demo_against_every_shard_and_keeps_them_a
         text = log.read_text()
         assert up.poll() is None, text[-5000:]  # still serving (an early exit shows why)
         assert "interlock: stack ready" in text, text[-3000:]
-        assert text.count("\ndemo: 7 passed, 0 failed\n") == 3, text[-5000:]
+        assert text.count("\ndemo: 9 passed, 0 failed\n") == 3, text[-5000:]
         for shard in ("s0", "s1", "s2"):
             assert f"\nshard {shard}:\n" in text
             assert f"  {shard}     redis://127.0.0.1:" in text  # the readiness table's shard rows

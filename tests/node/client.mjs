@@ -18,7 +18,7 @@ import Ajv from "ajv";
 import Ajv2020 from "ajv/dist/2020.js";
 
 const CALLER_ACTIONS = ["DONE", "RETRY_SAME_CALL", "WAIT_FOR_APPROVAL", "DO_NOT_RETRY", "ESCALATE_TO_OPERATOR"];
-const TOOLS = ["fetch_payment", "fetch_refund", "create_refund", "create_instant_settlement", "interlock_status"];
+const TOOLS = ["fetch_payment", "fetch_refund", "create_refund", "create_instant_settlement", "create_payout", "interlock_status"];
 const UNKNOWN_SIK = "NQZXK4TBMFXGKZLFMVSXEZLSMVZGK4TF";
 
 const config = JSON.parse(readFileSync(process.argv[2], "utf8"));
@@ -135,6 +135,7 @@ function isDeepEqual(a, b) {
 // Every tool, its success path and its error paths, for one transport and its own payments.
 function scenarios(fixtures) {
   const { refund_payment: pay, held_payment: held, settlement_amount: settle } = fixtures;
+  const payout = { fund_account_id: fixtures.payee, amount: fixtures.payout_amount, currency: "INR", mode: "IMPS", purpose: "vendor bill" };
   return [
     // create_refund
     { name: "refund applied", tool: "create_refund", args: { payment_id: pay, amount: 1000 }, meta: { "interlock/operation_ref": fixtures.operation_ref }, schemaValid: true, expect: "result", state: "APPLIED", caller_action: "DONE", replayed: false },
@@ -157,6 +158,14 @@ function scenarios(fixtures) {
     { name: "settlement unknown field", tool: "create_instant_settlement", args: { amount: 100, speed: "instant" }, schemaValid: false, expect: "error", code: "INVALID_INPUT", field: "speed" },
     { name: "settlement amount and full balance", tool: "create_instant_settlement", args: { amount: 100, settle_full_balance: true }, expect: "error", code: "INVALID_INPUT", field: "amount" },
     { name: "settlement neither amount nor full balance", tool: "create_instant_settlement", args: {}, expect: "error", code: "INVALID_INPUT", caller_action: "DO_NOT_RETRY" },
+    // create_payout (ADR 0028): the mandate's payee only, the mandate's account and queueing rule
+    { name: "payout applied", tool: "create_payout", args: payout, schemaValid: true, expect: "result", state: "APPLIED", caller_action: "DONE", replayed: false },
+    { name: "payout replayed with another narration", tool: "create_payout", args: { ...payout, narration: "second try" }, schemaValid: true, expect: "result", state: "APPLIED", replayed: true },
+    { name: "payout to an unlisted payee", tool: "create_payout", args: { ...payout, fund_account_id: fixtures.stranger }, schemaValid: true, expect: "result", state: "BLOCKED", caller_action: "DO_NOT_RETRY", reason_code: "G2_PAYEE_NOT_ALLOWED" },
+    { name: "payout float amount", tool: "create_payout", args: { ...payout, amount: 480.5 }, schemaValid: false, expect: "error", code: "INVALID_INPUT", field: "amount", caller_action: "DO_NOT_RETRY" },
+    { name: "payout missing fund_account_id", tool: "create_payout", args: { amount: 100, currency: "INR", mode: "IMPS", purpose: "payout" }, schemaValid: false, expect: "error", code: "INVALID_INPUT", field: "fund_account_id" },
+    { name: "payout unknown mode", tool: "create_payout", args: { ...payout, mode: "CARD" }, schemaValid: false, expect: "error", code: "INVALID_INPUT", field: "mode" },
+    { name: "payout queue flag from the agent", tool: "create_payout", args: { ...payout, queue_if_low_balance: true }, schemaValid: false, expect: "error", code: "INVALID_INPUT", field: "queue_if_low_balance" },
     // fetch_payment / fetch_refund
     { name: "fetch_payment found", tool: "fetch_payment", args: { payment_id: pay }, schemaValid: true, expect: "result", id: pay },
     { name: "fetch_payment unknown id", tool: "fetch_payment", args: { payment_id: "pay_NOSUCHPAYMENT01" }, schemaValid: true, expect: "error", code: "NOT_FOUND", field: "payment_id", caller_action: "DO_NOT_RETRY" },

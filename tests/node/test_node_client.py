@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 
+from deploy.demo import DEMO_PAYEE, STRANGER
 from deploy.redis_server import EmbeddedRedis
 from deploy.stack import Stack
 from ingress.tokens import token_sha256
@@ -92,6 +93,9 @@ def node_stack(tmp_path_factory: pytest.TempPathFactory, redis_server: EmbeddedR
         stdio_env = {k: v for k, v in stack.base_env().items() if k != "INTERLOCK_AGENT_TOKENS"}
         stdio_env["INTERLOCK_AGENT_ID"] = AGENT
         rail_sandbox.set_balance(BALANCE)
+        rail_sandbox.add_fund_account(DEMO_PAYEE)
+        rail_sandbox.add_fund_account(STRANGER)
+        rail_sandbox.set_banking_balance(BALANCE)
         yield NodeStack(stack, rail_sandbox, url, stdio_env)
     finally:
         stack.stop()
@@ -104,6 +108,8 @@ def _fixtures(stack: NodeStack, transport: str, settlement_amount: int) -> dict[
         "held_payment": stack.payment(500000),
         "in_progress_payment": stack.payment(50000),
         "settlement_amount": settlement_amount,
+        # The example mandate's one payee (deploy/mandate.example.yaml) and one it does not name.
+        "payee": DEMO_PAYEE, "stranger": STRANGER, "payout_amount": settlement_amount - 2000 - os.getpid() % 1000,
         "operation_ref": f"node-{transport}-{os.getpid()}",
     }
 
@@ -147,7 +153,8 @@ def test_the_mcp_inspector_cli_lists_and_calls_tools_over_http_with_the_bearer_t
     server = [node_stack.mcp_url, "--transport", "http", "--header", f"Authorization: Bearer {TOKEN}"]
     listed = _inspector(*server, "--method", "tools/list")
     assert {tool["name"] for tool in listed["tools"]} == {"fetch_payment", "fetch_refund", "create_refund",
-                                                         "create_instant_settlement", "interlock_status"}  # fmt: skip
+                                                         "create_instant_settlement", "create_payout",
+                                                         "interlock_status"}  # fmt: skip
 
     pid = node_stack.payment(189900)
     found = _inspector(*server, "--method", "tools/call", "--tool-name", "fetch_payment", "--tool-arg",
