@@ -63,7 +63,7 @@ simulate: install
 	$(BIN)/interlock simulate --seeds 10000 --jobs 2 --write-results
 
 # The full SIGKILL matrix (51 cells x 10 trials), 30 random-kill trials, the SIGSTOP pause cells
-# (24 cells x 5 trials) and the burst cells (12 cells x 2 trials: the rail worker SIGKILLed with at least
+# (36 cells x 5 trials) and the burst cells (18 cells x 2 trials: the rail worker SIGKILLed with at least
 # 32 of 40 concurrent money calls in flight), the webhook cells (8 cells x 3 trials: the receiver SIGKILLed
 # mid-delivery, the money followed to the bank's final word, forged deliveries), and the invariant mutants
 # (chaos/mutants.py: each guarantee broken in a patched copy of the tree, and what catches it), 1,000 operations each raced by 8 agents, and 1,000 refunds while

@@ -28,6 +28,8 @@ import yaml
 from chaos.cells import Cell
 from chaos.trial import (
     MANDATE,
+    PAYOUT_PAYEE,
+    PAYOUT_TOOL,
     TrialResult,
     _call,
     _observe_all,
@@ -35,6 +37,7 @@ from chaos.trial import (
     _settle_all,
     entity_stamp,
     ledger_rows,
+    payout_arguments,
     run_trial,
     subject_of,
 )
@@ -79,6 +82,11 @@ def burst_calls(cell: Cell, seed: int) -> tuple[list[str], list[dict[str, Any]]]
     if cell.tool == "create_refund":
         payments = [f"pay_burst{seed}n{i}" for i in range(cell.calls)]
         return payments, [{"payment_id": p, "amount": AMOUNT} for p in payments]
+    if cell.tool == PAYOUT_TOOL:
+        # One payee, many payouts of one amount: only the stated reason makes each a distinct operation.
+        return [PAYOUT_PAYEE], [{"fund_account_id": PAYOUT_PAYEE, "amount": AMOUNT, "currency": "INR", "mode": "IMPS",
+                                 "purpose": "vendor bill", "interlock_distinct_reason": f"burst line {i}"}
+                                for i in range(cell.calls)]  # fmt: skip
     # One balance, many settlements of one amount: only the stated reason makes each a distinct operation.
     return [SETTLEMENT_SUBJECT], [{"amount": AMOUNT, "interlock_distinct_reason": f"burst line {i}"}
                                   for i in range(cell.calls)]  # fmt: skip
@@ -94,6 +102,8 @@ def _run_burst(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialR
     if cell.tool == "create_refund":
         for payment_id in subjects:
             control.add_payment(payment_id, PAYMENT_AMOUNT)
+    elif cell.tool == PAYOUT_TOOL:
+        payout_arguments(control)  # the payee on the rail, the RazorpayX account funded
     else:
         control.set_balance(SETTLEMENT_BALANCE)
     url = stack.start_ingress(tokens_file=tokens, wait=False)

@@ -44,7 +44,7 @@ RAIL_POINTS = {p for p in KILL_POINTS if p.startswith("rail.")}
 RECONCILER_POINTS = {"reconciler.mid_pagination", "reconciler.after_finding_before_commit"}
 
 # Money tools a trial can call, by the short name used in cell keys.
-TOOLS = {"refund": "create_refund", "settlement": "create_instant_settlement"}
+TOOLS = {"refund": "create_refund", "settlement": "create_instant_settlement", "payout": "create_payout"}
 # Where a stalled rail worker hurts: the request is out (during_call), or IN_FLIGHT is committed and the
 # request not yet sent (after_wal_before_call: on waking it must not send). The faults are the ones
 # that make the first call's fate unclear (ambiguous_504, slow) or the reconciler's read stale (replica_lag).

@@ -60,7 +60,7 @@ from interlock.results import commit_id, write_section
               help="instead of the kill matrix: the webhook cells (the receiver SIGKILLed mid-delivery, the money "
                    "followed through its lifecycle, forged deliveries)")
 @click.option("--tools", multiple=True, type=click.Choice(sorted(TOOLS)),
-              help="money tools of the pause or burst cells (default: refund and settlement)")
+              help="money tools of the pause or burst cells (default: refund, settlement and payout)")
 @click.option("--wakes", multiple=True, type=click.Choice(WAKES),
               help="when the paused worker is woken: late (after the intent is settled) or early (default: both)")
 @click.option("--random", "random_trials", type=click.IntRange(0), default=0,

@@ -20,6 +20,7 @@ from chaos import mutants
 from chaos.cells import Cell
 from chaos.verdict import NEEDS_NOTHING, Observation, judge
 from deploy.agent_client import SandboxControl, mcp_client, structured
+from deploy.demo import DEMO_PAYEE
 from deploy.redis_server import EmbeddedRedis
 from deploy.stack import Actor, Stack, StackError, wait_for
 from ingress.tokens import token_sha256
@@ -155,6 +156,8 @@ def died_at(actor: Actor, point: str, timeout_s: float = 15) -> bool:
 
 
 SETTLEMENT_BALANCE = 5_000_000
+PAYOUT_TOOL = "create_payout"
+PAYOUT_PAYEE = DEMO_PAYEE  # the one payee deploy/mandate.example.yaml names
 
 
 def one_money_call(control: SandboxControl, tool: str, payment_id: str) -> tuple[str, dict[str, Any]]:
@@ -163,8 +166,18 @@ def one_money_call(control: SandboxControl, tool: str, payment_id: str) -> tuple
     if tool == "create_refund":
         control.add_payment(payment_id, 189900)
         return payment_id, {"payment_id": payment_id, "amount": AMOUNT}
+    if tool == PAYOUT_TOOL:
+        return PAYOUT_PAYEE, payout_arguments(control)
     control.set_balance(SETTLEMENT_BALANCE)
     return SETTLEMENT_SUBJECT, {"amount": AMOUNT}
+
+
+def payout_arguments(control: SandboxControl, **extra: Any) -> dict[str, Any]:
+    """A payout to the demo mandate's one payee, with the sandbox's RazorpayX account funded for it."""
+    control.add_fund_account(PAYOUT_PAYEE)
+    control.set_banking_balance(SETTLEMENT_BALANCE)
+    return {"fund_account_id": PAYOUT_PAYEE, "amount": AMOUNT, "currency": "INR", "mode": "IMPS",
+            "purpose": "vendor bill", **extra}  # fmt: skip
 
 
 def _end_partition_after_one_period(control: SandboxControl, cell: Cell) -> None:
@@ -295,16 +308,22 @@ def _observe_all(stack: Stack, control: SandboxControl, payment_ids: list[str], 
 
 
 def entity_stamp(entity: dict[str, Any]) -> str | None:
-    """The SIK a rail entity carries (notes.interlock_sik, or a refund's ilk_ receipt), or None."""
+    """The SIK a rail entity carries (notes.interlock_sik, or a refund's receipt / a payout's reference_id
+    "ilk_"+SIK), or None."""
     notes = entity.get("notes")
     stamp = notes.get("interlock_sik") if isinstance(notes, dict) else None
-    return stamp or (entity.get("receipt") or "").removeprefix("ilk_") or None
+    reference = entity.get("receipt") or entity.get("reference_id") or ""
+    return stamp or reference.removeprefix("ilk_") or None
 
 
 def subject_of(record: dict[str, Any]) -> str | None:
-    """The intent subject a sandbox journal record belongs to: its payment, or the balance a settlement draws."""
+    """The intent subject a sandbox journal record belongs to: its payment, the balance a settlement draws, or the
+    payee of a payout."""
     if record.get("kind") == "settlement":
         return SETTLEMENT_SUBJECT
+    if record.get("kind") == "payout":
+        payee: str | None = record["entity"].get("fund_account_id")
+        return payee
     payment_id: str | None = record["entity"].get("payment_id")
     return payment_id
 

@@ -42,12 +42,12 @@ def applied(n: int, *, entities_per_call: int = 1) -> Observation:
     return Observation(intents, stamped, None)
 
 
-def test_every_burst_point_meets_every_burst_fault_for_refunds_and_settlements() -> None:
+def test_every_burst_point_meets_every_burst_fault_for_every_money_tool() -> None:
     cells = build_burst_cells()
     assert {(c.point, c.fault, c.tool) for c in cells} == {
         (p, f, t) for p in BURST_POINTS for f in BURST_FAULTS for t in TOOLS.values()
     }
-    assert len(cells) == 12
+    assert len(cells) == 18  # refunds, settlements and payouts
     assert set(BURST_POINTS) == {"rail.during_call", "rail.after_call_before_commit"}
     assert set(BURST_FAULTS) == {"none", "ambiguous_504", "slow"}
     assert all(c.action == "burst" and (c.calls, c.kill_in_flight) == (40, 32) for c in cells)

@@ -31,12 +31,12 @@ def applied(*ids: str) -> Observation:
     return Observation([{"sik": SIK, "state": "APPLIED", "rail_entity_id": ids[0]}], {SIK: list(ids)}, None)
 
 
-def test_every_pause_point_meets_every_pause_fault_for_refunds_and_settlements_woken_late_and_early() -> None:
+def test_every_pause_point_meets_every_pause_fault_for_every_money_tool_woken_late_and_early() -> None:
     cells = build_pause_cells()
     assert {(c.point, c.fault, c.tool, c.wake) for c in cells} == {
         (p, f, t, w) for p in PAUSE_POINTS for f in PAUSE_FAULTS for t in TOOLS.values() for w in WAKES
     }
-    assert len(cells) == 24
+    assert len(cells) == 36  # refunds, settlements and payouts
     assert all(c.action == "pause" and c.faults == PROFILES[c.fault] for c in cells)
     assert set(PAUSE_POINTS) == {"rail.after_wal_before_call", "rail.during_call"}
     assert set(PAUSE_FAULTS) == {"ambiguous_504", "slow", "replica_lag"}
@@ -70,7 +70,7 @@ def test_select_filters_pause_cells_by_point_fault_tool_and_wake() -> None:
     chosen = select(build_pause_cells(), ["rail.during_call"], ["slow"], [TOOLS["settlement"]], ["early"])
     assert [c.key for c in chosen] == ["pause|rail.during_call|slow|settlement|early"]
     assert len(select(build_pause_cells(), [], [], [TOOLS["refund"]])) == 12
-    assert len(select(build_pause_cells(), [], [], [], ["late"])) == 12
+    assert len(select(build_pause_cells(), [], [], [], ["late"])) == 18
     assert select(build_pause_cells(), ["gate.after_resolve"], [], []) == []
 
 
