@@ -8,7 +8,7 @@
   Every other field the upstream serves (its title, annotations, outputSchema, _meta, icons,
   execution) is dropped: none of it is pinned, and a readOnlyHint on create_refund is exactly what a
   host reads to skip the human's confirmation.
-* Money tools (create_refund, create_instant_settlement) take the normal path: Proposal → gates
+* Money tools (create_refund, create_instant_settlement, create_payout) take the normal path: Proposal → gates
   (G6 judges the upstream's current manifest there) → rail worker → the upstream via the adapter.
 * Read tools Interlock knows to be reads (fetch_payment, fetch_refund) pass through after G1 and the
   same pin check, with the upstream's own result. Any other upstream tool is never passed through:

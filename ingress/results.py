@@ -41,6 +41,15 @@ EXPLANATIONS: dict[str, str] = {
         "fetch_balance tool. Nothing was paid. Repeating the call gets the same answer: an operator must "
         "connect Interlock to a rail that can report the balance."
     ),
+    "G2_PAYEE_NOT_ALLOWED": (
+        "The payee (the fund account, as the rail reports it) is not one the mandate lets this agent pay: "
+        "payouts go only to the fund accounts or contacts a person listed in the mandate. Nothing was paid. "
+        "Do not try another payee id; ask a person to add this one to the mandate if it should be paid."
+    ),
+    "G2_PAYOUTS_UNSUPPORTED": (
+        "This Interlock reaches the rail through an upstream MCP server, which has no tool that makes a "
+        "RazorpayX payout. Nothing was paid; repeating the call gets the same answer."
+    ),
     "G2_RAIL_UNAVAILABLE": (
         "The rail could not be read just now (an outage, not a refusal). Nothing was paid; repeating the "
         "same call is safe and will not pay twice."

@@ -7,8 +7,9 @@ reason is a proposal that never reached the ledger, and repeating the original c
 
 An APPLIED intent also shows `rail_status`, what the rail has said of the money since (ledger/lifecycle.py): a
 refund pending, processed or failed at the bank, a settlement initiated, processed, partially processed or
-reversed. When that needs a person (a failed refund, a reversed settlement), caller_action is ESCALATE_TO_OPERATOR:
-a new refund after a failed one is a new business action, never a retry of this one.
+reversed, a payout queued, processing, processed, reversed, failed or cancelled. When that needs a person (a failed
+refund, a reversed settlement, a payout that did not reach its payee), caller_action is ESCALATE_TO_OPERATOR: a new
+refund or payout after a failed one is a new business action, never a retry of this one.
 """
 
 from __future__ import annotations
