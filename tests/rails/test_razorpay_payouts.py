@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -18,6 +19,7 @@ from interlock.errors import InvalidInput
 from rails.razorpay import RailError, RailErrorKind, RazorpayClient
 from sandbox.rail import DEFAULT_ACCOUNT_NUMBER
 from sandbox.testing import SandboxProcess
+from tests.procs import wait_until
 
 _ids = itertools.count(1)
 ACCOUNT = DEFAULT_ACCOUNT_NUMBER
@@ -148,4 +150,26 @@ def test_a_payout_stamped_only_by_its_reference_counts_as_stamped(rail: SandboxP
     """What the chaos checks count: a payout whose notes lost the stamp still carries it in reference_id."""
     rail.set_banking_balance(10_000_000)
     client.create_payout(**payout_args(fund_account(), sik, notes=None))
+    assert rail.count_stamped(sik) == 1
+
+
+def test_a_second_request_while_the_first_with_its_key_is_processing_is_ambiguous(
+    rail: SandboxProcess, client: RazorpayClient, fund_account, sik: str
+):
+    """SPEC §18: 409 means the first request with this key is still running — it may yet apply. Never a refusal,
+    and never a reason to switch keys: the same key later replays what the first one made."""
+    rail.set_banking_balance(10_000_000)
+    args = payout_args(fund_account(), sik)
+    rail.set_faults([{"name": "slow", "rate": 1.0, "scope": "money", "params": {"delay_ms": 1500}}])
+    with RazorpayClient(rail.url, rail.key_id, rail.key_secret, timeout_ms=10_000) as first_client:
+        first: dict[str, Any] = {}
+        thread = threading.Thread(target=lambda: first.update(payout=first_client.create_payout(**args)))
+        thread.start()
+        wait_until(lambda: sik in rail.health()["in_progress"], timeout=5, what="the first request to be in progress")
+        with pytest.raises(RailError) as caught:
+            client.create_payout(**args)
+        thread.join(timeout=15)
+    rail.clear_faults()
+    assert caught.value.kind is RailErrorKind.AMBIGUOUS and caught.value.http_status == 409
+    assert client.create_payout(**args).id == first["payout"].id
     assert rail.count_stamped(sik) == 1
