@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from ledger import webhook_inbox
 from ledger.db import open_ledger
 from tests.engine.send_world import World, make_world
-from tests.reconciler.recon_world import Hub
+from tests.reconciler.recon_world import Clock, Hub
 
 
 @pytest.fixture
@@ -24,6 +25,17 @@ def world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[World]:
 @pytest.fixture
 def conn(world: World) -> sqlite3.Connection:
     return open_ledger(world.path)
+
+
+@pytest.fixture
+def inbox(tmp_path: Path) -> sqlite3.Connection:
+    """A fresh webhook inbox (ledger/webhook_inbox.py)."""
+    return webhook_inbox.open_inbox(tmp_path / "webhooks.sqlite3")
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
 
 
 @pytest.fixture

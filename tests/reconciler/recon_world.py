@@ -91,6 +91,16 @@ def stamped_settlement(world: World, sik: str = SIK) -> str:
     return str(entity.id)
 
 
+class Clock:
+    """A settable wall clock in ms for the in-process reconciler tests (`clock.ms += ...`)."""
+
+    def __init__(self) -> None:
+        self.ms = 1_000_000
+
+    def __call__(self) -> int:
+        return self.ms
+
+
 @dataclass
 class Hub:
     """Redis as the reconciler uses it: SET NX PX claims (kept, honoured) and the rail queue (recorded)."""

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ledger import intents, sightings, webhook_inbox
-from ledger.db import open_ledger
 from ledger.queries import PAYOUT_TOOL
 from ledger.states import State
 from reconciler.inbox import InboxReader, stamped_entity
@@ -25,16 +23,6 @@ from tests.ledger.helpers import put_intent
 M = "acc_DEMO000001"
 SIK = "Q" * 32
 PAYEE = "fa_Q0000000001"
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> sqlite3.Connection:
-    return open_ledger(tmp_path / "ledger.sqlite3")
-
-
-@pytest.fixture
-def inbox(tmp_path: Path) -> sqlite3.Connection:
-    return webhook_inbox.open_inbox(tmp_path / "webhooks.sqlite3")
 
 
 def payout(status: str = "processing", *, sik: str = SIK, stamp: str = "both", amount: int = 48_000) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,16 +19,6 @@ from tests.ledger.helpers import put_intent
 M = "acc_DEMO000001"
 SIK = "W" * 32
 PAY = "pay_T0001"
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> sqlite3.Connection:
-    return open_ledger(tmp_path / "ledger.sqlite3")
-
-
-@pytest.fixture
-def inbox(tmp_path: Path) -> sqlite3.Connection:
-    return webhook_inbox.open_inbox(tmp_path / "webhooks.sqlite3")
 
 
 def refund(*, sik: str = SIK, amount: int = 5000, payment: str = PAY, status: str = "processed",

@@ -6,31 +6,21 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
 from typing import Any
 
-import pytest
-
 from ledger import intents, lifecycle, webhook_inbox
-from ledger.db import open_ledger, transaction
+from ledger.db import transaction
 from ledger.states import Event
 from rails.models import Refund, Settlement
 from rails.razorpay import RailError, RailErrorKind
 from reconciler.inbox import InboxReader
 from reconciler.lifecycle import WITH_WEBHOOKS_FIRST_POLL_MS, LifecycleFollower
 from tests.ledger.helpers import put_intent
+from tests.reconciler.recon_world import Clock
 
 M = "acc_DEMO000001"
 SIK = "F" * 32
 RID = "rfnd_F1"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.ms = 1_000_000
-
-    def __call__(self) -> int:
-        return self.ms
 
 
 class Rail:
@@ -63,16 +53,6 @@ def applied(conn: sqlite3.Connection, answer: dict[str, Any] | None, *, now: int
         intents.finish_attempt(conn, M, SIK, 1, now=now, outcome="APPLIED", rail_entity_id=RID, http_status=200,
                                response=answer)  # fmt: skip
         intents.transition(conn, M, SIK, Event.RAIL_APPLIED, now=now, set_fields={"rail_entity_id": RID})
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> sqlite3.Connection:
-    return open_ledger(tmp_path / "ledger.sqlite3")
 
 
 def follower(ledger: sqlite3.Connection, rail: Rail, clock: Clock, **kw: Any) -> LifecycleFollower:

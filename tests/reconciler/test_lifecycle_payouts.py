@@ -9,14 +9,13 @@ import json
 import os
 import sqlite3
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from interlock.sik import receipt_for, stamp_notes
 from ledger import intents, lifecycle, webhook_inbox
-from ledger.db import open_ledger, transaction
+from ledger.db import transaction
 from ledger.queries import PAYOUT_TOOL
 from ledger.states import Event
 from rails.models import Payout, Refund, Settlement
@@ -26,20 +25,13 @@ from reconciler.lifecycle import LifecycleFollower
 from sandbox.rail import DEFAULT_ACCOUNT_NUMBER
 from sandbox.testing import SandboxProcess, start_sandbox
 from tests.ledger.helpers import put_intent
+from tests.reconciler.recon_world import Clock
 
 M = "acc_DEMO000001"
 SIK = "U" * 32
 POUT = "pout_U1"
 PAYEE = "fa_U0000000001"
 AMOUNT = 48_000
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.ms = 1_000_000
-
-    def __call__(self) -> int:
-        return self.ms
 
 
 class Rail:
@@ -88,21 +80,6 @@ def applied(conn: sqlite3.Connection, answer: dict[str, Any] | None, *, now: int
         intents.finish_attempt(conn, M, sik, 1, now=now, outcome="APPLIED", rail_entity_id=pid, http_status=200,
                                response=answer)  # fmt: skip
         intents.transition(conn, M, sik, Event.RAIL_APPLIED, now=now, set_fields={"rail_entity_id": pid})
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def ledger(tmp_path: Path) -> sqlite3.Connection:
-    return open_ledger(tmp_path / "ledger.sqlite3")
-
-
-@pytest.fixture
-def inbox(tmp_path: Path) -> sqlite3.Connection:
-    return webhook_inbox.open_inbox(tmp_path / "webhooks.sqlite3")
 
 
 def follower(ledger: sqlite3.Connection, rail: Any, clock: Clock, **kw: Any) -> LifecycleFollower:

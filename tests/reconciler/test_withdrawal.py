@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from pathlib import Path
 from typing import Any
-
-import pytest
 
 from interlock.mandate import Mandate, MandateStore
 from ledger import lifecycle
-from ledger.db import open_ledger, transaction
+from ledger.db import transaction
 from ledger.queries import PAYOUT_TOOL
 from rails.models import Payout
 from rails.razorpay import RailError, RailErrorKind
@@ -51,11 +48,6 @@ class Canceller:
                                 "notes": {"interlock_sik": SIK}})  # fmt: skip
 
 
-@pytest.fixture
-def ledger(tmp_path: Path) -> sqlite3.Connection:
-    return open_ledger(tmp_path / "ledger.sqlite3")
-
-
 def queued(conn: sqlite3.Connection, admitted_under: Mandate, status: str = "queued") -> None:
     """A payout intent APPLIED under *admitted_under*, its payout waiting on the rail in *status*."""
     put_intent(conn, SIK, "APPLIED", amount=40_000, tool=PAYOUT_TOOL, subject=PAYEE, now=NOW - 1000)
@@ -80,7 +72,8 @@ def test_why_a_mandate_no_longer_lets_a_payout_go() -> None:
     assert withdrawn(mandate, mandate.mandate_hash, NOW) is None
     assert withdrawn(mandate, "another version", NOW) == MANDATE_REPLACED
     assert withdrawn(None, mandate.mandate_hash, NOW) == GRANT_WITHDRAWN
-    assert withdrawn(make_mandate(), mandate.mandate_hash, NOW) == GRANT_WITHDRAWN  # no create_payout grant
+    without = make_mandate(drop=("scope.grants.create_payout",))
+    assert withdrawn(without, mandate.mandate_hash, NOW) == GRANT_WITHDRAWN  # no create_payout grant
     expired = payout_mandate(expires_at=NOW)
     assert withdrawn(expired, expired.mandate_hash, NOW) == MANDATE_EXPIRED
 
