@@ -46,8 +46,8 @@ async def test_tools_list_declares_integer_amounts_annotations_and_output_schema
         tools = {tool.name: tool for tool in (await client.list_tools()).tools}
 
     assert set(tools) == {"fetch_payment", "fetch_refund", "create_refund", "create_instant_settlement",
-                          "interlock_status"}  # fmt: skip
-    for name in ("create_refund", "create_instant_settlement"):
+                          "create_payout", "interlock_status"}  # fmt: skip
+    for name in ("create_refund", "create_instant_settlement", "create_payout"):
         assert tools[name].input_schema["properties"]["amount"]["type"] == "integer"
         assert tools[name].annotations is not None
         assert tools[name].annotations.destructive_hint is True
@@ -104,7 +104,7 @@ async def test_malformed_calls_are_errors_naming_the_field_and_record_nothing(en
         assert error_of(bad_ref)["error"]["field"] == "operation_ref"
 
         # The ingress is still serving after all of that.
-        assert len((await client.list_tools()).tools) == 5
+        assert len((await client.list_tools()).tools) == 6
     assert gates_queue_length(rclient) == 0
 
 
