@@ -5,7 +5,7 @@ about the money, which the rail worker maps to state transitions (SPEC §8):
 
 * REJECTED  — a definitive 4xx with Razorpay's error body: the rail refused, nothing moved.
 * AMBIGUOUS — the request may have been applied: 5xx (including a gateway's HTML 504), 409 "still
-  processing", a timeout or reset after the request left, an unreadable body, a 4xx that is not a
+  processing", a 429 (rate limited: not a decision), a timeout or reset after the request left, an unreadable body, a 4xx that is not a
   Razorpay error (a proxy's page), a 4xx about the payout idempotency key (used before with another body).
 * NOT_SENT  — nothing left this machine: connection refused, connect or pool timeout, or the caller's
   send window (rails.deadline.send_window) closed before the request's first byte was written.
@@ -351,12 +351,13 @@ def _classify(response: httpx.Response, method: str, path: str) -> dict[str, Any
     fields: dict[str, Any] = {"method": method, "path": path, "http_status": status, "body": text[:2000]}
     if isinstance(error, dict):
         fields.update(code=error.get("code"), description=error.get("description"), field=error.get("field"))
-    # 409: the first request with this idempotency key is still running — it may yet apply.
+    # 409: the first request with this idempotency key is still running — it may yet apply. 429: the rail
+    # is shedding load (SPEC §18) and did not decide; what it did with the request is for a list read to say.
     # 408 and non-Razorpay 4xx bodies come from something in between, not from the rail's decision.
     # A 4xx about the payout idempotency key: the key was checked here before it was sent, so the rail is saying
     # the key was already used with another body — a payout exists under it, which is not a refusal.
     refusal = isinstance(error, dict) and bool(error.get("code")) and error.get("field") != PAYOUT_KEY_HEADER
-    if 400 <= status < 500 and status not in (408, 409) and refusal:
+    if 400 <= status < 500 and status not in (408, 409, 429) and refusal:
         raise RailError(RailErrorKind.REJECTED, f"{status} {fields.get('description')}", **fields)
     raise RailError(RailErrorKind.AMBIGUOUS, f"{status} {_snippet(text)}", **fields)
 

@@ -138,11 +138,11 @@ def scripted(status: int, content: bytes, content_type: str = "application/json"
             "application/json",
             RailErrorKind.REJECTED,
         ),
-        (
+        (  # rate limited (SPEC §18): the rail decided nothing, so it is no refusal; a list read settles it
             429,
             b'{"error": {"code": "BAD_REQUEST_ERROR", "description": "slow down"}}',
             "application/json",
-            RailErrorKind.REJECTED,
+            RailErrorKind.AMBIGUOUS,
         ),
     ],
 )

@@ -173,3 +173,4 @@ def test_a_second_request_while_the_first_with_its_key_is_processing_is_ambiguou
     assert caught.value.kind is RailErrorKind.AMBIGUOUS and caught.value.http_status == 409
     assert client.create_payout(**args).id == first["payout"].id
     assert rail.count_stamped(sik) == 1
+
