@@ -261,11 +261,16 @@ def _apply(
     return require_intent(conn, merchant_id, sik)
 
 
+# Attempts the rail answered with a refusal: a first attempt's (REJECTED), or a retry's (REJECTED_AFTER_RETRY,
+# reconciled by stamp before anyone trusts it). RazorpayX keeps the first answer to a payout key, refusals too.
+REFUSED_OUTCOMES = ("REJECTED", "REJECTED_AFTER_RETRY")
+
+
 def refused_attempts(conn: sqlite3.Connection, merchant_id: str, sik: str) -> int:
-    """How many of the intent's attempts the rail definitely refused (outcome REJECTED): a payout reopened after
-    each is sent under a key of its own (ADR 0028)."""
-    row = conn.execute("SELECT COUNT(*) FROM intent_attempts WHERE merchant_id = ? AND sik = ? AND outcome = ?",
-                       (merchant_id, sik, "REJECTED")).fetchone()  # fmt: skip
+    """How many of the intent's attempts the rail refused (REFUSED_OUTCOMES): the keys they were sent under hold
+    that refusal, so a payout's next attempt after each is sent under a key of its own (ADR 0028)."""
+    row = conn.execute("SELECT COUNT(*) FROM intent_attempts WHERE merchant_id = ? AND sik = ? AND outcome IN (?, ?)",
+                       (merchant_id, sik, *REFUSED_OUTCOMES)).fetchone()  # fmt: skip
     return int(row[0])
 
 
