@@ -26,6 +26,8 @@ from ledger.states import OPERATOR_EVENTS, REAUTHORIZING_EVENTS, TRANSITIONS, Ev
 SETTABLE = frozenset({
     "rail_entity_id", "reason_code", "lease_owner", "lease_epoch", "lease_expires_at", "hold_expires_at",
     "mandate_id", "mandate_hash",
+    # A reopened payout is sent as the call judged now says (ADR 0028): only REOPENED sets them (reopened_params).
+    "params_json", "params_hash",
 })  # fmt: skip
 
 # What an attempt row says when the rail answered it with our stamp: the attempt's own APPLIED, or the
@@ -264,6 +266,11 @@ def _apply(
 # Attempts the rail answered with a refusal: a first attempt's (REJECTED), or a retry's (REJECTED_AFTER_RETRY,
 # reconciled by stamp before anyone trusts it). RazorpayX keeps the first answer to a payout key, refusals too.
 REFUSED_OUTCOMES = ("REJECTED", "REJECTED_AFTER_RETRY")
+
+
+def reopened_params(params: dict[str, Any], params_hash: str) -> dict[str, str]:
+    """The set_fields of a REOPENED that sends *params* from now on (a payout: its mode, account, queueing rule)."""
+    return {"params_json": canonical_json(params).decode("utf-8"), "params_hash": params_hash}
 
 
 def refused_attempts(conn: sqlite3.Connection, merchant_id: str, sik: str) -> int:

@@ -260,12 +260,17 @@ def _repeat(
     if verdict is Verdict.ALLOW and mandate is not None:
         check = reassert(conn, existing, mandate, now_ms=now, rate=rt.fee_rate)
         if check.verdict is Verdict.ALLOW:
-            # Reopened under the mandate it was judged under now, which is what execute re-checks against.
+            # Reopened under the mandate it was judged under now, which is what execute re-checks against. A payout
+            # is sent as judged now too — the mandate's account and queueing rule, the agent's corrected mode — not
+            # as the refused or absent first call was (ADR 0028): a new key follows a refusal, and under the same
+            # key a different body is refused by the rail as ambiguous, never applied twice.
+            fields: dict[str, object] = {"mandate_id": mandate.mandate_id, "mandate_hash": mandate.mandate_hash,
+                                         "reason_code": None}  # fmt: skip
+            if existing.tool == PAYOUT_TOOL and decision.params != existing.params:
+                fields.update(intents.reopened_params(decision.params, decision.params_hash))
             intent = intents.transition(
                 conn, existing.merchant_id, existing.sik, Event.REOPENED, now=now, reasserted=check,
-                detail={"request_id": decision.request_id},
-                set_fields={"mandate_id": mandate.mandate_id, "mandate_hash": mandate.mandate_hash,
-                            "reason_code": None},
+                detail={"request_id": decision.request_id}, set_fields=fields,
             )  # fmt: skip
             return Admission(None, intent)
         verdict, reason = Verdict.BLOCK, check.reason_code

@@ -5,8 +5,9 @@ about the money, which the rail worker maps to state transitions (SPEC §8):
 
 * REJECTED  — a definitive 4xx with Razorpay's error body: the rail refused, nothing moved.
 * AMBIGUOUS — the request may have been applied: 5xx (including a gateway's HTML 504), 409 "still
-  processing", a 429 (rate limited: not a decision), a timeout or reset after the request left, an unreadable body, a 4xx that is not a
-  Razorpay error (a proxy's page), a 4xx about the payout idempotency key (used before with another body).
+  processing", a 429 (rate limited: not a decision), a timeout or reset after the request left, an
+  unreadable body, a 4xx that is not a Razorpay error (a proxy's page), a 4xx about the payout idempotency
+  key (used before with another body).
 * NOT_SENT  — nothing left this machine: connection refused, connect or pool timeout, or the caller's
   send window (rails.deadline.send_window) closed before the request's first byte was written.
 

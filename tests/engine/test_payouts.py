@@ -212,3 +212,13 @@ def test_a_queued_payout_is_cancelled_on_the_rail_when_its_mandate_is_replaced(p
     finally:
         conn.close()
     assert [e["entity"]["status"] for e in rail_payouts(engine, queued.sik)] == ["cancelled"]
+
+
+def test_a_refused_payout_repeated_with_a_corrected_mode_is_sent_as_corrected_under_a_new_key(payout_engine) -> None:
+    engine, payees = payout_engine()
+    wrong = engine.outcome(engine.propose(payout(payees["listed"], 21_000, mode="UPI"), tool="create_payout"))
+    assert wrong.state == "FAILED_TERMINAL" and wrong.sik is not None, wrong  # UPI to a bank account: refused
+    fixed = engine.outcome(engine.propose(payout(payees["listed"], 21_000, mode="IMPS"), tool="create_payout"))
+    assert (fixed.state, fixed.sik) == ("APPLIED", wrong.sik), fixed
+    [sent] = rail_payouts(engine, wrong.sik)
+    assert sent["request"]["body"]["mode"] == "IMPS" and sent["idempotency_key"] == f"{wrong.sik}-1"
