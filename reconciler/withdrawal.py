@@ -35,8 +35,9 @@ logger = logging.getLogger(__name__)
 
 CANCELLED, NOT_CANCELLED = "PAYOUT_CANCELLED", "PAYOUT_NOT_CANCELLED"
 MANDATE_REPLACED, MANDATE_EXPIRED, GRANT_WITHDRAWN = "MANDATE_REPLACED", "MANDATE_EXPIRED", "GRANT_WITHDRAWN"
-PER_STEP = 50
-RETRY_MS = 60_000  # after the rail could not be reached
+CANCELS_PER_STEP = 5  # the reconciler steps about once a second: within RazorpayX's 5-10 requests a second
+SCAN_PAGE = 500
+RETRY_MS = 60_000  # after the rail could not be reached, was rate limited or answered ambiguously
 
 
 class PayoutCanceller(Protocol):
@@ -66,27 +67,37 @@ class PayoutWithdrawal:
     _retry_at: dict[tuple[str, str], int] = field(default_factory=dict)  # (merchant, sik) the rail did not answer
 
     def step(self) -> int:
-        """Cancel the queued payouts whose mandate is withdrawn; returns how many the rail cancelled."""
+        """Cancel the queued payouts whose mandate is withdrawn, at most CANCELS_PER_STEP (RazorpayX asks for 5-10
+        requests a second); returns how many the rail cancelled. Every queued payout is looked at, in key order, so
+        many legitimately queued ones never hide a withdrawn one."""
         now = self.clock()
-        rows = self.ledger.execute(
-            """SELECT rs.merchant_id, rs.sik, rs.entity_id, i.agent_id, i.mandate_hash FROM rail_status rs
-               JOIN intents i ON i.merchant_id = rs.merchant_id AND i.sik = rs.sik
-               WHERE rs.tool = ? AND rs.status = 'queued' AND rs.final = 0 LIMIT ?""",
-            (PAYOUT_TOOL, PER_STEP),
-        ).fetchall()  # fmt: skip
-        cancelled = 0
-        for merchant_id, sik, entity_id, agent_id, mandate_hash in rows:
-            reason = withdrawn(self.mandates.get(agent_id), mandate_hash, now)
-            waiting = self._retry_at.get((merchant_id, sik), 0) > now
-            if reason is not None and (merchant_id, sik, reason) not in self._refused and not waiting:
-                cancelled += self._cancel(merchant_id, sik, entity_id, reason, mandate_hash)
-        return cancelled
+        due: list[tuple[str, str, str, str, str | None]] = []
+        after = ("", "")
+        while len(due) < CANCELS_PER_STEP:
+            rows = self.ledger.execute(
+                """SELECT rs.merchant_id, rs.sik, rs.entity_id, i.agent_id, i.mandate_hash FROM rail_status rs
+                   JOIN intents i ON i.merchant_id = rs.merchant_id AND i.sik = rs.sik
+                   WHERE rs.tool = ? AND rs.status = 'queued' AND rs.final = 0 AND (rs.merchant_id, rs.sik) > (?, ?)
+                   ORDER BY rs.merchant_id, rs.sik LIMIT ?""",
+                (PAYOUT_TOOL, *after, SCAN_PAGE),
+            ).fetchall()  # fmt: skip
+            for merchant_id, sik, entity_id, agent_id, mandate_hash in rows:
+                reason = withdrawn(self.mandates.get(agent_id), mandate_hash, now)
+                waiting = self._retry_at.get((merchant_id, sik), 0) > now
+                if reason is not None and (merchant_id, sik, reason) not in self._refused and not waiting:
+                    due.append((merchant_id, sik, entity_id, reason, mandate_hash))
+            if len(rows) < SCAN_PAGE:
+                break
+            after = (rows[-1][0], rows[-1][1])
+        return sum(self._cancel(*found) for found in due[:CANCELS_PER_STEP])
 
     def _cancel(self, merchant_id: str, sik: str, entity_id: str, reason: str, mandate_hash: str | None) -> int:
         try:
             payout = self.rail.cancel_payout(entity_id)
         except RailError as exc:
-            refused = exc.kind is RailErrorKind.REJECTED
+            # Only the rail's own refusal ("only queued payouts can be cancelled": it started meanwhile) ends the
+            # tries; a 429, a 5xx, a timeout or no answer is tried again later.
+            refused = exc.kind is RailErrorKind.REJECTED and exc.http_status != 429
             if refused:
                 self._refused.add((merchant_id, sik, reason))
             else:

@@ -48,12 +48,13 @@ class Canceller:
                                 "notes": {"interlock_sik": SIK}})  # fmt: skip
 
 
-def queued(conn: sqlite3.Connection, admitted_under: Mandate, status: str = "queued") -> None:
+def queued(conn: sqlite3.Connection, admitted_under: Mandate, status: str = "queued", *, sik: str = SIK,
+           entity_id: str = POUT) -> None:  # fmt: skip
     """A payout intent APPLIED under *admitted_under*, its payout waiting on the rail in *status*."""
-    put_intent(conn, SIK, "APPLIED", amount=40_000, tool=PAYOUT_TOOL, subject=PAYEE, now=NOW - 1000)
+    put_intent(conn, sik, "APPLIED", amount=40_000, tool=PAYOUT_TOOL, subject=PAYEE, now=NOW - 1000)
     with transaction(conn):
-        conn.execute("UPDATE intents SET mandate_hash = ? WHERE sik = ?", (admitted_under.mandate_hash, SIK))
-        lifecycle.observe(conn, merchant_id=MERCHANT, sik=SIK, tool=PAYOUT_TOOL, entity_id=POUT, status=status,
+        conn.execute("UPDATE intents SET mandate_hash = ? WHERE sik = ?", (admitted_under.mandate_hash, sik))
+        lifecycle.observe(conn, merchant_id=MERCHANT, sik=sik, tool=PAYOUT_TOOL, entity_id=entity_id, status=status,
                           entity={"amount": 40_000, "fees": 0, "tax": 0}, source=lifecycle.ANSWER, ref=None,
                           now=NOW - 1000, next_poll_at=NOW, actor="test")  # fmt: skip
 
@@ -121,3 +122,24 @@ def test_a_refusal_is_recorded_once_and_an_outage_is_tried_again_later(ledger: s
     clock[0] += 60_000
     assert later.step() == 0 and down.calls == [POUT, POUT]
     assert [r["refused"] for r in audited(ledger, "PAYOUT_NOT_CANCELLED")] == [True, False, False]
+
+
+def test_many_payouts_queued_under_the_mandate_in_force_never_hide_a_withdrawn_one(ledger: sqlite3.Connection) -> None:
+    """Found by review: a LIMIT without an order let 50 legitimate queued payouts starve the withdrawn 51st."""
+    in_force, rail = payout_mandate(), Canceller()
+    for n in range(120):
+        queued(ledger, in_force, sik=f"A{n:031d}", entity_id=f"pout_A{n}")
+    queued(ledger, payout_mandate(purpose="an earlier version"), sik="Z" * 32, entity_id="pout_Z")
+    assert withdrawal(ledger, in_force, rail).step() == 1 and rail.calls == ["pout_Z"]
+
+
+def test_a_rate_limited_cancel_is_tried_again_not_given_up(ledger: sqlite3.Connection) -> None:
+    queued(ledger, payout_mandate())
+    limited = Canceller(RailError(RailErrorKind.REJECTED, "Too many requests", method="POST",
+                                  path="/v1/payouts/{id}/cancel", http_status=429))  # fmt: skip
+    clock = [NOW]
+    step = PayoutWithdrawal(ledger=ledger, rail=limited, mandates=MandateStore({}), owner="t", clock=lambda: clock[0])
+    assert step.step() == 0 and limited.calls == [POUT]
+    clock[0] += 60_000
+    limited.error = None
+    assert step.step() == 1 and limited.calls == [POUT, POUT]
