@@ -30,6 +30,7 @@ from ledger import intents, leases, operator
 from ledger.db import transaction
 from ledger.intents import Intent
 from ledger.limits import reassert
+from ledger.queries import PAYOUT_TOOL
 from ledger.states import Event, State
 from rails.base import RAIL_REST
 from rails.pager import PageResult, RailLister, find_stamped
@@ -345,8 +346,10 @@ class Reconciler:
         refund is read as soon as its answer is recorded plus the delay (`_due`): early on purpose, because the
         retry that read authorizes carries the same key and its answer settles it. When no retry will follow, the
         stamp must be absent again on a read at least the delay later on this reconciler's own clock."""
-        if not (self.settings.rail == RAIL_REST and intent.tool == REFUND_TOOL):
+        if not (self.settings.rail == RAIL_REST and intent.tool in (REFUND_TOOL, PAYOUT_TOOL)):
             return True  # read only after the call's deadline plus the delay (ADR 0010)
+        # A payout is keyed as a REST refund is (X-Payout-Idempotency, ADR 0028): its first request may still be
+        # applied past its deadline, so absence without a retry to settle it needs the second read too.
         key = (intent.merchant_id, intent.sik, intent.attempt_seq, "absent")
         first = self.seen.setdefault(key, self.monotonic())
         return (self.monotonic() - first) * 1000 >= self.settings.reconcile_min_delay_ms
