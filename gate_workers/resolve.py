@@ -16,6 +16,7 @@ from gate_workers.context import ResolvedAction
 from interlock.arguments import MoneyCall, parse_money_call
 from interlock.config import DEFAULT_SETTLEMENT_GRACE_MS
 from interlock.errors import InvalidInput
+from interlock.fees import DEFAULT_FEE_RATE
 from interlock.mandate import Mandate
 from interlock.messages import Proposal
 from interlock.sik import SETTLEMENT_SUBJECT, compute_sik, in_window_grace, window_bucket
@@ -250,7 +251,7 @@ def _resolve_payout(
         return _rail_failure(base, exc, terms.fund_account_id)
     try:
         banking = rail.fetch_banking_balance(account)
-        waiting = payouts_not_debited(rail, account)
+        waiting = payouts_not_debited(rail, account, fee_minor=DEFAULT_FEE_RATE.project_payout())
     except RailError as exc:
         return _replace(_rail_failure(base, exc, f"banking balance of {account}"), fund_account=fund_account)
     found = _window(base, ledger, mandate, at_ms, grace_ms, subject=fund_account.id, currency=terms.currency,

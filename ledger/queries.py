@@ -71,19 +71,20 @@ def applied_since(
 
 def money_committed_for_tool(
     conn: sqlite3.Connection, merchant_ids: str | Sequence[str], tool: str, *, exclude_sik: str, currency: str,
-    applied_since_ms: int | None = None,
+    applied_since_ms: int | None = None, per_call_minor: int = 0,
 ) -> int:
     """Minor units of *tool*'s other intents, on every subject, that may still move money or are HELD — and, with
     *applied_since_ms*, those that became APPLIED since then. A payout's basis is the account's one balance,
     whoever the payee (ADR 0028), so its money in motion is counted by tool, not by subject. APPLIED payouts are
-    left out otherwise: the rail's balance shows a processing one debited, and its list shows a queued one."""
+    left out otherwise: the rail's balance shows a processing one debited, and its list shows a queued one.
+    *per_call_minor* is added for each intent counted: a payout's fee, which the rail debits beside its amount."""
     marks, states = _placeholders(_G2_COUNTED)
     who, merchants = _merchants(merchant_ids)
     row = conn.execute(
-        f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents
+        f"""SELECT COALESCE(SUM(amount_minor + ?), 0) FROM intents
             WHERE merchant_id IN ({who}) AND tool = ? AND sik <> ? AND currency = ?
               AND (state IN ({marks}) OR (state = 'APPLIED' AND ? IS NOT NULL AND updated_at >= ?))""",
-        (*merchants, tool, exclude_sik, currency, *states, applied_since_ms, applied_since_ms),
+        (per_call_minor, *merchants, tool, exclude_sik, currency, *states, applied_since_ms, applied_since_ms),
     ).fetchone()
     return int(row[0])
 

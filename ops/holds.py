@@ -24,6 +24,7 @@ import redis
 from interlock.canonical import canonical_hash
 from interlock.clock import now_ms
 from interlock.errors import ConfigError, InterlockError, OperatorRefused
+from interlock.fees import DEFAULT_FEE_RATE
 from interlock.mandate import MandateStore
 from interlock.mandate_model import Payees
 from interlock.queues import EXECUTE_JOB
@@ -166,7 +167,8 @@ def _read_referent(ctx: OpsContext, sik: str, merchant_id: str | None) -> _RailV
                 account = str(intent.params["account_number"])
                 return _RailView(fund_account=rail.fetch_fund_account(intent.subject_id),
                                  banking_balance=rail.fetch_banking_balance(account),
-                                 payouts_waiting_minor=payouts_not_debited(rail, account))  # fmt: skip
+                                 payouts_waiting_minor=payouts_not_debited(
+                                     rail, account, fee_minor=DEFAULT_FEE_RATE.project_payout()))  # fmt: skip
             return _RailView(balance=rail.fetch_balance())
     except (RailError, ConfigError) as exc:
         # Fail closed: an approval is judged against the rail as it is now, never against the gate's old read.
@@ -220,9 +222,11 @@ def _value_problem(conn: sqlite3.Connection, intent: Intent, view: _RailView, me
             return refused
         if intent.params.get("queue_if_low_balance") is True:
             return None  # the mandate lets the rail queue what the balance cannot cover
-        others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=intent.sik, currency=currency)
+        fee = DEFAULT_FEE_RATE.project_payout()  # debited beside each payout's amount
+        others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=intent.sik, currency=currency,
+                                          per_call_minor=fee)  # fmt: skip
         banking = view.banking_balance
-        room = banking.amount - view.payouts_waiting_minor - others
+        room = banking.amount - view.payouts_waiting_minor - others - fee
         basis = (f"RazorpayX balance {format_minor(banking.amount, banking.currency)} - payouts the rail holds "
                  f"undebited {format_minor(view.payouts_waiting_minor, currency)} - other payouts in motion or held "
                  f"{format_minor(others, currency)}")  # fmt: skip

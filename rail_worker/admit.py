@@ -110,7 +110,7 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
             verdict, reason = Verdict.BLOCK, refused
     if verdict is not Verdict.BLOCK:
         exceeded = _exceeds_rail_basis(conn, decision, existing.sik if existing is not None else decision.sik,
-                                       _account_merchants(rt, mandate, decision))
+                                       rt.fee_rate.project_payout(), _account_merchants(rt, mandate, decision))
         if exceeded is not None:
             verdict, reason = Verdict.BLOCK, exceeded
     _record(conn, decision, now, verdict=verdict, reason=reason)
@@ -198,7 +198,7 @@ def _account_merchants(rt: RailRuntime, mandate: Mandate | None, decision: Decis
     return rt.mandates.account_merchants(mandate) if mandate is not None else (decision.merchant_id,)
 
 
-def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str,
+def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str, payout_fee: int,
                         merchants: tuple[str, ...]) -> str | None:  # fmt: skip
     """G2 again, authoritatively: the gate's rail read less every other intent on the subject that may move
     money, is held, or applied since that read — of every merchant on the same rail account (ADR 0021) —
@@ -208,12 +208,14 @@ def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str,
     if decision.rail_basis_minor is None or terms is None:
         return None
     if decision.tool == PAYOUT_TOOL:
-        # One balance for every payee (ADR 0028): counted by tool, not by subject.
-        others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=sik, currency=terms.currency)
-        if terms.amount_minor > decision.rail_basis_minor - others:
+        # One balance for every payee (ADR 0028): counted by tool, not by subject, each payout with its fee.
+        others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=sik, currency=terms.currency,
+                                          per_call_minor=payout_fee)  # fmt: skip
+        if terms.amount_minor + payout_fee > decision.rail_basis_minor - others:
             return "G2_EXCEEDS_PAYOUT_BALANCE"
         others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=sik, currency=terms.currency,
-                                          applied_since_ms=decision.rail_read_at_ms or 0)  # fmt: skip
+                                          applied_since_ms=decision.rail_read_at_ms or 0,
+                                          per_call_minor=payout_fee) + payout_fee  # fmt: skip
     else:
         others = money_committed_for_subject(conn, merchants, terms.subject, exclude_sik=sik,
                                              currency=terms.currency)  # fmt: skip

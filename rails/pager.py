@@ -107,16 +107,17 @@ class PayoutLister(Protocol):
                      count: int = ..., skip: int = ...) -> Page[Payout]: ...  # fmt: skip
 
 
-def payouts_not_debited(rail: PayoutLister, account_number: str, *, page_size: int = PAGE_SIZE) -> int:
+def payouts_not_debited(rail: PayoutLister, account_number: str, *, fee_minor: int = 0,
+                        page_size: int = PAGE_SIZE) -> int:  # fmt: skip
     """Minor units of the account's payouts the rail holds but has not debited yet (queued, pending, scheduled),
-    every list paged to its end: the balance does not show them, and each takes its share when it runs. A
-    RailError goes to the caller, who fails closed."""
+    every list paged to its end: the balance does not show them, and each takes its amount and *fee_minor* (a
+    queued payout shows no fee yet) when it runs. A RailError goes to the caller, who fails closed."""
     total = 0
     for status in NOT_DEBITED:
         skip = 0
         for _ in range(MAX_PAGES):
             page = rail.list_payouts(account_number, status=status, count=page_size, skip=skip)
-            total += sum(p.amount for p in page.items if p.status == status)
+            total += sum(p.amount + fee_minor for p in page.items if p.status == status)
             if page.exhausted:
                 break
             skip += len(page.items)

@@ -76,13 +76,14 @@ def _payout_balance_refusal(action: ResolvedAction, ctx: GateContext, merchants:
     assert banking is not None and action.amount_minor is not None and action.currency is not None
     if action.params.get("queue_if_low_balance") is True:
         return None
+    fee = ctx.fee_rate.project_payout()  # the rail debits each payout's fee beside its amount
     in_motion = money_committed_for_tool(ctx.ledger, merchants, action.tool, exclude_sik=action.sik or "",
-                                         currency=action.currency)  # fmt: skip
+                                         currency=action.currency, per_call_minor=fee)  # fmt: skip
     available = banking.amount - action.payouts_waiting_minor - in_motion
-    if action.amount_minor > available:
-        return block("G2_EXCEEDS_PAYOUT_BALANCE", amount_minor=action.amount_minor, balance_minor=banking.amount,
-                     waiting_on_rail_minor=action.payouts_waiting_minor, in_motion_minor=in_motion,
-                     available_minor=max(available, 0))  # fmt: skip
+    if action.amount_minor + fee > available:
+        return block("G2_EXCEEDS_PAYOUT_BALANCE", amount_minor=action.amount_minor, fee_minor=fee,
+                     balance_minor=banking.amount, waiting_on_rail_minor=action.payouts_waiting_minor,
+                     in_motion_minor=in_motion, available_minor=max(available, 0))  # fmt: skip
     return None
 
 

@@ -121,9 +121,12 @@ def test_the_balance_less_payouts_waiting_on_the_rail_bounds_a_payout(payout_eng
     engine.rail.set_banking_balance(60_000)
     first = engine.outcome(engine.propose(payout(payees["listed"], 50_000), tool="create_payout"))
     assert first.state == "APPLIED"  # 60,000 - 50,000 - 590 of fees left: 9,410
-    over = engine.outcome(engine.propose(payout(payees["listed"], 9_500), tool="create_payout"))
+    # The next payout's own fee (590) is debited beside it: 8,821 + 590 is one paisa too many, 8,820 fits exactly.
+    over = engine.outcome(engine.propose(payout(payees["listed"], 8_821), tool="create_payout"))
     assert (over.state, over.reason_code) == ("BLOCKED", "G2_EXCEEDS_PAYOUT_BALANCE")
-    assert len(paid_to(engine, payees)) == 1
+    fits = engine.outcome(engine.propose(payout(payees["listed"], 8_820), tool="create_payout"))
+    assert fits.state == "APPLIED", fits
+    assert len(paid_to(engine, payees)) == 2
 
 
 def test_an_ambiguous_payout_is_found_by_its_reference_and_never_sent_twice(payout_engine) -> None:
