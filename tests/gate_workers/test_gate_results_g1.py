@@ -70,7 +70,8 @@ def test_a_caller_other_than_the_mandates_agent_and_merchant_is_blocked(
 
 
 def test_a_tool_the_mandate_does_not_grant_is_blocked_naming_the_granted_ones(ledger: sqlite3.Connection) -> None:
-    result = g1_scope.check(refund_action(tool="create_payout"), context(ledger))
+    without = make_mandate(drop=("rail", "scope.grants.create_payout", "idempotency.create_payout"))
+    result = g1_scope.check(refund_action(tool="create_payout"), context(ledger, without))
     granted = ["create_instant_settlement", "create_refund", "fetch_payment", "fetch_refund", "interlock_status"]
     assert result == GateResult(B, "G1_TOOL_NOT_GRANTED", {"tool": "create_payout", "granted": granted})
 
