@@ -79,7 +79,10 @@ def cli(verbose: bool) -> None:
     """Interlock: an MCP proxy that lets an agent move money at most once, within its mandate."""
     # Every actor process starts here, so this is the one place a stack dump on STACKS_SIGNAL is installed. Written
     # by the C handler itself: it works while the main thread is blocked, or holds the GIL in a C call.
-    faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True)
+    try:
+        faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True)
+    except (AttributeError, ValueError):  # a stderr without a file descriptor (click's CliRunner): no actor
+        pass
     # Every log goes to stderr: on stdio transports stdout carries only JSON-RPC.
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,
