@@ -41,6 +41,7 @@ from chaos.trial import (
 from chaos.verdict import PauseEvidence, judge, judge_pause
 from deploy.agent_client import SandboxControl
 from deploy.stack import Actor, Stack, StackError, wait_for
+from interlock.cli import STACKS_SIGNAL
 from interlock.clock import now_ms
 from interlock.failpoints import KILL_AT_ENV, PAUSE_AT_ENV
 from ledger.leases import RAIL_WORKER_LEASE
@@ -157,11 +158,13 @@ def _pause_takeover_wake(stack: Stack, paused: Actor, cell: Cell, subject: str,
     held_s = time.monotonic() - stopped_at
     os.kill(paused.pid, signal.SIGCONT)
     assert paused.process is not None
+    stacks: dict[str, Any] | None = None
     try:
         # Fenced: the heartbeat finds the lease gone and the worker shuts itself down.
         evidence.exit_code = paused.process.wait(20)
     except subprocess.TimeoutExpired:
         evidence.exit_code = None
+        stacks = _stacks_of(paused)  # what it is doing instead, kept before it is judged
     result.pause = {
         "held_s": round(held_s, 1), "epochs": f"{old['epoch']}->{(_rail_lease(stack) or {'epoch': 0})['epoch']}",
         # Both from the stalled attempt's commit: when the worker's own lease ran out, and when it was woken.
@@ -169,7 +172,31 @@ def _pause_takeover_wake(stack: Stack, paused: Actor, cell: Cell, subject: str,
         "woke_with": woke_with, "woke_ms": woke_ms, "old_owner": old["owner"], "exit_code": evidence.exit_code,
         "old_attempts": _attempt_outcomes(stack, old["epoch"]),
     }  # fmt: skip
+    if stacks is not None:
+        result.pause.update(stacks)
     return evidence
+
+
+def _stacks_of(actor: Actor) -> dict[str, Any]:
+    """Every thread's stack of a running *actor*, as it writes them to its log on STACKS_SIGNAL (interlock.cli), and
+    its exit code if it exits soon after: the signal interrupts the main thread's blocking call, so a worker that
+    exits then had a stop request waiting for its main thread (a SIGTERM another thread took)."""
+    before = len(actor.log())
+    try:
+        os.kill(actor.pid, STACKS_SIGNAL)
+    except ProcessLookupError:
+        return {"stacks": "(gone before its stacks were asked for)"}
+    try:
+        wait_for(lambda: "most recent call first" in actor.log()[before:], timeout=10, what="its stacks", actor=actor)
+        time.sleep(0.5)  # written by the signal handler in one go, thread after thread: let the last one land
+    except StackError:
+        pass
+    assert actor.process is not None
+    try:
+        exit_after = actor.process.wait(5)
+    except subprocess.TimeoutExpired:
+        exit_after = None
+    return {"stacks": actor.log()[before:][-20_000:] or "(no stacks written)", "exit_after_stacks": exit_after}
 
 
 def _judge_moment(stack: Stack, control: SandboxControl, subject: str, result: TrialResult, moment: str,

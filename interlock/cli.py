@@ -1,10 +1,16 @@
 """The `interlock` command line. Each subcommand group lives beside the code it drives and is
-registered here, so this file stays a table of contents."""
+registered here, so this file stays a table of contents.
+
+Every actor process starts through this CLI, so it is also where each one learns to show its threads: on
+STACKS_SIGNAL (SIGUSR1) an actor writes every thread's stack to its stderr, which is its log under a stack
+(the chaos pause trial asks a woken rail worker that has not stopped for them)."""
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import logging
+import signal
 import sys
 from typing import Any
 
@@ -31,6 +37,9 @@ class LazyGroup(click.Group):
             self.add_command(command() if not isinstance(command, click.Command) else command, name)
         return super().get_command(ctx, name)
 
+
+# What a hung actor can be asked for: `kill -USR1 <pid>` writes every thread's stack to its stderr (its log).
+STACKS_SIGNAL = signal.SIGUSR1
 
 # name -> "module:attribute" (a click command, or a function returning one). One line per command.
 COMMANDS: dict[str, str] = {
@@ -68,6 +77,12 @@ COMMANDS: dict[str, str] = {
 @click.option("-v", "--verbose", is_flag=True, help="log at DEBUG level (to stderr)")
 def cli(verbose: bool) -> None:
     """Interlock: an MCP proxy that lets an agent move money at most once, within its mandate."""
+    # Every actor process starts here, so this is the one place a stack dump on STACKS_SIGNAL is installed. Written
+    # by the C handler itself: it works while the main thread is blocked, or holds the GIL in a C call.
+    try:
+        faulthandler.register(STACKS_SIGNAL, file=sys.stderr, all_threads=True)
+    except (AttributeError, ValueError):  # a stderr without a file descriptor (click's CliRunner): no actor
+        pass
     # Every log goes to stderr: on stdio transports stdout carries only JSON-RPC.
     logging.basicConfig(
         level=logging.DEBUG if verbose else logging.INFO,

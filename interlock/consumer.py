@@ -13,7 +13,9 @@ What changes is the bookkeeping around one job. RQ's SimpleWorker spends about 2
   worker next waits on Redis;
 * with *prefetch* above 1, a dequeue that found a job takes up to prefetch − 1 more in one pipeline;
 * the worker's own heartbeat, its state (idle / busy) and the suspension flag are written and read at
-  most once per second, not once per job.
+  most once per second, not once per job;
+* an idle worker's blocking dequeue waits IDLE_WAIT_S at a time, not RQ's 405 s, so that a SIGTERM is acted
+  on within that time whichever thread the kernel gave it to (see `dequeue_timeout`).
 
 Nothing in Interlock reads a job's return value: the ledger owns every outcome (ADR 0007) and the Redis
 outcome list carries answers. With *concurrency* above 1, jobs run on a pool of that many threads and the
@@ -45,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_RESULT_TTL_S = 500  # RQ's own default, for jobs enqueued without one
 LAZY_S = 1.0  # the worker's heartbeat, state and suspension check: at most this often
+IDLE_WAIT_S = 1  # the longest one blocking dequeue waits in Redis for a job (whole seconds: RQ's type)
 _PER_JOB_STATES = (WorkerStatus.IDLE, WorkerStatus.BUSY)
 
 
@@ -64,6 +67,23 @@ class LeanWorker(SimpleWorker):
         self._beat_at = self._state_at = self._suspension_at = float("-inf")
 
     # --- dequeue -------------------------------------------------------------------------------------------
+
+    @property
+    def dequeue_timeout(self) -> int:
+        """IDLE_WAIT_S, not RQ's 405 s. A Python signal handler runs only in the main thread, between two bytecodes,
+        and the kernel may give a process-directed SIGTERM to another thread (it passes over a main thread that has a
+        signal pending and is not on a CPU: one just woken by SIGCONT, say). The C handler then only notes it, and a
+        main thread blocked in the dequeue's socket read is not interrupted: RQ's warm-shutdown handler runs once the
+        read returns. A rail worker that SIGTERMed itself on losing its lease so stayed up for minutes (the chaos
+        pause cells' NOT_STOPPED). Coming back every IDLE_WAIT_S bounds that, at one empty BLMOVE a second idle."""
+        return IDLE_WAIT_S
+
+    @property
+    def connection_timeout(self) -> int:
+        """RQ's socket timeout, as it was (RQ derives it from dequeue_timeout): a Redis stalled for longer than one
+        dequeue must not make the worker quit."""
+        timeout: int = super().dequeue_timeout + 10
+        return timeout
 
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
         if self._taken:

@@ -84,5 +84,6 @@ def _boot_when_free(rt: RailRuntime, wait_s: float) -> list[tuple[str, str]]:
 
 def _stop_when_lost(lost: threading.Event) -> None:
     lost.wait()
-    # Warm shutdown: the running job finishes its ledger write, which the epoch fence refuses.
+    # Warm shutdown: the running job finishes its ledger write, which the epoch fence refuses. Any thread may take
+    # the signal; the main thread, idle in its dequeue, acts on it within the consumer's IDLE_WAIT_S.
     os.kill(os.getpid(), signal.SIGTERM)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ import redis
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
+from deploy.redis_server import EmbeddedRedis
 from interlock.consumer import LeanWorker
 from interlock.queues import rq_queue
 from tests.interlock import consumer_jobs
@@ -106,3 +108,43 @@ def test_a_stop_requested_while_ending_a_job_stops_before_the_next_blocking_dequ
             signal.signal(sig, handler)
     assert _finished(redis_client, first)
     assert queue.get_job_ids() == ["stop-late"], "the worker stopped without taking the job that came later"
+
+
+def _blocked_in_dequeue(client: redis.Redis) -> bool:
+    return any(c.get("cmd") == "blmove" and "b" in c.get("flags", "") for c in client.client_list())
+
+
+def test_a_sigterm_taken_by_another_thread_stops_an_idle_worker(redis_server: EmbeddedRedis,
+                                                                redis_client: redis.Redis) -> None:  # fmt: skip
+    """Python runs signal handlers in the main thread only, and the kernel may give a process-directed SIGTERM to any
+    thread. The main thread, blocked in its dequeue, must still hear of it: not only once RQ's 405 s dequeue ends."""
+    # The worker's own client, every connection of it made with a socket timeout longer than RQ's dequeue: a shorter
+    # one would end a blocked dequeue (and the worker) by itself.
+    worker, queue = _worker(redis.Redis.from_url(redis_server.url, socket_timeout=600), "consumer-other-thread", 1)
+    released = threading.Event()
+    # Started while the main thread still takes SIGTERM; the threads started after it inherit the blocked mask.
+    threading.Thread(target=released.wait, name="takes-sigterm", daemon=True).start()
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+    def sigterm_while_blocked() -> None:
+        # RQ's handler is installed before the loop; the worker is IDLE once its dequeue blocks in Redis.
+        while not released.is_set() and not _blocked_in_dequeue(redis_client):
+            time.sleep(0.02)
+        if not released.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
+        # A worker that missed the request is woken by a job long after: it takes it instead of having stopped.
+        if not released.wait(60):
+            queue.enqueue("tests.interlock.consumer_jobs.hold", 0.01, job_id="missed")
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    sender = threading.Thread(target=sigterm_while_blocked, name="sends-sigterm")
+    sender.start()
+    try:
+        worker.work(logging_level="WARNING")  # not burst: the dequeue would block for RQ's dequeue timeout
+    finally:
+        released.set()
+        sender.join()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+        for sig, handler in handlers.items():  # RQ leaves its own handlers installed
+            signal.signal(sig, handler)
+    assert not Job.exists("missed", connection=redis_client), "the worker stopped on the SIGTERM, not on a job"
