@@ -27,6 +27,7 @@ from ingress.tokens import token_sha256
 from interlock.errors import LedgerError
 from interlock.queues import gates_queue, rail_queue, rq_queue
 from interlock.sik import SETTLEMENT_SUBJECT
+from interlock.tools import PAYOUT_TOOL
 from ledger import audit
 from ledger.db import open_ledger
 
@@ -156,7 +157,6 @@ def died_at(actor: Actor, point: str, timeout_s: float = 15) -> bool:
 
 
 SETTLEMENT_BALANCE = 5_000_000
-PAYOUT_TOOL = "create_payout"
 PAYOUT_PAYEE = DEMO_PAYEE  # the one payee deploy/mandate.example.yaml names
 
 

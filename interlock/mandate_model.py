@@ -137,6 +137,10 @@ class Payees(_Strict):
     fund_account_ids: list[FundAccountId] = Field(default_factory=list)
     contact_ids: list[ContactId] = Field(default_factory=list)
 
+    def allow(self, fund_account_id: str, contact_id: str) -> bool:
+        """Whether the fund account the rail returned is one of these payees: by its id, or by its contact's."""
+        return fund_account_id in self.fund_account_ids or contact_id in self.contact_ids
+
     @model_validator(mode="after")
     def _rules(self) -> Payees:
         if not self.fund_account_ids and not self.contact_ids:

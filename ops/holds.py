@@ -185,8 +185,7 @@ def _payees(mandates: MandateStore, intent: Intent) -> Payees | None:
 
 def _payee_problem(intent: Intent, fund_account: FundAccount, payees: Payees | None) -> str | None:
     """G2's payee check again, on the rail's fund account now and the mandate now (ADR 0028)."""
-    if payees is None or (fund_account.id not in payees.fund_account_ids
-                          and fund_account.contact_id not in payees.contact_ids):  # fmt: skip
+    if payees is None or not payees.allow(fund_account.id, fund_account.contact_id):
         return (f"G2_PAYEE_NOT_ALLOWED: payee {fund_account.id} (contact {fund_account.contact_id}) is not on the "
                 "mandate's payees any more; reject it")  # fmt: skip
     if not fund_account.active:

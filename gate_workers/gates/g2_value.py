@@ -61,8 +61,7 @@ def _payee_refusal(action: ResolvedAction, ctx: GateContext) -> GateResult | Non
     assert fund_account is not None
     grant = ctx.mandate.grant(action.tool) if ctx.mandate is not None else None
     payees = grant.payees if grant is not None else None
-    if payees is None or (fund_account.id not in payees.fund_account_ids
-                          and fund_account.contact_id not in payees.contact_ids):  # fmt: skip
+    if payees is None or not payees.allow(fund_account.id, fund_account.contact_id):
         return block("G2_PAYEE_NOT_ALLOWED", fund_account_id=fund_account.id, contact_id=fund_account.contact_id)
     if not fund_account.active:
         return block("G2_PAYEE_INACTIVE", fund_account_id=fund_account.id, contact_id=fund_account.contact_id)
