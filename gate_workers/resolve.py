@@ -21,7 +21,13 @@ from interlock.mandate import Mandate
 from interlock.messages import Proposal
 from interlock.sik import SETTLEMENT_SUBJECT, compute_sik, in_window_grace, window_bucket
 from interlock.tools import PAYOUT_TOOL
-from ledger.queries import earlier_full_request, intent_state, intent_unsettled_at, money_committed_for_subject
+from ledger.queries import (
+    PAYEE_PARAM,
+    earlier_full_request,
+    intent_state,
+    intent_unsettled_at,
+    money_committed_for_subject,
+)
 from rails.models import Balance, BankingBalance, FundAccount, Page, Payment, Payout
 from rails.pager import payouts_not_debited
 from rails.razorpay import RailError, RailErrorKind
@@ -254,14 +260,17 @@ def _resolve_payout(
         waiting = payouts_not_debited(rail, account, fee_minor=DEFAULT_FEE_RATE.project_payout())
     except RailError as exc:
         return _replace(_rail_failure(base, exc, f"banking balance of {account}"), fund_account=fund_account)
-    found = _window(base, ledger, mandate, at_ms, grace_ms, subject=fund_account.id, currency=terms.currency,
+    # The payee is the contact, not the account: its bank account and its UPI id are one payee to the SIK, so "the
+    # IMPS did not arrive, try UPI" lands on the first payout (ADR 0028 amendment). The money goes to the fund account.
+    payee = fund_account.contact_id or fund_account.id
+    found = _window(base, ledger, mandate, at_ms, grace_ms, subject=payee, currency=terms.currency,
                     distinct=call.distinct_reason)  # fmt: skip
     if found is None:
         return _replace(_unresolved(base, "G1_NO_IDEMPOTENCY_WINDOW"), fund_account=fund_account)
     # Everything the rail is sent, decided here and kept with the intent: every retry sends the same body.
     params: dict[str, object] = {
         "notes": call.notes, "amount": call.amount, "account_number": account, "mode": terms.mode,
-        "purpose": terms.purpose, "queue_if_low_balance": grant.queue_if_low_balance,
+        "purpose": terms.purpose, "queue_if_low_balance": grant.queue_if_low_balance, PAYEE_PARAM: payee,
     }  # fmt: skip
     if terms.narration is not None:
         params["narration"] = terms.narration

@@ -26,8 +26,9 @@ from ledger.states import OPERATOR_EVENTS, REAUTHORIZING_EVENTS, TRANSITIONS, Ev
 SETTABLE = frozenset({
     "rail_entity_id", "reason_code", "lease_owner", "lease_epoch", "lease_expires_at", "hold_expires_at",
     "mandate_id", "mandate_hash",
-    # A reopened payout is sent as the call judged now says (ADR 0028): only REOPENED sets them (reopened_params).
-    "params_json", "params_hash",
+    # A reopened payout is sent as the call judged now says (ADR 0028): only REOPENED sets them (reopened_params),
+    # its fund account too — another account of the same payee, when the repeat named one.
+    "params_json", "params_hash", "subject_id",
 })  # fmt: skip
 
 # What an attempt row says when the rail answered it with our stamp: the attempt's own APPLIED, or the

@@ -15,7 +15,7 @@ from interlock.messages import Verdict
 from interlock.task import EXCEEDS_TASK_CEILING, TASK_WRONG_AUDIENCE, V1_TASK_ERROR
 from interlock.verdicts import GateResult, allow, block
 from ledger.intents import Intent
-from ledger.queries import PAYOUT_TOOL, SETTLEMENT_TOOL, fees_in_window, money_under_task, window_usage
+from ledger.queries import PAYOUT_TOOL, SETTLEMENT_TOOL, fees_in_window, money_under_task, window_subject, window_usage
 
 
 def check_limits(
@@ -101,7 +101,8 @@ def reassert(conn: sqlite3.Connection, intent: Intent, mandate: Mandate | None, 
                      max_amount_minor=value.max_amount_minor)  # fmt: skip
     limits = check_limits(conn, mandate, merchant_id=intent.merchant_id, agent_id=intent.agent_id, sik=intent.sik,
                           tool=intent.tool, amount_minor=intent.amount_minor, currency=intent.currency,
-                          now_ms=now_ms, rate=rate, subject=intent.subject_id)  # fmt: skip
+                          now_ms=now_ms, rate=rate,
+                          subject=window_subject(intent.tool, intent.subject_id, intent.params))  # fmt: skip
     if limits.verdict is not Verdict.ALLOW:
         return limits
     if intent.task_id is not None and intent.task_signer is None:

@@ -11,6 +11,17 @@ from interlock.tools import PAYOUT_TOOL as PAYOUT_TOOL  # the ledger's questions
 from ledger.states import COUNTS_AGAINST_LIMITS, MAY_MOVE_MONEY, State, unsettled_at
 
 SETTLEMENT_TOOL = "create_instant_settlement"
+# Who a payout pays is its fund account's contact, kept in the intent's params (ADR 0028 amendment: a contact with a
+# bank account and a UPI id is one payee); every other tool's subject is its own.
+PAYEE_PARAM = "contact_id"
+_WINDOW_SUBJECT = f"""CASE WHEN tool = '{PAYOUT_TOOL}'
+                         THEN COALESCE(json_extract(params_json, '$.{PAYEE_PARAM}'), subject_id) ELSE subject_id END"""
+
+
+def window_subject(tool: str, subject_id: str, params: dict[str, object]) -> str:
+    """What a per_subject G3 window counts apart for this call: a payout's payee (its contact), else the subject."""
+    payee = params.get(PAYEE_PARAM) if tool == PAYOUT_TOOL else None
+    return payee if isinstance(payee, str) and payee else subject_id
 
 
 def _placeholders(states: Iterable[State]) -> tuple[str, list[str]]:
@@ -115,11 +126,13 @@ def window_usage(
     exclude_sik: str | None = None, tool: str | None = None, subject_id: str | None = None,
 ) -> WindowUsage:
     """Money calls (and their minor units in *currency*) first seen at or after *since_ms*: of every tool, or of
-    *tool* alone, and of every subject or of *subject_id* alone."""
+    *tool* alone, and of every subject or of *subject_id* alone (a payout's subject here is its payee:
+    window_subject)."""
     marks, states = _placeholders(COUNTS_AGAINST_LIMITS)
     sql = f"""SELECT COUNT(*), COALESCE(SUM(CASE WHEN currency = ? THEN amount_minor ELSE 0 END), 0) FROM intents
               WHERE merchant_id = ? AND agent_id = ? AND COALESCE(authorized_at, first_seen_at) >= ?
-                AND state IN ({marks}) AND sik <> ? AND (? IS NULL OR tool = ?) AND (? IS NULL OR subject_id = ?)"""
+                AND state IN ({marks}) AND sik <> ? AND (? IS NULL OR tool = ?)
+                AND (? IS NULL OR {_WINDOW_SUBJECT} = ?)"""
     row = conn.execute(sql, (currency or "", merchant_id, agent_id, since_ms, *states, exclude_sik or "", tool, tool,
                              subject_id, subject_id)).fetchone()  # fmt: skip
     return WindowUsage(calls=int(row[0]), amount_minor=int(row[1]))

@@ -94,7 +94,8 @@ def _transition(chain: Chain, seq: int, ts: int, p: dict[str, Any]) -> None:
     if "set" in p:
         intent.update(p["set"])
     else:  # before ADR 0020 a transition did not say what else it set; only its rail_entity_id
-        intent.update(dict.fromkeys(SETTABLE - {"rail_entity_id"}, UNBOUND))
+        # (subject_id too is settable only since a payout's reopening could name another account of its payee)
+        intent.update(dict.fromkeys(SETTABLE - {"rail_entity_id", "subject_id"}, UNBOUND))
         if "rail_entity_id" in p:
             intent["rail_entity_id"] = p["rail_entity_id"]
     if p["event"] == "ATTEMPT_STARTED":

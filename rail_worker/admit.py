@@ -21,7 +21,13 @@ from interlock.task import TASK_EXPIRED, TASK_WRONG_AUDIENCE, audience_problem
 from ledger import intents, leases
 from ledger.intents import Intent
 from ledger.limits import check_limits, check_task_ceiling, reassert
-from ledger.queries import PAYOUT_TOOL, applied_since, money_committed_for_subject, money_committed_for_tool
+from ledger.queries import (
+    PAYOUT_TOOL,
+    applied_since,
+    money_committed_for_subject,
+    money_committed_for_tool,
+    window_subject,
+)
 from ledger.states import Event, State
 from ledger.views import outcome_from_intent
 from rail_worker import grace
@@ -100,7 +106,8 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
             conn, mandate, merchant_id=decision.merchant_id, agent_id=decision.agent_id,
             sik=existing.sik if existing is not None else decision.sik,
             tool=decision.tool, amount_minor=decision.terms.amount_minor, currency=decision.terms.currency,
-            now_ms=now, rate=rt.fee_rate, subject=decision.terms.subject,
+            now_ms=now, rate=rt.fee_rate,
+            subject=window_subject(decision.tool, decision.terms.subject, decision.params),
         )  # fmt: skip
         if limits.verdict is Verdict.BLOCK:
             verdict, reason = Verdict.BLOCK, limits.reason_code
@@ -270,6 +277,11 @@ def _repeat(
                                          "reason_code": None}  # fmt: skip
             if existing.tool == PAYOUT_TOOL and decision.params != existing.params:
                 fields.update(intents.reopened_params(decision.params, decision.params_hash))
+            if existing.tool == PAYOUT_TOOL and decision.terms is not None \
+                    and decision.terms.subject != existing.subject_id:  # fmt: skip
+                # The repeat named the payee's other account (ADR 0028 amendment): nothing was applied under the
+                # first, so the reopened payout goes where the repeat, judged now, said.
+                fields["subject_id"] = decision.terms.subject
             intent = intents.transition(
                 conn, existing.merchant_id, existing.sik, Event.REOPENED, now=now, reasserted=check,
                 detail={"request_id": decision.request_id}, set_fields=fields,

@@ -9,7 +9,10 @@ queued ones only), records the rail's answer as an observation of the payout's l
 raises PAYOUT_NOT_PAID for a person: the agent was told the payout was accepted) and audits each cancellation with
 the reason (PAYOUT_CANCELLED). One the rail will not cancel — it started meanwhile, or the rail is unreachable —
 is audited as PAYOUT_NOT_CANCELLED, counted, logged, and its lifecycle fetched again soon; a refusal is not tried
-again until the reconciler restarts, an outage a minute later.
+again until the reconciler restarts, an outage a minute later. A withdrawn payout waiting `pending` (RazorpayX's
+approval workflow) or `scheduled` cannot be cancelled through the API at all (SPEC §18): it is audited
+PAYOUT_NOT_CANCELLED once, with what a person must do (reject it in the approval workflow, or cancel the schedule
+on the dashboard), and not sent a cancel the rail would refuse.
 
 It moves no money forward: a cancel only stops a payout that has not debited anything.
 """
@@ -38,6 +41,12 @@ MANDATE_REPLACED, MANDATE_EXPIRED, GRANT_WITHDRAWN = "MANDATE_REPLACED", "MANDAT
 CANCELS_PER_STEP = 5  # the reconciler steps about once a second: within RazorpayX's 5-10 requests a second
 SCAN_PAGE = 500
 RETRY_MS = 60_000  # after the rail could not be reached, was rate limited or answered ambiguously
+# Statuses a withdrawn payout may still leave from: queued is cancelled; the others only a person can stop.
+WAITING = ("queued", "pending", "scheduled")
+NOT_CANCELLABLE = {
+    "pending": "it waits for approval on RazorpayX, which the API cannot cancel: reject it in the approval workflow",
+    "scheduled": "it is scheduled on RazorpayX, which the API cannot cancel: cancel it on the dashboard",
+}
 
 
 class PayoutCanceller(Protocol):
@@ -75,16 +84,21 @@ class PayoutWithdrawal:
         after = ("", "")
         while len(due) < CANCELS_PER_STEP:
             rows = self.ledger.execute(
-                """SELECT rs.merchant_id, rs.sik, rs.entity_id, i.agent_id, i.mandate_hash FROM rail_status rs
-                   JOIN intents i ON i.merchant_id = rs.merchant_id AND i.sik = rs.sik
-                   WHERE rs.tool = ? AND rs.status = 'queued' AND rs.final = 0 AND (rs.merchant_id, rs.sik) > (?, ?)
-                   ORDER BY rs.merchant_id, rs.sik LIMIT ?""",
-                (PAYOUT_TOOL, *after, SCAN_PAGE),
+                f"""SELECT rs.merchant_id, rs.sik, rs.entity_id, rs.status, i.agent_id, i.mandate_hash
+                    FROM rail_status rs JOIN intents i ON i.merchant_id = rs.merchant_id AND i.sik = rs.sik
+                    WHERE rs.tool = ? AND rs.status IN ({", ".join("?" for _ in WAITING)}) AND rs.final = 0
+                      AND (rs.merchant_id, rs.sik) > (?, ?)
+                    ORDER BY rs.merchant_id, rs.sik LIMIT ?""",
+                (PAYOUT_TOOL, *WAITING, *after, SCAN_PAGE),
             ).fetchall()  # fmt: skip
-            for merchant_id, sik, entity_id, agent_id, mandate_hash in rows:
+            for merchant_id, sik, entity_id, status, agent_id, mandate_hash in rows:
                 reason = withdrawn(self.mandates.get(agent_id), mandate_hash, now)
                 waiting = self._retry_at.get((merchant_id, sik), 0) > now
-                if reason is not None and (merchant_id, sik, reason) not in self._refused and not waiting:
+                if reason is None or (merchant_id, sik, reason) in self._refused or waiting:
+                    continue
+                if status in NOT_CANCELLABLE:
+                    self._cannot_cancel(merchant_id, sik, entity_id, reason, mandate_hash, NOT_CANCELLABLE[status])
+                else:
                     due.append((merchant_id, sik, entity_id, reason, mandate_hash))
             if len(rows) < SCAN_PAGE:
                 break
@@ -102,16 +116,7 @@ class PayoutWithdrawal:
                 self._refused.add((merchant_id, sik, reason))
             else:
                 self._retry_at[(merchant_id, sik)] = self.clock() + RETRY_MS
-            self.counts["not_cancelled"] += 1
-            logger.error("queued payout %s of %s was not cancelled (%s): %s", entity_id, sik, reason, exc)
-            with transaction(self.ledger):
-                now = self.clock()
-                audit.append(self.ledger, NOT_CANCELLED, {
-                    "merchant_id": merchant_id, "sik": sik, "rail_entity_id": entity_id, "reason": reason,
-                    "mandate_hash": mandate_hash, "error": str(exc)[:500], "refused": refused, "actor": self.owner,
-                }, now)  # fmt: skip
-                # Whatever it is now (started, processed), the lifecycle should read it soon.
-                lifecycle.schedule(self.ledger, merchant_id, sik, next_poll_at=now, polled=False)
+            self._not_cancelled(merchant_id, sik, entity_id, reason, mandate_hash, str(exc)[:500], refused=refused)
             return 0
         with transaction(self.ledger):
             now = self.clock()
@@ -125,3 +130,22 @@ class PayoutWithdrawal:
         self.counts["cancelled"] += 1
         logger.warning("queued payout %s of %s cancelled on the rail: %s", payout.id, sik, reason)
         return 1
+
+    def _cannot_cancel(self, merchant_id: str, sik: str, entity_id: str, reason: str, mandate_hash: str | None,
+                       why: str) -> None:  # fmt: skip
+        """A withdrawn payout the API cannot cancel: said once, with what a person must do; no call is made."""
+        self._refused.add((merchant_id, sik, reason))
+        self._not_cancelled(merchant_id, sik, entity_id, reason, mandate_hash, why, refused=True)
+
+    def _not_cancelled(self, merchant_id: str, sik: str, entity_id: str, reason: str, mandate_hash: str | None,
+                       error: str, *, refused: bool) -> None:  # fmt: skip
+        self.counts["not_cancelled"] += 1
+        logger.error("withdrawn payout %s of %s was not cancelled (%s): %s", entity_id, sik, reason, error)
+        with transaction(self.ledger):
+            now = self.clock()
+            audit.append(self.ledger, NOT_CANCELLED, {
+                "merchant_id": merchant_id, "sik": sik, "rail_entity_id": entity_id, "reason": reason,
+                "mandate_hash": mandate_hash, "error": error, "refused": refused, "actor": self.owner,
+            }, now)  # fmt: skip
+            # Whatever it is now (started, processed), the lifecycle should read it soon.
+            lifecycle.schedule(self.ledger, merchant_id, sik, next_poll_at=now, polled=False)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from gate_workers.context import GateContext, ResolvedAction
 from interlock.verdicts import GateResult, allow
 from ledger.limits import check_limits
+from ledger.queries import window_subject
 
 NAME = "G3"
 
@@ -19,5 +20,5 @@ def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
     return check_limits(
         ctx.ledger, ctx.mandate, merchant_id=action.merchant_id, agent_id=action.agent_id, sik=action.sik,
         tool=action.tool, amount_minor=action.amount_minor, currency=action.currency, now_ms=ctx.now_ms,
-        rate=ctx.fee_rate, subject=action.subject,
+        rate=ctx.fee_rate, subject=window_subject(action.tool, action.subject or "", action.params),
     )  # fmt: skip

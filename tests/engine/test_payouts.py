@@ -21,6 +21,7 @@ import yaml
 from interlock.errors import OperatorRefused
 from ledger import lifecycle
 from ops import holds
+from ops.bundle import export_bundle, verify_bundle
 from sandbox.rail import DEFAULT_ACCOUNT_NUMBER
 from tests.engine.conftest import Engine
 from tests.mandates import MERCHANT, write_mandate
@@ -42,7 +43,8 @@ def payout_engine(engine_factory: Callable[..., Engine], tmp_path: Path) -> Call
 
     def make(**mandate_changes: Any) -> tuple[Engine, dict[str, str]]:
         payees = {"listed": _fund_account_id("L"), "inactive": _fund_account_id("I"),
-                  "by_contact": _fund_account_id("C"), "stranger": _fund_account_id("S")}  # fmt: skip
+                  "by_contact": _fund_account_id("C"), "contact_bank": _fund_account_id("B"),
+                  "stranger": _fund_account_id("S")}  # fmt: skip
         contact = f"cont_{os.getpid() % 10**5:05d}{next(_ids):09d}"
         changes: dict[str, Any] = {
             "scope.grants.create_payout": {
@@ -59,6 +61,7 @@ def payout_engine(engine_factory: Callable[..., Engine], tmp_path: Path) -> Call
         engine.rail.add_fund_account(payees["listed"])
         engine.rail.add_fund_account(payees["inactive"], active=False)
         engine.rail.add_fund_account(payees["by_contact"], account_type="vpa", contact={"id": contact})
+        engine.rail.add_fund_account(payees["contact_bank"], contact_id=contact)  # the same vendor's bank account
         engine.rail.add_fund_account(payees["stranger"])
         engine.rail.set_banking_balance(5_000_000)
         return engine, payees
@@ -225,3 +228,40 @@ def test_a_refused_payout_repeated_with_a_corrected_mode_is_sent_as_corrected_un
     assert (fixed.state, fixed.sik) == ("APPLIED", wrong.sik), fixed
     [sent] = rail_payouts(engine, wrong.sik)
     assert sent["request"]["body"]["mode"] == "IMPS" and sent["idempotency_key"] == f"{wrong.sik}-1"
+
+
+def test_one_contact_s_bank_account_and_upi_id_are_one_payee(payout_engine, tmp_path: Path) -> None:
+    """"The IMPS did not go through, try their UPI id": the vendor is one payee however many fund accounts it has,
+    so the same amount in the window is that payout — and a refused first try is sent to the account the repeat
+    named (ADR 0028 amendment)."""
+    engine, payees = payout_engine(**{"limits.windows": [
+        {"window_ms": DAY_MS, "max_calls": 40, "max_amount_minor": 5_000_000, "currency": "INR"},
+        {"window_ms": DAY_MS, "max_calls": 2, "currency": "INR", "tool": "create_payout", "per_subject": True},
+    ]})  # fmt: skip
+    wrong = engine.outcome(engine.propose(payout(payees["contact_bank"], 26_000, mode="UPI"), tool="create_payout"))
+    assert wrong.state == "FAILED_TERMINAL" and wrong.sik is not None, wrong  # UPI to a bank account: refused
+    upi = engine.outcome(engine.propose(payout(payees["by_contact"], 26_000, mode="UPI"), tool="create_payout"))
+    assert (upi.state, upi.sik) == ("APPLIED", wrong.sik), upi
+    [sent] = rail_payouts(engine, wrong.sik)
+    assert sent["entity"]["fund_account_id"] == payees["by_contact"] and sent["idempotency_key"] == f"{wrong.sik}-1"
+    intent = engine.intent(wrong.sik)
+    assert intent is not None and intent.subject_id == payees["by_contact"]
+    # Told to try the bank account again (IMPS this time): the vendor was paid; the answer is that payout.
+    bank = engine.outcome(engine.propose(payout(payees["contact_bank"], 26_000), tool="create_payout"))
+    assert (bank.state, bank.replayed, bank.rail_entity_id) == ("APPLIED", True, upi.rail_entity_id), bank
+    assert len(paid_to(engine, payees)) == 1
+    # The payee's own window counts the contact, whichever account a call names: one more call, then refused.
+    second = engine.outcome(engine.propose(payout(payees["contact_bank"], 9_000), tool="create_payout"))
+    assert second.state == "APPLIED", second
+    third = engine.outcome(engine.propose(payout(payees["by_contact"], 7_000, mode="UPI"), tool="create_payout"))
+    assert (third.state, third.reason_code) == ("BLOCKED", "G3_WINDOW_CALLS"), third
+    other = engine.outcome(engine.propose(payout(payees["listed"], 7_000), tool="create_payout"))
+    assert other.state == "APPLIED", other  # another payee's window is its own
+    # The reopening that moved the payout to the UPI id is on the audit chain: an exported bundle verifies.
+    conn = engine.ledger()
+    try:
+        export_bundle(conn, tmp_path / "bundle")
+    finally:
+        conn.close()
+    report = verify_bundle(tmp_path / "bundle")
+    assert report.ok, report.problems

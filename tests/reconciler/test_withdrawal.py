@@ -104,6 +104,22 @@ def test_a_payout_that_is_no_longer_queued_is_not_cancelled(ledger: sqlite3.Conn
     assert withdrawal(ledger, None, rail).step() == 0 and rail.calls == []
 
 
+def test_a_withdrawn_payout_pending_approval_or_scheduled_is_reported_once_not_sent_a_cancel(
+    ledger: sqlite3.Connection,
+) -> None:
+    """RazorpayX cancels queued payouts only (SPEC §18): one waiting for approval or scheduled is for a person."""
+    rail = Canceller()
+    queued(ledger, payout_mandate(), status="pending")
+    queued(ledger, payout_mandate(), status="scheduled", sik="X" * 32, entity_id="pout_X1")
+    step = withdrawal(ledger, None, rail)
+    assert step.step() == 0 and rail.calls == []
+    records = audited(ledger, "PAYOUT_NOT_CANCELLED")
+    assert [(r["rail_entity_id"], r["reason"], r["refused"]) for r in records] == [
+        (POUT, GRANT_WITHDRAWN, True), ("pout_X1", GRANT_WITHDRAWN, True)]  # fmt: skip
+    assert "reject it in the approval workflow" in records[0]["error"] and "dashboard" in records[1]["error"]
+    assert step.step() == 0 and len(audited(ledger, "PAYOUT_NOT_CANCELLED")) == 2  # said once
+
+
 def test_a_refusal_is_recorded_once_and_an_outage_is_tried_again_later(ledger: sqlite3.Connection) -> None:
     queued(ledger, payout_mandate())
     refused = Canceller(RailError(RailErrorKind.REJECTED, "Only queued payouts can be cancelled", method="POST",
