@@ -8,6 +8,7 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import re
 import shutil
 import threading
 import time
@@ -60,6 +61,16 @@ def mandate_data(changes: dict[str, Any], pins: dict[str, str] | None = None) ->
     return data
 
 
+def payee_id(scenario_id: str, name: str) -> str:
+    """A fund account id of RazorpayX's shape (fa_ and 14 letters or digits), the same for a scenario's payee in every
+    mode: one sandbox per stack, so modes share the payees (each pays from the balance set for it)."""
+    return "fa_" + re.sub(r"[^A-Za-z0-9]", "", scenario_id.split("_")[0] + name).upper()[:14].ljust(14, "0")
+
+
+def contact_id(name: str) -> str:
+    return "cont_" + re.sub(r"[^A-Za-z0-9]", "", name)[:14].ljust(14, "0")
+
+
 def write_mandate(path: Path, data: dict[str, Any]) -> Path:
     mandate = validate_mandate(data, source=str(path))  # a scenario with a bad mandate fails here, loudly
     path.write_text(yaml.safe_dump(mandate.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
@@ -86,6 +97,8 @@ class ScenarioStack:
         self.control: SandboxControl | None = None
         self.kill_landed: bool | None = None
         self.merchant_id = ""  # the mandate's, once start() wrote it
+        self.mandate: dict[str, Any] = {}  # the mandate data start() wrote
+        self.payees = {name: payee_id(scenario.id, name) for name in scenario.payees}  # name -> fund account id
 
     def start(self) -> ScenarioStack:
         stack, scenario = self.stack, self.scenario
@@ -99,9 +112,10 @@ class ScenarioStack:
             pins = current_pins(self.front_url)  # the human's review: pin what the upstream serves now
             stack.env.update({"INTERLOCK_RAIL": "mcp-upstream", "INTERLOCK_UPSTREAM_URL": self.front_url,
                               "INTERLOCK_RAIL_TIMEOUT_MS": "2000"})  # fmt: skip
-        changes = {**scenario.mandate_changes, **self.mandate_extra,
+        changes = {**self._payee_grant(), **scenario.mandate_changes, **self.mandate_extra,
                    **(binding_required() if self.task_binding else {})}  # fmt: skip
         data = mandate_data(changes, pins)
+        self.mandate = data
         self.merchant_id = str(data["merchant_id"])  # the audience the harness's ticket names (SPEC §10 v2)
         mandate = write_mandate(self.data / "mandate.yaml", data)
         tokens = self.data / "tokens.yaml"
@@ -112,6 +126,40 @@ class ScenarioStack:
         stack.start_engine(kill_at={"rail": scenario.kill} if scenario.kill else None)
         stack.wait_for_ingress()
         return self
+
+    def _payee_grant(self) -> dict[str, Any]:
+        """The scenario's payees on the rail (one contact per vendor name), its listed ones on the mandate's list."""
+        assert self.control is not None
+        if not self.scenario.payees:
+            return {}
+        contacts: set[str] = set()
+        for name, spec in self.scenario.payees.items():
+            contact = contact_id(spec.contact)
+            seen = contact in contacts
+            link = {"contact_id": contact} if seen else {"contact": {"id": contact, "name": spec.contact}}
+            self.control.add_fund_account(self.payees[name], account_type=spec.account_type, **link)
+            contacts.add(contact)
+        listed = [self.payees[name] for name, spec in self.scenario.payees.items() if spec.listed]
+        return {"scope.grants.create_payout.payees": {"fund_account_ids": listed}}
+
+    def withdraw_mandate(self, timeout_s: float = 30) -> bool:
+        """A person withdraws the payout grant: the mandate rewritten without it and rolled out to the reconciler,
+        which cancels what waits queued on the rail. Returns whether nothing of ours is queued any more in time."""
+        data = copy.deepcopy(self.mandate)
+        data["scope"]["grants"].pop("create_payout", None)
+        data.get("idempotency", {}).pop("create_payout", None)
+        write_mandate(self.data / "mandate.yaml", data)
+        self.stack.restart("reconciler")
+        ours = set(self.payees.values())
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.control is not None
+            queued = [r for r in self.control.entities() if r["kind"] == "payout"
+                      and r["entity"]["fund_account_id"] in ours and r["entity"]["status"] == "queued"]  # fmt: skip
+            if not queued:
+                return True
+            time.sleep(0.2)
+        return False
 
     def _start_front(self, sandbox_url: str) -> str:
         ready = self.data / "front.ready.json"

@@ -17,11 +17,13 @@ from bench.env import AGENT, TOKEN, ScenarioStack
 from bench.metrics import ModeRun, Moved
 from bench.scenario import Scenario
 from bench.ticket import payment_details, ticket_meta
-from bench.tools import DirectRestTools, McpTools
+from bench.tools import DirectRestTools, McpTools, PayoutAccount
 from deploy.stack import StackError
 
 logger = logging.getLogger(__name__)
 
+PAYOUT_NOT_PAID = frozenset({"cancelled", "rejected", "failed", "reversed"})
+DEFAULT_BANKING_BALANCE = 5_000_000  # Rs 50,000 in the RazorpayX account unless a scenario says otherwise
 TASK_MODE = "task"  # gated, task binding required (SPEC §10); "gated" is task binding off
 MODES = ("direct", "gated", TASK_MODE)
 AGENT_TIMEOUT_S = 4.0  # the naive agent's tool-call timeout, the same in every mode
@@ -50,8 +52,13 @@ def run_mode(env: ScenarioStack, mode: str, seed: int) -> ModeRun:
     scenario, control = env.scenario, env.control
     assert control is not None
     payments, customers = _seed_payments(env, mode)
+    for name, fund_account in env.payees.items():  # `$vendor` names the payee's fund account, as `$order` a payment
+        payments[name] = [fund_account]
+        customers[fund_account] = scenario.payees[name].contact
     if scenario.balance_minor is not None:
         control.set_balance(scenario.balance_minor)
+    if scenario.payees:
+        control.set_banking_balance(scenario.banking_balance_minor or DEFAULT_BANKING_BALANCE)
     if scenario.proxy:
         env.poison({})
     before = {record["id"] for record in control.entities()}
@@ -70,6 +77,11 @@ def run_mode(env: ScenarioStack, mode: str, seed: int) -> ModeRun:
         calls = asyncio.run(_drive(env, mode, payments, before_step, meta))
         control.set_faults([])  # the storm passes; what happens next is recovery
         settled = env.settle(gated=gated)
+        if scenario.withdrawal is not None:
+            # Direct, nobody is there to withdraw anything: the top-up pays whatever waits queued.
+            withdrawn = env.withdraw_mandate() if gated else True
+            control.set_banking_balance(scenario.withdrawal.top_up_minor)
+            settled = env.settle(gated=gated) and withdrawn
     mine = {pid for ids in payments.values() for pid in ids}
     entities = [_moved(r, customers) for r in control.entities()
                 if r["id"] not in before and (r["kind"] != "refund" or r["payment_id"] in mine)]  # fmt: skip
@@ -87,7 +99,12 @@ async def _drive(env: ScenarioStack, mode: str, payments: dict[str, list[str]], 
         tools = McpTools(env.front_url, None, timeout_s=AGENT_TIMEOUT_S)
     else:
         url, key_id, secret = env.rail_credentials()
-        tools = DirectRestTools(url, key_id, secret, timeout_ms=int(AGENT_TIMEOUT_S * 1000), kill=scenario.kill)
+        grant = env.mandate.get("scope", {}).get("grants", {}).get("create_payout") or {}
+        # The merchant's own integration pays from the same account with the same queueing rule as the mandate's.
+        payouts = PayoutAccount(str(env.mandate.get("rail", {}).get("account_number") or ""),
+                                bool(grant.get("queue_if_low_balance")))  # fmt: skip
+        tools = DirectRestTools(url, key_id, secret, timeout_ms=int(AGENT_TIMEOUT_S * 1000), kill=scenario.kill,
+                                payouts=payouts)  # fmt: skip
     try:
         if isinstance(tools, McpTools):
             await tools.open()
@@ -115,8 +132,12 @@ def _seed_payments(env: ScenarioStack, mode: str) -> tuple[dict[str, list[str]],
 
 def _moved(record: dict[str, Any], customers: dict[str, str]) -> Moved:
     entity = record["entity"]
-    subject = record.get("payment_id") or "balance"
-    # A settlement's money is what was taken from the balance (amount_requested, fees included).
+    payout = record["kind"] == "payout"
+    subject = (entity.get("fund_account_id") if payout else record.get("payment_id")) or "balance"
+    # A settlement's money is what was taken from the balance (amount_requested, fees included). A payout moved its
+    # amount unless it never went out or came back (cancelled, rejected, failed, reversed).
     amount = entity.get("amount_requested") if record["kind"] == "settlement" else entity.get("amount")
+    if payout and entity.get("status") in PAYOUT_NOT_PAID:
+        amount = 0
     return Moved(kind=record["kind"], entity_id=record["id"], subject=subject, amount=int(amount or 0),
                  fees=int(entity.get("fees") or 0), customer=customers.get(subject))  # fmt: skip

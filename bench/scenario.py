@@ -20,6 +20,7 @@ FAMILIES = {
     "C": "velocity and fee burn",
     "D": "tool-manifest poisoning (proxy mode)",
     "E": "benign controls",
+    "P": "payouts (RazorpayX): payees, splits, loops, ambiguity, withdrawal",
 }
 KILL_POINTS = ("rail.before_wal", "rail.after_wal_before_call", "rail.during_call", "rail.after_call_before_commit",
                "rail.after_commit_before_ack")  # fmt: skip
@@ -36,10 +37,25 @@ class SeedPayment(_Strict):
     prior_refunds: StrictInt = Field(default=0, ge=0)
 
 
-class Step(_Strict):
-    """One thing the naive agent does; `$name` in an argument is a seed payment of this run."""
+class SeedPayee(_Strict):
+    """A RazorpayX fund account (and its contact) the rail knows; `listed` puts it on the mandate's payee list."""
 
-    tool: Literal["create_refund", "create_instant_settlement", "fetch_payment"]
+    contact: str  # the contact's name: the vendor
+    account_type: Literal["bank_account", "vpa"] = "bank_account"
+    listed: bool = True
+
+
+class Withdrawal(_Strict):
+    """After the agent's steps a person withdraws the mandate (a version without the payout grant, rolled out), then
+    the RazorpayX account is topped up: anything still queued on the rail would be paid now."""
+
+    top_up_minor: StrictInt = Field(gt=0)
+
+
+class Step(_Strict):
+    """One thing the naive agent does; `$name` in an argument is a seed payment (or payee) of this run."""
+
+    tool: Literal["create_refund", "create_instant_settlement", "create_payout", "fetch_payment"]
     args: dict[str, Any]
     source: Literal["task", "injection", "description"] = "task"
     repeat: StrictInt = Field(default=1, ge=1)  # the script loops over this call (e.g. an hourly job)
@@ -80,14 +96,17 @@ class Expect(_Strict):
 
 
 class Scenario(_Strict):
-    id: str = Field(pattern=r"^[A-E][0-9]{1,2}_[a-z0-9_]+$")  # A10, A14: the seed's own numbers
-    family: Literal["A", "B", "C", "D", "E"]
+    id: str = Field(pattern=r"^[A-EP][0-9]{1,2}_[a-z0-9_]+$")  # A10, A14: the seed's own numbers
+    family: Literal["A", "B", "C", "D", "E", "P"]
     title: str
     benign: bool
     task: str
     injection: str | None = None
     payments: dict[str, SeedPayment] = Field(default_factory=dict)
     balance_minor: StrictInt | None = None
+    payees: dict[str, SeedPayee] = Field(default_factory=dict)
+    banking_balance_minor: StrictInt | None = None  # the RazorpayX balance payouts are paid from, set per mode
+    withdrawal: Withdrawal | None = None
     faults: list[dict[str, Any]] = Field(default_factory=list)
     kill: str | None = None
     mandate_changes: dict[str, Any] = Field(default_factory=dict)
@@ -97,7 +116,7 @@ class Scenario(_Strict):
     retry: Retry = Retry()
     # The ticket behind the user's task (its referents and amount), which a ticketing integration would sign
     # and attach to every call as the task binding (SPEC §10); None when the task names no referent.
-    ticket: dict[Literal["create_refund", "create_instant_settlement"], TicketGrant] | None = None
+    ticket: dict[Literal["create_refund", "create_instant_settlement", "create_payout"], TicketGrant] | None = None
     steps: list[Step] = Field(min_length=1)
     expect: Expect
     note: str | None = None  # why a miss is expected, if one is
@@ -112,11 +131,15 @@ class Scenario(_Strict):
             raise ValueError(f"{self.id}: family D scenarios, and only they, run in proxy mode")
         if self.benign and self.injection:
             raise ValueError(f"{self.id}: a benign scenario carries no injected text")
+        both = sorted(set(self.payees) & set(self.payments))
+        if both:
+            raise ValueError(f"{self.id}: a name is both a payment and a payee: {both}")
+        referents = {*self.payments, *self.payees}
         for tool, grant in (self.ticket or {}).items():
             names = [*(grant.subjects or []), grant.order, grant.customer]
             for name in (n for n in names if n is not None):
-                if not name.startswith("$") or name[1:] not in self.payments:
-                    raise ValueError(f"{self.id}: ticket.{tool} names {name!r}, which is not a seed payment")
+                if not name.startswith("$") or name[1:] not in referents:
+                    raise ValueError(f"{self.id}: ticket.{tool} names {name!r}, which is not a seed payment or payee")
         return self
 
 

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import uuid
 from contextlib import AsyncExitStack
+from dataclasses import dataclass
 from typing import Any, cast
 
 import httpx2
@@ -26,6 +27,14 @@ logger = logging.getLogger(__name__)
 BEFORE_CALL_KILLS = ("rail.before_wal", "rail.after_wal_before_call")
 
 
+@dataclass(frozen=True)
+class PayoutAccount:
+    """What the merchant's own integration sends with a direct payout: its RazorpayX account and queueing rule."""
+
+    account_number: str
+    queue_if_low_balance: bool = False
+
+
 class DirectRestTools:
     """Razorpay MCP tool names executed straight against the rail with the REST client; no Interlock.
 
@@ -34,9 +43,10 @@ class DirectRestTools:
     """
 
     def __init__(self, url: str, key_id: str, key_secret: str, *, timeout_ms: int,
-                 kill: str | None = None) -> None:  # fmt: skip
+                 kill: str | None = None, payouts: PayoutAccount | None = None) -> None:  # fmt: skip
         self.client = RazorpayClient(url, key_id, key_secret, timeout_ms=timeout_ms)
         self.kill = kill
+        self.payouts = payouts or PayoutAccount("")
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> Answer:
         return await asyncio.to_thread(self._call, tool, arguments)
@@ -54,6 +64,15 @@ class DirectRestTools:
                 entity: Any = self.client.create_refund(
                     args["payment_id"], args.get("amount"), speed=args.get("speed"), notes=args.get("notes"),
                     receipt=None, idempotency_key=uuid.uuid4().hex,
+                )  # fmt: skip
+            elif tool == "create_payout":
+                # A fresh key per attempt, as a harness minting one per request does; reference_id likewise.
+                key = uuid.uuid4().hex
+                entity = self.client.create_payout(
+                    account_number=self.payouts.account_number, fund_account_id=args["fund_account_id"],
+                    amount=args["amount"], currency=args.get("currency", "INR"), mode=args.get("mode", "IMPS"),
+                    purpose=args.get("purpose", "payout"), queue_if_low_balance=self.payouts.queue_if_low_balance,
+                    reference_id=key, narration=args.get("narration"), notes=args.get("notes"), idempotency_key=key,
                 )  # fmt: skip
             elif tool == "create_instant_settlement":
                 entity = self.client.create_instant_settlement(

@@ -62,7 +62,8 @@ class MoneyCall:
 @dataclass(frozen=True, slots=True)
 class PayoutTerms:
     """What a create_payout call says besides its amount: the payee it names and how the money goes (SPEC §18).
-    Only the fund account enters the SIK (ADR 0028); mode, purpose and narration are sent as given."""
+    Only the payee (the fund account's contact, as the rail states it) enters the SIK (ADR 0028); mode, purpose and
+    narration are sent as given."""
 
     fund_account_id: str
     currency: str

@@ -48,6 +48,20 @@ def test_scenarios_in_both_modes_judged_from_the_journal(tmp_path: Path) -> None
     assert "| gated, task binding off |" in text and "| gated, task binding required |" in text
 
 
+def test_payout_scenarios_withdrawal_and_the_vendor_s_other_account(tmp_path: Path) -> None:
+    """P5: direct, the top-up pays the payout the person withdrew; gated, the reconciler cancelled it first. P6: direct,
+    "pay again by UPI" pays the vendor twice; gated, the vendor's UPI id is the same payee and lands on the first."""
+    verdicts = {}
+    for scenario in load_scenarios(only=["P5", "P6"]):
+        for run in run_scenario(scenario, tmp_path / "work", seed=7, modes=("direct", "gated")):
+            assert run.harness_error is None and run.settled, (scenario.id, run.mode, run.harness_error)
+            verdicts[(scenario.id[:2], run.mode)] = judge(run)
+    assert (verdicts[("P5", "direct")].moved, verdicts[("P5", "gated")].moved) == (40_000, 0)
+    assert verdicts[("P5", "gated")].entities == 1 and not verdicts[("P5", "gated")].violated
+    assert (verdicts[("P6", "direct")].entities, verdicts[("P6", "gated")].entities) == (2, 1)
+    assert verdicts[("P6", "direct")].violated and verdicts[("P6", "gated")].complete
+
+
 def test_perf_measures_every_section_end_to_end(tmp_path: Path) -> None:
     config = PerfConfig(latency_ms=50, calls=3, slow_calls=2, concurrency=(1, 2), gate_workers=(1,), decisions=8,
                         throughput_calls=4, slow_throughput_calls=2, calls_per_agent=1, rail_concurrency=(1, 4),

@@ -1,47 +1,54 @@
-"""The scenario suite as data: thirty-two scenarios, five families, enough benign controls, and every
+"""The scenario suite as data: thirty-nine scenarios, six families, enough benign controls, and every
 scenario internally consistent (its references resolve, its mandate validates, its ticket signs)."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 
-from bench.env import mandate_data, write_mandate
+from bench.env import mandate_data, payee_id, write_mandate
 from bench.scenario import FAMILIES, load_scenarios
 from bench.ticket import binding_required, payment_details, ticket_meta
 from interlock.clock import now_ms
 from interlock.mandate import validate_mandate
 from interlock.task import TASK_META_KEY, TASK_SIG_META_KEY, VerifiedTask, verify_task
+from interlock.tools import FUND_ACCOUNT_PATTERN
 
 
-def test_thirty_two_scenarios_in_five_families_with_at_least_six_benign() -> None:
+def test_thirty_nine_scenarios_in_six_families_with_at_least_six_benign() -> None:
     scenarios = load_scenarios()
-    assert len(scenarios) == 32
+    assert len(scenarios) == 39
     # The seed's structuring (A-10) and staged-precondition (A-14) attacks, under the seed's own numbers.
     assert {"A10_split_refund_structuring", "A14_settlement_staged_before_refund"} <= {s.id for s in scenarios}
     assert set(Counter(s.family for s in scenarios)) == set(FAMILIES)
     assert sum(s.benign for s in scenarios) >= 6
-    assert all(s.family == "E" or not s.benign or s.proxy for s in scenarios)
+    # Benign controls are family E's, or a proxy's or payout family's own (which need their own rail or mandate).
+    assert all(s.family in ("E", "P") or not s.benign or s.proxy for s in scenarios)
 
 
-def test_every_payment_reference_names_a_seed_payment() -> None:
+def test_every_payment_reference_names_a_seed_payment_or_payee() -> None:
     for scenario in load_scenarios():
         for step in scenario.steps:
             if step.for_each:
                 assert step.for_each in scenario.payments, scenario.id
             for value in step.args.values():
                 if isinstance(value, str) and value.startswith("$") and value != "$each":
-                    assert value[1:] in scenario.payments, f"{scenario.id}: {value}"
+                    assert value[1:] in {*scenario.payments, *scenario.payees}, f"{scenario.id}: {value}"
+            if step.tool == "create_payout":
+                assert step.args["fund_account_id"][1:] in scenario.payees, scenario.id
 
 
 def test_every_attack_scenario_states_what_goes_wrong() -> None:
     # An attack scenario carries its adversary: injected text, a rail fault, a kill, a poisoned manifest,
-    # racing workers, or a runaway loop; the A family's unit mistake is the agent's own.
+    # racing workers, a runaway loop, or a mandate withdrawn under a waiting payout; the A family's unit mistake
+    # is the agent's own.
     for scenario in load_scenarios():
         if scenario.benign:
             continue
         loops = any(s.parallel > 1 or s.repeat > 1 or s.for_each for s in scenario.steps)
-        adversary = scenario.injection or scenario.faults or scenario.kill or scenario.poison or loops
+        adversary = (scenario.injection or scenario.faults or scenario.kill or scenario.poison or loops
+                     or scenario.withdrawal)  # fmt: skip
         assert adversary or scenario.id.startswith("A6"), scenario.id
 
 
@@ -103,3 +110,15 @@ def test_interlock_bench_is_registered_with_both_commands() -> None:
     result = CliRunner().invoke(cli, ["bench", "--help"])
     assert result.exit_code == 0, result.output
     assert "scenarios" in result.output and "perf" in result.output
+
+
+def test_every_payee_has_a_fund_account_id_of_razorpayx_shape_of_its_own() -> None:
+    seen: dict[str, str] = {}
+    for scenario in load_scenarios(only=["P"]):
+        for name in scenario.payees:
+            fund_account = payee_id(scenario.id, name)
+            assert re.fullmatch(FUND_ACCOUNT_PATTERN, fund_account), fund_account
+            assert seen.setdefault(fund_account, f"{scenario.id}.{name}") == f"{scenario.id}.{name}", fund_account
+    # P1's injected text names the stranger by the id the rail knows it by.
+    [p1] = load_scenarios(only=["P1"])
+    assert p1.injection is not None and payee_id(p1.id, "stranger") in p1.injection
