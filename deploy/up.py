@@ -37,6 +37,7 @@ from interlock.errors import InterlockError, LedgerError
 from interlock.ports import free_port, port_in_use
 from interlock.queues import gates_queue
 from interlock.shards import hashed_shard
+from ledger import replication
 
 logger = logging.getLogger(__name__)
 
@@ -281,6 +282,14 @@ def _programs(data: Path, plans: list[ShardPlan], gate_workers: int, sandbox: bo
             Program("gate" + suffix, interlock("gate-worker"), numprocs=gate_workers, priority=20, env=env),
             Program("reconciler" + suffix, interlock("reconciler"), priority=20, env=env),
         ]
+        replica = os.environ.get("INTERLOCK_REPLICA_URL")
+        if replica:
+            # Litestream beside the rail worker, shipping this shard's ledger off the machine (ADR 0029).
+            config = replication.write_config(
+                plan.directory, plan.ledger, replication.shard_replica_url(replica, plan.name, sharded=sharded),
+                sync_interval=os.environ.get("INTERLOCK_REPLICA_SYNC_INTERVAL", replication.DEFAULT_SYNC_INTERVAL))
+            programs.append(Program("litestream" + suffix, replication.replicate_command(config), priority=11,
+                                    stopwaitsecs=10))  # fmt: skip
     programs.append(Program("ingress", interlock("ingress", "--http", "--host", "127.0.0.1", "--port",
                                                  str(ingress_port)), priority=30))  # fmt: skip
     return programs

@@ -80,6 +80,14 @@ class Settings(BaseSettings):
     )  # fmt: skip
     shard: str = Field(default="0", pattern=r"^[A-Za-z0-9_-]{1,32}$", description="ledger shard served")
     shards: Path | None = Field(default=None, description="path of the shard map YAML (SPEC §15; unset: one shard)")
+    replica_url: str | None = Field(
+        default=None, description="Litestream replica of each shard's ledger (file:///other/disk, s3://bucket/path; "
+        "a shard's own path under it when there are several; unset: not replicated; ADR 0029)",
+    )  # fmt: skip
+    replica_sync_interval: str = Field(
+        default="1s", pattern=r"^[0-9]+(ms|s|m)$",
+        description="how often Litestream ships the ledger's WAL to the replica: about the most a lost machine loses",
+    )  # fmt: skip
     agent_id: str | None = Field(default=None, description="trusted agent id for the stdio ingress")
     merchant_id: str | None = Field(default=None, description="trusted merchant id (else the mandate's)")
     agent_tokens: Path | None = Field(default=None, description="YAML of agent token hashes for HTTP ingress")

@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from interlock.clock import now_ms
 from interlock.config import Settings
 from interlock.queues import gates_queue, rail_queue, reconcile_hint_key, rq_queue
-from ledger import lifecycle
+from ledger import lifecycle, replication
 from ledger.db import open_ledger
 from ledger.states import State
 
@@ -76,6 +76,35 @@ def _shard_metrics(source: ShardSource) -> Iterator[Metric]:
         finally:
             conn.close()
     yield from _queue_depths(source)
+    yield from _replication(source)
+
+
+def _replication(source: ShardSource) -> Iterator[Metric]:
+    """The shard's Litestream replica (ADR 0029), when a config lies beside its ledger: transactions captured and not
+    yet shipped, and the age of the newest shipped one (grows while nothing is written: read it with the first)."""
+    config = source.ledger_path.parent / replication.CONFIG_NAME
+    if not config.exists():
+        return
+    up = GaugeMetricFamily("interlock_replica_up", "1 when the shard's replica position could be read",
+                           labels=["shard"])  # fmt: skip
+    try:
+        found = replication.position(config, source.ledger_path)
+    except replication.ReplicationError as exc:
+        logger.warning("metrics: cannot read the replica position of shard %s: %s", source.shard, exc)
+        up.add_metric([source.shard], 0)
+        yield up
+        return
+    up.add_metric([source.shard], 1)
+    yield up
+    behind = GaugeMetricFamily("interlock_replica_behind_txids", "ledger transactions Litestream has captured and not "
+                               "yet shipped to the replica", labels=["shard"])  # fmt: skip
+    behind.add_metric([source.shard], float(found.behind or 0))
+    yield behind
+    if found.replica_at_ms is not None:
+        age = GaugeMetricFamily("interlock_replica_last_shipped_age_seconds", "age of the newest transaction on the "
+                                "replica", labels=["shard"])  # fmt: skip
+        age.add_metric([source.shard], max(0, now_ms() - found.replica_at_ms) / 1000)
+        yield age
 
 
 def _queue_depths(source: ShardSource) -> Iterator[Metric]:

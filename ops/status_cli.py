@@ -21,7 +21,7 @@ from interlock.config import Settings, env_name, load_settings
 from interlock.errors import InterlockError
 from interlock.queues import gates_queue, rail_queue, rail_unrecorded_key, reconcile_hint_key, rq_queue
 from interlock.shards import load_shard_map
-from ledger import leases, lifecycle
+from ledger import leases, lifecycle, replication
 from ledger.db import open_ledger
 from ledger.queries import intents_by_state
 
@@ -60,7 +60,25 @@ def collect(ledger_path: Path, redis_url: str | None, shard: str) -> dict[str, A
         conn.close()
     report["queues"] = _queue_depths(redis_url, shard)
     report["unrecorded_rail_answers"] = _unrecorded(redis_url, shard)
+    report["replication"] = replication_report(ledger_path, now)
     return report
+
+
+def replication_report(ledger_path: Path, now: int) -> dict[str, Any] | None:
+    """Where the ledger's Litestream replica stands (ADR 0029), when the shard is replicated: a config beside the
+    ledger (`interlock up` writes one when INTERLOCK_REPLICA_URL is set). None when it is not."""
+    config = ledger_path.parent / replication.CONFIG_NAME
+    if not config.exists():
+        return None
+    try:
+        found = replication.position(config, ledger_path)
+    except replication.ReplicationError as exc:
+        return {"config": str(config), "error": str(exc)}
+    return {
+        "config": str(config), "replica_txid": found.replica_txid, "local_txid": found.local_txid,
+        "behind_txids": found.behind,
+        "last_shipped_age_ms": None if found.replica_at_ms is None else max(0, now - found.replica_at_ms),
+    }  # fmt: skip
 
 
 def _by_tool(counts: list[tuple[str, str, int]]) -> dict[str, dict[str, int]]:
@@ -193,6 +211,14 @@ def _print_shard(report: dict[str, Any], indent: str = "") -> None:
     if report.get("acknowledged_attention"):
         click.echo(f"{indent}attention acknowledged by a person: {len(report['acknowledged_attention'])} "
                    "(`interlock attention list --all`)")
+    replica = report.get("replication")
+    if replica is not None and "error" in replica:
+        click.echo(f"{indent}REPLICATION UNREADABLE: {replica['error']}")
+    elif replica is not None:
+        shipped = replica["last_shipped_age_ms"]
+        click.echo(f"{indent}replication: replica at txid {replica['replica_txid']}, local {replica['local_txid']} "
+                   f"({replica['behind_txids']} not shipped yet); last shipped "
+                   f"{'never' if shipped is None else f'{shipped / 1000:.1f}s ago'}")
     for held in report.get("unrecorded_rail_answers") or []:
         click.echo(f"{indent}RAIL WORKER NOT SENDING: {held['worker']} holds the unrecorded {held['outcome']} "
                    f"{held.get('rail_entity_id') or ''} of {held['sik']} attempt {held['attempt_seq']} "
