@@ -62,6 +62,10 @@ class LedgerError(InterlockError):
     """Raised when the ledger file cannot be opened with the durability it requires (WAL, synchronous=FULL)."""
 
 
+class RestorePending(LedgerError):
+    """Raised when a ledger restored from its replica has not finished the restore protocol (ADR 0029)."""
+
+
 class AuditChainBroken(LedgerError):
     """Raised when the audit chain fails verification; carries the first divergent seq."""
 

@@ -51,6 +51,8 @@ class Event(StrEnum):
     REOPENED = "REOPENED"
     OPERATOR_RESOLVED_APPLIED = "OPERATOR_RESOLVED_APPLIED"
     OPERATOR_RESOLVED_NOT_APPLIED = "OPERATOR_RESOLVED_NOT_APPLIED"
+    RESTORED_UNSETTLED = "RESTORED_UNSETTLED"
+    RECOVERED_FROM_RAIL = "RECOVERED_FROM_RAIL"
 
 
 S, E = State, Event
@@ -114,6 +116,18 @@ TRANSITIONS: dict[tuple[State, Event], State] = {
     # for it, and the release re-asserts the limits like any other.
     (S.CONFIRMED_NOT_APPLIED, E.GATES_HELD): S.HELD,
     (S.FAILED_TERMINAL, E.GATES_HELD): S.HELD,
+    # A ledger restored from a replica that may lag the lost primary (ADR 0029): what the replica shows in motion may
+    # have been sent, or answered, in the lost tail. Only the rail's stamp can say; the reconciler reads it.
+    (S.AUTHORIZED, E.RESTORED_UNSETTLED): S.UNKNOWN,
+    (S.IN_FLIGHT, E.RESTORED_UNSETTLED): S.UNKNOWN,
+    (S.RECONCILING, E.RESTORED_UNSETTLED): S.UNKNOWN,
+    # The restore's read of the rail found our stamp on our terms (ADR 0029): an entity the ledger never knew (its
+    # intent is recorded now, PROPOSED in the same transaction), or one the lost tail made for an intent the replica
+    # shows held or not applied (a hold released, a refusal reopened, then sent). Evidence of presence, as ever.
+    (S.PROPOSED, E.RECOVERED_FROM_RAIL): S.APPLIED,
+    (S.HELD, E.RECOVERED_FROM_RAIL): S.APPLIED,
+    (S.CONFIRMED_NOT_APPLIED, E.RECOVERED_FROM_RAIL): S.APPLIED,
+    (S.FAILED_TERMINAL, E.RECOVERED_FROM_RAIL): S.APPLIED,
     (S.QUARANTINED, E.OPERATOR_RESOLVED_APPLIED): S.APPLIED,
     (S.QUARANTINED, E.OPERATOR_RESOLVED_NOT_APPLIED): S.CONFIRMED_NOT_APPLIED,
 }

@@ -29,14 +29,18 @@ from pathlib import Path
 
 import click
 
+from interlock.clock import now_ms
 from interlock.config import load_settings
 from interlock.errors import ConfigError
+from interlock.mandate import MandateStore
 from interlock.shards import ShardMap, load_shard_map, parse_shard_map
-from ledger import ownership
+from ledger import ownership, replication
 from ledger.db import open_ledger
 from ledger.states import SETTLED
+from ops import restore
 from ops.shard_apply import apply_ownership, installed_text, ledger_epochs
 from ops.shard_queues import UNREADABLE, RedisUnreadable, queued
+from rails.razorpay import RazorpayClient
 
 
 @dataclass(frozen=True)
@@ -217,7 +221,7 @@ def check_ledgers(current: ShardMap) -> list[str]:
 
 @click.group("shards")
 def shards_group() -> None:
-    """Check and apply a change to the shard map (INTERLOCK_SHARDS)."""
+    """Check and apply a change to the shard map (INTERLOCK_SHARDS); restore a shard's ledger from its replica."""
 
 
 @shards_group.command("check")
@@ -264,3 +268,60 @@ def apply_command(new_map: Path, current: Path | None) -> None:
                "worker started with another INTERLOCK_SHARDS file refuses every call (SHARD_MAP_STALE) until it is "
                "restarted with this one")
     click.echo("then: `interlock shards check` (no NEW_MAP) compares every ledger with the map")
+
+
+@shards_group.command("restore")
+@click.option("--replica", help="the shard's Litestream replica URL (s3://bucket/interlock/s0); omit with --resume")
+@click.option("--ledger", "ledger_path", type=click.Path(path_type=Path),
+              help="where the restored ledger goes (default: $INTERLOCK_LEDGER, or the shard's path in the map)")
+@click.option("--resume", is_flag=True, help="finish a restore already started on --ledger (no Litestream restore)")
+@click.option("--margin-ms", type=click.IntRange(min=0), default=restore.DEFAULT_MARGIN_MS, show_default=True,
+              help="how far before the restored ledger's last commit the rail's lists are re-read")
+def restore_command(replica: str | None, ledger_path: Path | None, resume: bool, margin_ms: int) -> None:
+    """Restore a shard's ledger from its replica and read the rail for what the lost tail did, before any money
+    moves (ADR 0029). The rail worker refuses the ledger until this has finished."""
+    settings = load_settings()
+    shard_map = load_shard_map(settings.shards) if settings.shards is not None else None
+    if ledger_path is None:
+        ledger_path = shard_map.get(settings.shard).ledger if shard_map is not None else settings.require("ledger")
+    if resume == (replica is not None):
+        raise ConfigError("give --replica URL to restore into a new ledger, or --resume to finish one started")
+    if replica is not None:
+        if ledger_path.exists():
+            raise ConfigError(f"{ledger_path} already exists: restore onto a new machine's path, or --resume")
+        # Restored beside the final path and marked there (RESTORE_STARTED) before it takes the ledger's name: no rail
+        # worker ever finds the restored file without the mark.
+        staging = ledger_path.with_name(ledger_path.name + ".restoring")
+        for stale in (staging, *(staging.with_name(staging.name + s) for s in ("-wal", "-shm"))):
+            stale.unlink(missing_ok=True)
+        replication.restore(replica, staging)
+        conn = open_ledger(staging)
+        try:
+            restore.begin(conn, now=now_ms, actor=f"restore@{os.uname().nodename}", margin_ms=margin_ms)
+        finally:
+            conn.close()
+        for suffix in ("-wal", "-shm"):  # SQLite removes them on the last close; if one remains it goes along
+            side = staging.with_name(staging.name + suffix)
+            if side.exists():
+                os.replace(side, ledger_path.with_name(ledger_path.name + suffix))
+        os.replace(staging, ledger_path)
+        click.echo(f"restored {replica} into {ledger_path}; the rail worker refuses it until the rail is read")
+    mandates = [m for m in MandateStore.from_settings(settings).as_dict().values()
+                if shard_map is None or shard_map.shard_of(m.merchant_id) == settings.shard]  # fmt: skip
+    conn = open_ledger(ledger_path)
+    try:
+        with RazorpayClient.from_settings(settings) as rail:
+            report = restore.run(conn, rail, mandates, now=now_ms, actor=f"restore@{os.uname().nodename}",
+                                 margin_ms=margin_ms)  # fmt: skip
+    finally:
+        conn.close()
+    click.echo(f"restore finished on {ledger_path}: replica ended at audit seq {report.last_seq}; rail re-read from "
+               f"{report.window_from_ms} ms ({report.entities_read} entities); {report.made_unknown} intents in "
+               f"motion now UNKNOWN for the reconciler; {len(report.recovered)} recovered from the rail, "
+               f"{len(report.settled)} settled, {len(report.quarantined)} quarantined")  # fmt: skip
+    for found in report.recovered:
+        click.echo(f"  recovered {found['tool']} {found['rail_entity_id']} ({found['amount_minor']} on "
+                   f"{found['subject']}) as intent {found['sik']} of {found['merchant_id']}")  # fmt: skip
+    for found in report.quarantined:
+        click.echo(f"  QUARANTINED {found['sik']}: {found['rail_entity_id']} on other terms "
+                   "(interlock quarantine list)")

@@ -91,10 +91,24 @@ AUTHORIZED RETRY_WITHDRAWN UNKNOWN
 """
 
 
+# Edges ADR 0029 adds: a ledger restored from a lagging replica sends nothing it shows in motion (the reconciler
+# reads its stamp), and the restore's read of the rail settles, by our stamp on our terms, an intent the ledger
+# never knew (recorded PROPOSED in the same transaction) or one the lost tail released or reopened and sent.
+RESTORE_EDGES = """
+AUTHORIZED RESTORED_UNSETTLED UNKNOWN
+IN_FLIGHT RESTORED_UNSETTLED UNKNOWN
+RECONCILING RESTORED_UNSETTLED UNKNOWN
+PROPOSED RECOVERED_FROM_RAIL APPLIED
+HELD RECOVERED_FROM_RAIL APPLIED
+CONFIRMED_NOT_APPLIED RECOVERED_FROM_RAIL APPLIED
+FAILED_TERMINAL RECOVERED_FROM_RAIL APPLIED
+"""
+
+
 def spec_edges() -> dict[tuple[State, Event], State]:
     edges = {}
     for line in (SPEC_TABLE + SEND_SIDE_EDGES + TERMS_EDGES + WEBHOOK_EDGES + REJUDGED_EDGES
-                 + WITHDRAWN_RETRY_EDGES).split("\n"):
+                 + WITHDRAWN_RETRY_EDGES + RESTORE_EDGES).split("\n"):
         if not line.strip():
             continue
         src, event, dst = line.split()

@@ -1,0 +1,238 @@
+"""A ledger restored from its replica is served only after the rail has said what the lost tail did (ADR 0029).
+
+Litestream's replica may lag the lost primary by up to its sync interval. In that tail the primary may have admitted
+and sent calls, released holds, reopened refused calls — and the agents were told so, or are still waiting. The
+protocol, run once on the restored file before any rail worker may take its lease:
+
+1. The audit chain must verify (a broken one is not served).
+2. RESTORE_STARTED is audited (the last seq and commit the replica holds, the rail window to re-read). From then on
+   the rail worker refuses to boot on this ledger until RESTORE_FINISHED follows (`pending`).
+3. Every intent the replica shows in motion (AUTHORIZED, IN_FLIGHT, RECONCILING) becomes UNKNOWN: the reconciler
+   reads its stamp, as after any crash. Nothing restored is ever executed from AUTHORIZED.
+4. The rail's lists — refunds, instant settlements, each payout account's payouts — are paged newest first until
+   they are older than the last commit less a margin. Every entity with our stamp is judged against the ledger:
+   * a SIK the ledger never saw: recorded as its intent, APPLIED, on the entity's terms (RECOVERED_FROM_RAIL), under
+     the merchant and agent it can only belong to — so the agent's repeat (the same SIK) lands on it;
+   * a known SIK held, refused or confirmed absent in the replica, on our terms: APPLIED (the tail released or
+     reopened and sent it); on other terms: QUARANTINED for a person;
+   * anything else (APPLIED already, UNKNOWN for the reconciler): left as it is.
+   A stamped entity that cannot be attributed to exactly one (merchant, agent) of this shard stops the restore.
+5. RESTORE_FINISHED is audited with what was recovered.
+
+Serving with UNKNOWN intents is as safe as after any crash: a repeat lands on its intent, G2 and G3 count it.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from interlock.canonical import canonical_json, sha256_hex
+from interlock.errors import AuditChainBroken, InterlockError
+from interlock.mandate import Mandate
+from interlock.sik import stamped_siks
+from interlock.terms import REFUND_TOOL, entity_terms, terms_mismatch
+from interlock.tools import PAYOUT_TOOL
+from ledger import audit, intents
+from ledger.db import transaction
+from ledger.queries import SETTLEMENT_TOOL
+from ledger.restore import FINISHED, STARTED, pending
+from ledger.states import Event, State
+from rails.models import Page, Payout, Refund, Settlement
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MARGIN_MS = 300_000  # the rail's clock against ours, and its created_at in whole seconds
+PAGE = 100
+IN_MOTION = (State.AUTHORIZED, State.IN_FLIGHT, State.RECONCILING)
+# A known intent the lost tail may have moved on to a send: settled by the rail's entity.
+MOVED_ON = frozenset({State.HELD, State.CONFIRMED_NOT_APPLIED, State.FAILED_TERMINAL})
+
+
+class RestoreRefused(InterlockError):
+    """The restore cannot finish safely; the ledger stays refused to the rail worker and the message says why."""
+
+
+class RailLists(Protocol):
+    def list_refunds(self, *, count: int = ..., skip: int = ...) -> Page[Refund]: ...
+
+    def list_instant_settlements(self, *, count: int = ..., skip: int = ...) -> Page[Settlement]: ...
+
+    def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
+                     count: int = ..., skip: int = ...) -> Page[Payout]: ...  # fmt: skip
+
+
+@dataclass
+class Report:
+    last_seq: int
+    last_commit_ms: int
+    window_from_ms: int
+    made_unknown: int = 0
+    entities_read: int = 0
+    recovered: list[dict[str, Any]] = field(default_factory=list)
+    settled: list[dict[str, Any]] = field(default_factory=list)
+    quarantined: list[dict[str, Any]] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {"last_seq": self.last_seq, "last_commit_ms": self.last_commit_ms, "window_from_ms": self.window_from_ms,
+                "made_unknown": self.made_unknown, "entities_read": self.entities_read,
+                "recovered": self.recovered, "settled": self.settled, "quarantined": self.quarantined}  # fmt: skip
+
+
+def run(conn: sqlite3.Connection, rail: RailLists, mandates: Sequence[Mandate], *, now: Callable[[], int],
+        actor: str, margin_ms: int = DEFAULT_MARGIN_MS) -> Report:  # fmt: skip
+    """The restore protocol on *conn* (a restored ledger): returns what it did. Safe to run again after a failure:
+    a restore already started is resumed from step 3 (each step is idempotent)."""
+    started = begin(conn, now=now, actor=actor, margin_ms=margin_ms)
+    report = Report(int(started["last_seq"]), int(started["last_commit_ms"]), int(started["window_from_ms"]))
+    report.made_unknown = _unsettle(conn, now, actor)
+    owners = _owners(mandates)
+    for tool, entity in _stamped_since(rail, mandates, report.window_from_ms // 1000):
+        report.entities_read += 1
+        _judge(conn, tool, entity, owners, report, now, actor)
+    with transaction(conn):
+        audit.append(conn, FINISHED, {**report.summary(), "actor": actor}, now())
+    logger.warning("restore finished: %d intents in motion made UNKNOWN, %d stamped entities recovered from the rail, "
+                   "%d settled, %d quarantined", report.made_unknown, len(report.recovered), len(report.settled),
+                   len(report.quarantined))  # fmt: skip
+    return report
+
+
+def begin(conn: sqlite3.Connection, *, now: Callable[[], int], actor: str,
+          margin_ms: int = DEFAULT_MARGIN_MS) -> dict[str, Any]:  # fmt: skip
+    """Steps 1-2: verify the chain and mark the ledger restored (RESTORE_STARTED), or return the mark already there.
+    From the mark on, no rail worker takes this ledger's lease until `run` has finished."""
+    bad = audit.verify_chain(conn)
+    if bad is not None:
+        raise AuditChainBroken(bad)
+    started = pending(conn)
+    if started is not None:
+        return started
+    last_seq = int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM audit_head").fetchone()[0])
+    last_commit = int(conn.execute(
+        "SELECT MAX(t) FROM (SELECT MAX(updated_at) AS t FROM intents UNION ALL SELECT MAX(ts) FROM audit_log)"
+    ).fetchone()[0] or 0)  # fmt: skip
+    started = {"last_seq": last_seq, "last_commit_ms": last_commit, "window_from_ms": max(0, last_commit - margin_ms),
+               "actor": actor}  # fmt: skip
+    with transaction(conn):
+        audit.append(conn, STARTED, started, now())
+    return started
+
+
+def _unsettle(conn: sqlite3.Connection, now: Callable[[], int], actor: str) -> int:
+    marks = ", ".join("?" for _ in IN_MOTION)
+    rows = conn.execute(f"SELECT merchant_id, sik FROM intents WHERE state IN ({marks}) ORDER BY merchant_id, sik",
+                        [s.value for s in IN_MOTION]).fetchall()  # fmt: skip
+    for merchant_id, sik in rows:
+        with transaction(conn):
+            intents.transition(conn, merchant_id, sik, Event.RESTORED_UNSETTLED, now=now(), actor=actor,
+                               detail={"reason": "restored from a replica that may lag the lost primary"},
+                               set_fields={"lease_owner": None, "lease_expires_at": None})  # fmt: skip
+    return len(rows)
+
+
+@dataclass(frozen=True)
+class _Owner:
+    merchant_id: str
+    agent_id: str
+    mandate: Mandate
+
+
+def _owners(mandates: Sequence[Mandate]) -> dict[str, list[_Owner]]:
+    """Who a recovered entity of each tool may belong to: the mandates granting the tool."""
+    owners: dict[str, list[_Owner]] = {}
+    for mandate in mandates:
+        for tool in (REFUND_TOOL, SETTLEMENT_TOOL, PAYOUT_TOOL):
+            if mandate.grant(tool) is not None:
+                owners.setdefault(tool, []).append(_Owner(mandate.merchant_id, mandate.agent_id, mandate))
+    return owners
+
+
+def _stamped_since(rail: RailLists, mandates: Sequence[Mandate], since_s: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every entity on the rail created at or after *since_s* (lists newest first, each paged past it to the end)."""
+    yield from ((REFUND_TOOL, e) for e in _newest(lambda skip: rail.list_refunds(count=PAGE, skip=skip), since_s))
+    yield from ((SETTLEMENT_TOOL, e) for e in _newest(
+        lambda skip: rail.list_instant_settlements(count=PAGE, skip=skip), since_s))  # fmt: skip
+    accounts = sorted({m.rail.account_number for m in mandates
+                       if m.grant(PAYOUT_TOOL) is not None and m.rail.account_number})  # fmt: skip
+    for account in accounts:
+        yield from ((PAYOUT_TOOL, e) for e in _newest(
+            lambda skip, a=account: rail.list_payouts(a, count=PAGE, skip=skip), since_s))  # type: ignore[misc]
+
+
+def _newest(page: Callable[[int], Page[Any]], since_s: int) -> Iterator[dict[str, Any]]:
+    skip = 0
+    while True:
+        got = page(skip)
+        for item in got.items:
+            created = item.created_at
+            if created is not None and created < since_s:
+                return
+            yield dict(item.raw)
+        if got.exhausted:
+            return
+        skip += len(got.items)
+
+
+def _judge(conn: sqlite3.Connection, tool: str, entity: Mapping[str, Any], owners: Mapping[str, list[_Owner]],
+           report: Report, now: Callable[[], int], actor: str) -> None:  # fmt: skip
+    siks = stamped_siks(dict(entity))
+    if not siks:
+        return  # not ours: made by someone else on the account
+    sik = siks[0]
+    known = conn.execute("SELECT merchant_id FROM intents WHERE sik = ?", (sik,)).fetchall()
+    entity_id = str(entity.get("id"))
+    if not known:
+        _recover(conn, tool, sik, entity, owners.get(tool, []), report, now, actor)
+        return
+    for (merchant_id,) in known:
+        intent = intents.require_intent(conn, merchant_id, sik)
+        if intent.state not in MOVED_ON:
+            continue  # APPLIED already, or UNKNOWN and the reconciler's
+        mismatch = terms_mismatch(tool, intent.terms(), entity, full_balance=intent.params.get("full") is True)
+        found = {"merchant_id": merchant_id, "sik": sik, "rail_entity_id": entity_id, "was": intent.state.value}
+        with transaction(conn):
+            if mismatch is None:
+                intents.transition(conn, merchant_id, sik, Event.RECOVERED_FROM_RAIL, now=now(), actor=actor,
+                                   detail={"rail_entity_id": entity_id}, set_fields={"rail_entity_id": entity_id,
+                                                                                       "reason_code": None})
+                report.settled.append(found)
+            else:
+                event = Event.QUARANTINE if intent.state is State.HELD else Event.TERMS_MISMATCH
+                intents.transition(conn, merchant_id, sik, event, now=now(), actor=actor, detail=mismatch,
+                                   set_fields={"reason_code": "RAIL_TERMS_MISMATCH"})  # fmt: skip
+                report.quarantined.append({**found, **mismatch})
+
+
+def _recover(conn: sqlite3.Connection, tool: str, sik: str, entity: Mapping[str, Any], owners: list[_Owner],
+             report: Report, now: Callable[[], int], actor: str) -> None:  # fmt: skip
+    """Record a stamped entity the ledger never knew as its intent, APPLIED on the entity's terms."""
+    entity_id = str(entity.get("id"))
+    if len(owners) != 1:
+        raise RestoreRefused(
+            f"the rail's {tool} {entity_id} carries Interlock's stamp {sik}, which the restored ledger does not "
+            f"know, and {len(owners)} mandates of this shard grant {tool}: it cannot be told whose it is. Record it "
+            "by hand (interlock quarantine) and run the restore again; the rail worker stays refused until then")
+    owner = owners[0]
+    terms = entity_terms(tool, entity)
+    amount, subject, currency = terms["amount_minor"], terms["subject"], terms["currency"]
+    if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0 or not subject or not currency:
+        raise RestoreRefused(f"the rail's {tool} {entity_id} (stamp {sik}) states no usable terms: {terms}")
+    params: dict[str, Any] = {"amount": amount, "notes": dict(entity.get("notes") or {}), "recovered": entity_id}
+    with transaction(conn):
+        at = now()
+        intents.insert_intent(
+            conn, merchant_id=owner.merchant_id, sik=sik, tool=tool, subject_id=str(subject), amount_minor=amount,
+            currency=str(currency), params=params, params_hash=sha256_hex(canonical_json(params)),
+            agent_id=owner.agent_id, mandate_id=owner.mandate.mandate_id, mandate_hash=owner.mandate.mandate_hash,
+            operation_ref=None, distinct_reason=None, now=at,
+        )  # fmt: skip
+        intents.transition(conn, owner.merchant_id, sik, Event.RECOVERED_FROM_RAIL, now=at, actor=actor,
+                           detail={"rail_entity_id": entity_id, "created_at": entity.get("created_at")},
+                           set_fields={"rail_entity_id": entity_id})  # fmt: skip
+    report.recovered.append({"merchant_id": owner.merchant_id, "sik": sik, "tool": tool, "rail_entity_id": entity_id,
+                             "amount_minor": amount, "subject": subject})  # fmt: skip
+

@@ -1,0 +1,208 @@
+"""A shard restored from a replica that lags the lost primary never pays twice (ADR 0029; ops/restore.py).
+
+Real processes and the sandbox rail over HTTP. The "replica" is a consistent copy of the ledger taken with SQLite's
+online backup at one instant — what a Litestream restore gives is exactly such a prefix of the commits; the tail
+after it is lost with the machine. In that tail a refund was applied on the rail and the agent was told so; the agent
+repeats its call on the restored shard. Without the restore protocol the ledger has never heard of it and would
+pay again; with it, the repeat lands on the refund the rail re-read recovered.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from deploy.redis_server import EmbeddedRedis
+from interlock.clock import now_ms
+from interlock.mandate_load import load_mandate
+from ledger import audit, intents, leases
+from ledger import restore as marks
+from ledger.db import open_ledger, transaction
+from ledger.states import State
+from ops import restore
+from rails.razorpay import RazorpayClient
+from sandbox.testing import SandboxProcess
+from tests.engine.conftest import Engine
+from tests.ledger.helpers import put_intent
+from tests.mandates import EXAMPLE, MERCHANT
+from tests.procs import wait_until
+
+
+def _backup(source: Path, out: Path) -> None:
+    """A consistent copy of the ledger at this instant, as a replica that stopped here would restore."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    src, dst = sqlite3.connect(f"file:{source}?mode=ro", uri=True), sqlite3.connect(out)
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+
+
+def _stamped(rail: SandboxProcess, sik: str) -> list[dict]:
+    return [e for e in rail.entities("refund") if (e["entity"].get("notes") or {}).get("interlock_sik") == sik]
+
+
+def test_a_refund_paid_in_the_lost_tail_is_recovered_and_its_repeat_lands_on_it(engine_factory, tmp_path: Path,
+                                                                                rail_sandbox: SandboxProcess) -> None:
+    first_machine = engine_factory()
+    payment = first_machine.payment()
+    before = first_machine.outcome(first_machine.propose({"payment_id": payment, "amount": 10_000}))
+    assert before.state == "APPLIED", before
+    # The replica stops here (the engine after this is the lost tail); the new machine's ledger path gets the copy.
+    new_ledger = tmp_path / "stack1" / "ledger.sqlite3"
+    _backup(first_machine.stack.ledger_path, new_ledger)
+    lost = first_machine.outcome(first_machine.propose({"payment_id": payment, "amount": 20_000}))
+    assert lost.state == "APPLIED" and lost.sik is not None, lost
+    first_machine.stack.stop()  # the machine is gone
+
+    conn = open_ledger(new_ledger)
+    try:
+        assert intents.get_intent(conn, MERCHANT, lost.sik) is None  # the replica never heard of it
+        env = rail_sandbox.rail_env()
+        with RazorpayClient(env["INTERLOCK_RAIL_URL"], env["INTERLOCK_RAIL_KEY_ID"],
+                            env["INTERLOCK_RAIL_KEY_SECRET"]) as rail:  # fmt: skip
+            report = restore.run(conn, rail, [load_mandate(EXAMPLE)], now=now_ms, actor="test-restore", margin_ms=0)
+        ours = [r for r in report.recovered if r["sik"] == lost.sik]
+        assert [(r["rail_entity_id"], r["amount_minor"], r["subject"]) for r in ours] == [
+            (lost.rail_entity_id, 20_000, payment)]  # fmt: skip
+        assert before.sik not in {r["sik"] for r in report.recovered}  # known and APPLIED: left as it is
+        recovered = intents.require_intent(conn, MERCHANT, lost.sik)
+        assert (recovered.state, recovered.rail_entity_id) == (State.APPLIED, lost.rail_entity_id)
+        assert marks.pending(conn) is None and audit.verify_chain(conn) is None
+    finally:
+        conn.close()
+
+    # The restored ledger still holds the lost machine's lease, as the replica saw it: it runs out on its own.
+    conn = open_ledger(new_ledger, readonly=True)
+    try:
+        lease = leases.get_lease(conn, leases.RAIL_WORKER_LEASE)
+    finally:
+        conn.close()
+    assert lease is not None
+    wait_until(lambda: now_ms() > lease.expires_at, timeout=30, what="the lost machine's lease to run out")
+    second_machine: Engine = engine_factory()  # its data directory holds the restored ledger
+    assert second_machine.stack.ledger_path == new_ledger
+    again = second_machine.outcome(second_machine.propose({"payment_id": payment, "amount": 20_000}))
+    assert (again.state, again.replayed, again.rail_entity_id) == ("APPLIED", True, lost.rail_entity_id), again
+    assert len(_stamped(rail_sandbox, lost.sik)) == 1
+
+
+def test_a_restore_turns_what_was_in_motion_unknown_and_settles_what_the_tail_sent(tmp_path: Path) -> None:
+    """Pure ledger and a rail's lists as data: nothing is executed from a replica's AUTHORIZED or IN_FLIGHT; a held
+    call the tail released and sent is settled by the rail's entity; a refused one on other terms goes to a person;
+    a stamped entity no mandate of the shard can own stops the restore, and the ledger stays refused."""
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    authorized = put_intent(conn, "A" * 32, "AUTHORIZED", amount=5_000, subject="pay_RESTOREA0001", now=1_000)
+    in_flight = put_intent(conn, "F" * 32, "IN_FLIGHT", amount=5_500, subject="pay_RESTOREF0001", now=1_000)
+    held = put_intent(conn, "H" * 32, "HELD", amount=6_000, subject="pay_RESTOREH0001", now=1_000)
+    other = put_intent(conn, "O" * 32, "FAILED_TERMINAL", amount=7_000, subject="pay_RESTOREO0001", now=1_000)
+    rail = _Lists([
+        _refund("rfnd_H", held.sik, "pay_RESTOREH0001", 6_000),
+        _refund("rfnd_O", other.sik, "pay_RESTOREO0001", 9_999),  # our stamp on other terms
+        _refund("rfnd_X", "", "pay_SOMEONEELSE1", 1_000),  # not ours
+    ])
+    report = restore.run(conn, rail, [], now=lambda: 2_000, actor="test", margin_ms=10_000)
+    assert report.made_unknown == 2 and report.entities_read == 3 and report.recovered == []
+    states = {i.sik: intents.require_intent(conn, MERCHANT, i.sik).state for i in (authorized, in_flight, held, other)}
+    assert states == {authorized.sik: State.UNKNOWN, in_flight.sik: State.UNKNOWN, held.sik: State.APPLIED,
+                      other.sik: State.QUARANTINED}  # fmt: skip
+    assert marks.pending(conn) is None
+    # A second restore of this ledger finds a stamped entity it does not know and no mandate that grants refunds.
+    with pytest.raises(restore.RestoreRefused, match="cannot be told whose it is"):
+        restore.run(conn, _Lists([_refund("rfnd_N", "N" * 32, "pay_RESTOREN0001", 1_000)]), [], now=lambda: 3_000,
+                    actor="test", margin_ms=10_000)  # fmt: skip
+    assert marks.pending(conn) is not None  # the rail worker stays refused
+    assert audit.verify_chain(conn) is None
+    conn.close()
+
+
+def test_the_rail_worker_refuses_a_ledger_whose_restore_has_not_finished(tmp_path: Path,
+                                                                         redis_server: EmbeddedRedis,
+                                                                         rail_sandbox: SandboxProcess) -> None:
+    ledger = tmp_path / "ledger.sqlite3"
+    conn = open_ledger(ledger)
+    with transaction(conn):
+        audit.append(conn, marks.STARTED, {"last_seq": 0, "last_commit_ms": 0, "window_from_ms": 0}, 1)
+    conn.close()
+    done = subprocess.run([sys.executable, "-m", "interlock.cli", "rail-worker"], capture_output=True, text=True,
+                          timeout=60, env={"INTERLOCK_LEDGER": str(ledger), "REDIS_URL": redis_server.url,
+                                           "PATH": "/usr/bin:/bin", "INTERLOCK_MANDATE": str(EXAMPLE),
+                                           **rail_sandbox.rail_env()})  # fmt: skip
+    assert done.returncode != 0
+    assert "restore has not finished" in done.stderr + done.stdout, done.stderr[-2000:]
+
+
+class _Lists:
+    def __init__(self, refunds: list[dict]) -> None:
+        from rails.models import Refund
+
+        self.refunds = [Refund.from_raw(r) for r in refunds]
+
+    def list_refunds(self, *, count: int = 100, skip: int = 0):  # noqa: ANN201 - a Page[Refund]
+        from rails.models import Page
+
+        return Page(items=self.refunds[skip:skip + count], requested_count=count, skip=skip)
+
+    def list_instant_settlements(self, *, count: int = 100, skip: int = 0):  # noqa: ANN201
+        from rails.models import Page
+
+        return Page(items=[], requested_count=count, skip=skip)
+
+    def list_payouts(self, account_number: str, *, reference_id=None, status=None, count: int = 100,  # noqa: ANN001
+                     skip: int = 0):  # noqa: ANN201
+        from rails.models import Page
+
+        return Page(items=[], requested_count=count, skip=skip)
+
+
+def _refund(entity_id: str, sik: str, payment_id: str, amount: int) -> dict:
+    notes = {"interlock_sik": sik} if sik else {}
+    return {"id": entity_id, "entity": "refund", "payment_id": payment_id, "amount": amount, "currency": "INR",
+            "notes": notes, "status": "processed", "created_at": 2}  # fmt: skip
+
+
+def test_shards_restore_restores_the_replica_marks_it_and_reads_the_rail(tmp_path: Path, rail_sandbox: SandboxProcess,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The command an operator runs at 3 a.m.: Litestream's restore, the mark before the file takes its name, the
+    rail's lists read; a second restore onto the same path is refused."""
+    from click.testing import CliRunner
+
+    from interlock.cli import cli
+    from ledger import replication
+
+    primary = tmp_path / "machine-a" / "ledger.sqlite3"
+    primary.parent.mkdir()
+    conn = open_ledger(primary)
+    put_intent(conn, "I" * 32, "IN_FLIGHT", amount=4_000, subject="pay_RESTOREI0001", now=now_ms())
+    conn.close()
+    replica_url = (tmp_path / "other-disk").as_uri()
+    config = replication.write_config(primary.parent, primary, replica_url, sync_interval="100ms")
+    streaming = subprocess.Popen(replication.replicate_command(config), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        wait_until(lambda: replication.position(config, primary).replica_txid is not None, timeout=60,
+                   what="the ledger on the replica")  # fmt: skip
+    finally:
+        streaming.kill()
+        streaming.wait(10)
+    for name, value in {**rail_sandbox.rail_env(), "INTERLOCK_MANDATE": str(EXAMPLE)}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("INTERLOCK_SHARDS", raising=False)
+    restored = tmp_path / "machine-b" / "ledger.sqlite3"
+    args = ["shards", "restore", "--replica", replica_url, "--ledger", str(restored), "--margin-ms", "0"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+    assert "restore finished" in result.output and "1 intents in motion now UNKNOWN" in result.output, result.output
+    conn = open_ledger(restored, readonly=True)
+    try:
+        assert marks.pending(conn) is None and audit.verify_chain(conn) is None
+        assert intents.require_intent(conn, MERCHANT, "I" * 32).state is State.UNKNOWN
+    finally:
+        conn.close()
+    again = CliRunner().invoke(cli, args)
+    assert again.exit_code != 0 and "already exists" in f"{again.output} {again.exception}", again.output
