@@ -222,6 +222,8 @@ def _recover(conn: sqlite3.Connection, tool: str, sik: str, entity: Mapping[str,
     if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0 or not subject or not currency:
         raise RestoreRefused(f"the rail's {tool} {entity_id} (stamp {sik}) states no usable terms: {terms}")
     params: dict[str, Any] = {"amount": amount, "notes": dict(entity.get("notes") or {}), "recovered": entity_id}
+    if tool == SETTLEMENT_TOOL and entity.get("settle_full_balance") is True:
+        params["full"] = True  # a full-balance repeat is that settlement, whatever the balance is now
     with transaction(conn):
         at = now()
         intents.insert_intent(
