@@ -72,6 +72,7 @@ simulate: install
 chaos: install
 	$(BIN)/interlock chaos --trials 10 && $(BIN)/interlock chaos --random 30 && $(BIN)/interlock chaos --pause --trials 5 \
 	  && $(BIN)/interlock chaos --burst --trials 2 && $(BIN)/interlock chaos --webhooks --trials 3 \
+	  && $(BIN)/interlock chaos --machine-loss --trials 10 \
 	  && $(BIN)/interlock chaos --mutants \
 	  && $(BIN)/interlock chaos --races 1000 && $(BIN)/interlock chaos --redis-load 1000 && $(BIN)/interlock fuzz
 

@@ -59,6 +59,9 @@ from interlock.results import commit_id, write_section
 @click.option("--webhooks", is_flag=True,
               help="instead of the kill matrix: the webhook cells (the receiver SIGKILLed mid-delivery, the money "
                    "followed through its lifecycle, forged deliveries)")
+@click.option("--machine-loss", is_flag=True,
+              help="instead of the kill matrix: a whole shard SIGKILLed under load, its disk deleted, restored on a "
+                   "new machine from a lagging Litestream replica (ADR 0029)")
 @click.option("--tools", multiple=True, type=click.Choice(sorted(TOOLS)),
               help="money tools of the pause or burst cells (default: refund, settlement and payout)")
 @click.option("--wakes", multiple=True, type=click.Choice(WAKES),
@@ -75,13 +78,17 @@ def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...],
                   parallel: int, proxy: bool, mutation: str | None, pause: bool, burst: bool, tools: tuple[str, ...],
                   webhooks: bool, wakes: tuple[str, ...], random_trials: int, calls: int | None, in_flight: int,
                   write_results: bool, self_test: bool, races: int, race_agents: int,
-                  redis_load: int, soak: float) -> None:  # fmt: skip
+                  redis_load: int, soak: float, machine_loss: bool) -> None:  # fmt: skip
     """SIGKILL every actor at every failpoint under every rail fault (or, with --pause, SIGSTOP the rail
     worker mid-call and wake it after a standby took over; with --burst, SIGKILL it with many calls in
     flight), and judge what is left."""
-    if sum((pause, burst, webhooks, bool(random_trials), self_test, bool(races), bool(redis_load), bool(soak))) > 1:
-        raise click.UsageError("--pause, --burst, --webhooks, --random, --mutants, --races, --redis-load and --soak "
-                               "are separate families: choose one")  # fmt: skip
+    families = (pause, burst, webhooks, bool(random_trials), self_test, bool(races), bool(redis_load), bool(soak),
+                machine_loss)  # fmt: skip
+    if sum(families) > 1:
+        raise click.UsageError("--pause, --burst, --webhooks, --random, --mutants, --races, --redis-load, --soak and "
+                               "--machine-loss are separate families: choose one")  # fmt: skip
+    if machine_loss:
+        sys.exit(_machine_loss(trials, seed, out.resolve(), parallel=parallel, write_results=write_results))
     if soak:
         sys.exit(_soak(soak, seed, out.resolve(), write_results=write_results))
     if redis_load:
@@ -146,6 +153,27 @@ def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...],
     passed = len(results) - len(bad)
     click.echo(f"chaos: {passed} passed, {len(bad)} failed")
     sys.exit(1 if bad else 0)
+
+
+def _machine_loss(trials: int, seed: int, out: Path, *, parallel: int, write_results: bool) -> int:
+    from chaos.machine_loss import machine_loss_cell
+    from chaos.machine_loss import summarise as summarise_machine_loss
+
+    click.echo(f"chaos: machine loss x {trials} trials, {parallel} at once")
+    started = time.monotonic()
+    results = run_matrix([machine_loss_cell()], trials, seed, out, parallel=parallel)
+    wall = time.monotonic() - started
+    path = save(results, out)
+    command = "interlock chaos " + " ".join(shlex.quote(a) for a in sys.argv[2:])
+    report = summarise_machine_loss(results, command=command.strip(), seed=seed, wall_s=wall, commit=commit_id())
+    if write_results:
+        write_section("chaos-machine-loss", report)
+    bad = [r for r in results if r.violations]
+    click.echo(next(line for line in report.splitlines() if "machine loss:" in line).strip("-* "))
+    for r in bad[:10]:
+        click.echo(f"  #{r.trial} seed {r.seed}: {'; '.join(r.violations)[:240]}")
+    click.echo(f"chaos: {len(results) - len(bad)} passed, {len(bad)} failed; details in {path}")
+    return 1 if bad else 0
 
 
 def _races(operations: int, agents: int, seed: int, out: Path, *, write_results: bool) -> int:

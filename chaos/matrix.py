@@ -14,11 +14,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from chaos.burst import run_burst_trial
 from chaos.cells import BURST_CONCURRENCY, BURST_PROFILES, BURST_TIMINGS, RAIL_LATENCY, WAKES, Cell
+from chaos.machine_loss import run_machine_loss_trial
 from chaos.pause import run_pause_trial
 from chaos.trial import TrialResult, run_trial
 from chaos.webhooks import run_webhook_trial
 
-RUNNERS = {"kill": run_trial, "pause": run_pause_trial, "burst": run_burst_trial, "webhook": run_webhook_trial}
+RUNNERS = {"kill": run_trial, "pause": run_pause_trial, "burst": run_burst_trial, "webhook": run_webhook_trial,
+           "machine_loss": run_machine_loss_trial}
 
 
 def run_matrix(cells: list[Cell], trials: int, seed: int, out: Path, *, parallel: int = 2, mutation: str | None = None,
