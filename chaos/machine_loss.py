@@ -103,7 +103,8 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
         primary_last = _last_commit(machine_a.ledger_path)  # read off the dead disk for the RPO, then it is gone
         _lose_the_disk(machine_a)
         control.set_faults([])
-        machine_b = Stack(machine_a.data_dir.with_name(machine_a.data_dir.name + "-b"),
+        # The new machine's directory lives in the trial's, so it goes (or is kept) with it; A's own files are gone.
+        machine_b = Stack(machine_a.data_dir / "machine-b",
                           env={k: v for k, v in machine_a.env.items() if k != "INTERLOCK_LEDGER"})  # fmt: skip
         machine_b.gate_workers = 2
         machine_b.start_redis()
