@@ -125,6 +125,12 @@ def position(config: Path, ledger: Path) -> ReplicaPosition:
     return ReplicaPosition(int(newest["max_txid"], 16), at, local)
 
 
+def follow_command(replica_url: str, out: Path) -> list[str]:
+    """A read replica: Litestream restores the replica into *out* and keeps applying what it ships (`restore -f`). A
+    reader on another host (an ingress answering interlock_status, the console, metrics) opens it read-only."""
+    return [litestream_binary(), "restore", "-f", "-o", str(out), check_replica_url(replica_url)]
+
+
 def restore(replica_url: str, out: Path) -> Path:
     """Restore the replica's newest state into *out*, which must not exist (a restore never overwrites a ledger)."""
     if out.exists():

@@ -325,3 +325,17 @@ def restore_command(replica: str | None, ledger_path: Path | None, resume: bool,
     for found in report.quarantined:
         click.echo(f"  QUARANTINED {found['sik']}: {found['rail_entity_id']} on other terms "
                    "(interlock quarantine list)")
+
+
+@shards_group.command("follow")
+@click.option("--replica", required=True, help="the shard's Litestream replica URL")
+@click.option("--out", "out", required=True, type=click.Path(path_type=Path),
+              help="the read-only copy to keep (point INTERLOCK_LEDGER or the map's ledger path of a reader at it)")
+def follow_command(replica: str, out: Path) -> None:
+    """Keep a read-only copy of a shard's ledger for readers on another host (ADR 0029): Litestream restores the
+    replica and follows it. Never give the copy to a rail worker: it is behind the primary by design."""
+    if out.exists():
+        raise ConfigError(f"{out} already exists: a follow copy starts from an empty path (remove the old copy)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    command = replication.follow_command(replica, out)
+    os.execv(command[0], command)  # Litestream itself, so a supervisor stops and restarts the process it started

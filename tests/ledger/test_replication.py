@@ -114,3 +114,33 @@ def test_interlock_up_runs_litestream_beside_each_shard_s_rail_worker(tmp_path: 
     monkeypatch.delenv("INTERLOCK_REPLICA_URL")
     assert not any(name.startswith("litestream") for name in (p.name for p in _programs(tmp_path, plans, 1, False, 0,
                                                                                          0, sharded=True)))
+
+
+def test_a_follow_copy_answers_interlock_status_behind_the_primary_never_ahead(primary: tuple[Path, Path, str],
+                                                                              tmp_path: Path) -> None:
+    """An ingress on another host reads the shard's ledger through a follow copy (`interlock shards follow`). It may
+    answer an older state or NOT_FOUND — both say RETRY_SAME_CALL, which the SIK makes safe — and catches up."""
+    from ingress.status import _lookup
+
+    ledger, config, replica_url = primary
+    streaming = subprocess.Popen(replication.replicate_command(config), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    copy = tmp_path / "reader-host" / "ledger.sqlite3"
+    following: subprocess.Popen[bytes] | None = None
+    try:
+        wait_until(lambda: replication.position(config, ledger).replica_txid is not None, timeout=60,
+                   what="the first state on the replica")  # fmt: skip
+        copy.parent.mkdir()
+        following = subprocess.Popen(replication.follow_command(replica_url, copy), stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        wait_until(lambda: copy.exists() and _intents(copy) == 5, timeout=60, what="the follow copy")
+        sik = f"{5:032d}"
+        assert _lookup(copy, "acc_DEMO000001", sik, None)["state"] == "NOT_FOUND"  # not written yet anywhere
+        _write(ledger, 5, 1)  # the primary applies it; the reader's copy catches up
+        wait_until(lambda: _lookup(copy, "acc_DEMO000001", sik, None)["state"] == "APPLIED", timeout=60,
+                   what="the follow copy to show the new intent")  # fmt: skip
+    finally:
+        for process in (streaming, following):
+            if process is not None:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(10)
