@@ -26,8 +26,8 @@ from ledger.states import OPERATOR_EVENTS, REAUTHORIZING_EVENTS, TRANSITIONS, Ev
 SETTABLE = frozenset({
     "rail_entity_id", "reason_code", "lease_owner", "lease_epoch", "lease_expires_at", "hold_expires_at",
     "mandate_id", "mandate_hash",
-    # A reopened payout is sent as the call judged now says (ADR 0028): only REOPENED sets them (reopened_params),
-    # its fund account too — another account of the same payee, when the repeat named one.
+    # A not-applied payout reopened or held again is sent as its repeat was judged (ADR 0028): only REOPENED and a
+    # repeat's GATES_HELD set them (reopened_params), its fund account too — the same payee's other account.
     "params_json", "params_hash", "subject_id",
 })  # fmt: skip
 

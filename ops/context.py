@@ -21,6 +21,7 @@ from interlock.mandate import MandateStore
 from interlock.queues import rail_queue, rq_queue
 from interlock.redis_conn import connect
 from interlock.shards import Shard, load_shard_map
+from ledger import restore
 from ledger.db import open_ledger
 from ops.approvers import VARIABLE, ApproverTable
 from rails.razorpay import RazorpayClient
@@ -86,6 +87,8 @@ class OpsContext:
         # opened here is never shared with another request.
         conn = open_ledger(self.ledger_path, readonly=readonly)
         try:
+            if not readonly:
+                restore.refuse_if_pending(conn, "this operator command")
             yield conn
         finally:
             conn.close()

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -83,16 +84,29 @@ class Report:
 
 
 def run(conn: sqlite3.Connection, rail: RailLists, mandates: Sequence[Mandate], *, now: Callable[[], int],
-        actor: str, margin_ms: int = DEFAULT_MARGIN_MS) -> Report:  # fmt: skip
-    """The restore protocol on *conn* (a restored ledger): returns what it did. Safe to run again after a failure:
-    a restore already started is resumed from step 3 (each step is idempotent)."""
-    started = begin(conn, now=now, actor=actor, margin_ms=margin_ms)
+        actor: str, reread_after_s: float = 0.0, sleep: Callable[[float], None] = time.sleep) -> Report:  # fmt: skip
+    """Steps 3-5 on a ledger `begin` marked restored: returns what it did. Safe to run again after a failure (each
+    step is idempotent). A ledger with no unfinished restore is refused: marking a live primary, or an empty file,
+    as restored would serve it without its history.
+
+    The rail is read twice, *reread_after_s* apart (the reconciler's minimum delay: how long the design already
+    trusts a rail's lists to lag, ADR 0010): an entity the first read did not list yet is found by the second."""
+    started = pending(conn)
+    if started is None:
+        raise RestoreRefused("this ledger carries no unfinished restore (RESTORE_STARTED): a ledger is marked restored "
+                             "only by `interlock shards restore --replica`, which restores it first")  # fmt: skip
+    bad = audit.verify_chain(conn)
+    if bad is not None:
+        raise AuditChainBroken(bad)
     report = Report(int(started["last_seq"]), int(started["last_commit_ms"]), int(started["window_from_ms"]))
     report.made_unknown = _unsettle(conn, now, actor)
     owners = _owners(mandates)
-    for tool, entity in _stamped_since(rail, mandates, report.window_from_ms // 1000):
-        report.entities_read += 1
-        _judge(conn, tool, entity, owners, report, now, actor)
+    for reading in range(2):
+        if reading:
+            sleep(reread_after_s)
+        for tool, entity in _stamped_since(rail, mandates, report.window_from_ms // 1000):
+            report.entities_read += 1
+            _judge(conn, tool, entity, owners, report, now, actor)
     with transaction(conn):
         audit.append(conn, FINISHED, {**report.summary(), "actor": actor}, now())
     logger.warning("restore finished: %d intents in motion made UNKNOWN, %d stamped entities recovered from the rail, "
@@ -188,6 +202,8 @@ def _judge(conn: sqlite3.Connection, tool: str, entity: Mapping[str, Any], owner
     if not known:
         _recover(conn, tool, sik, entity, owners.get(tool, []), report, now, actor)
         return
+    if any(r.get("sik") == sik and r.get("rail_entity_id") == entity_id for r in report.recovered):
+        return  # recorded by this run's first read
     for (merchant_id,) in known:
         intent = intents.require_intent(conn, merchant_id, sik)
         if intent.state not in MOVED_ON:
@@ -214,8 +230,9 @@ def _recover(conn: sqlite3.Connection, tool: str, sik: str, entity: Mapping[str,
     if len(owners) != 1:
         raise RestoreRefused(
             f"the rail's {tool} {entity_id} carries Interlock's stamp {sik}, which the restored ledger does not "
-            f"know, and {len(owners)} mandates of this shard grant {tool}: it cannot be told whose it is. Record it "
-            "by hand (interlock quarantine) and run the restore again; the rail worker stays refused until then")
+            f"know, and {len(owners)} mandates of this shard grant {tool}: it cannot be told whose it is, and the rail "
+            "worker stays refused. Recording it by hand is not built (ADR 0029): running `interlock shards restore "
+            "--resume` with only one agent's mandate configured records every unknown entity as that agent's")
     owner = owners[0]
     terms = entity_terms(tool, entity)
     amount, subject, currency = terms["amount_minor"], terms["subject"], terms["currency"]

@@ -306,13 +306,18 @@ def restore_command(replica: str | None, ledger_path: Path | None, resume: bool,
                 os.replace(side, ledger_path.with_name(ledger_path.name + suffix))
         os.replace(staging, ledger_path)
         click.echo(f"restored {replica} into {ledger_path}; the rail worker refuses it until the rail is read")
+    elif not ledger_path.exists():
+        staging = ledger_path.with_name(ledger_path.name + ".restoring")
+        hint = (f"; {staging} is a restore that stopped before it was marked (a broken chain?): remove it and restore "
+                "with --replica again") if staging.exists() else ""  # fmt: skip
+        raise ConfigError(f"--resume: {ledger_path} does not exist{hint}")
     mandates = [m for m in MandateStore.from_settings(settings).as_dict().values()
                 if shard_map is None or shard_map.shard_of(m.merchant_id) == settings.shard]  # fmt: skip
     conn = open_ledger(ledger_path)
     try:
         with RazorpayClient.from_settings(settings) as rail:
             report = restore.run(conn, rail, mandates, now=now_ms, actor=f"restore@{os.uname().nodename}",
-                                 margin_ms=margin_ms)  # fmt: skip
+                                 reread_after_s=settings.reconcile_min_delay_ms / 1000)  # fmt: skip
     finally:
         conn.close()
     click.echo(f"restore finished on {ledger_path}: replica ended at audit seq {report.last_seq}; rail re-read from "

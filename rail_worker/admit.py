@@ -275,13 +275,8 @@ def _repeat(
             # key a different body is refused by the rail as ambiguous, never applied twice.
             fields: dict[str, object] = {"mandate_id": mandate.mandate_id, "mandate_hash": mandate.mandate_hash,
                                          "reason_code": None}  # fmt: skip
-            if existing.tool == PAYOUT_TOOL and decision.params != existing.params:
-                fields.update(intents.reopened_params(decision.params, decision.params_hash))
-            if existing.tool == PAYOUT_TOOL and decision.terms is not None \
-                    and decision.terms.subject != existing.subject_id:  # fmt: skip
-                # The repeat named the payee's other account (ADR 0028 amendment): nothing was applied under the
-                # first, so the reopened payout goes where the repeat, judged now, said.
-                fields["subject_id"] = decision.terms.subject
+            if existing.tool == PAYOUT_TOOL:
+                fields.update(_payout_as_judged(existing, decision))
             intent = intents.transition(
                 conn, existing.merchant_id, existing.sik, Event.REOPENED, now=now, reasserted=check,
                 detail={"request_id": decision.request_id}, set_fields=fields,
@@ -289,11 +284,13 @@ def _repeat(
             return Admission(None, intent)
         verdict, reason = Verdict.BLOCK, check.reason_code
     if verdict is Verdict.HOLD and mandate is not None:
+        held: dict[str, object] = {"mandate_id": mandate.mandate_id, "mandate_hash": mandate.mandate_hash,
+                                   "reason_code": reason, "hold_expires_at": now + mandate.approval.hold_expiry_ms}
+        if existing.tool == PAYOUT_TOOL:  # the approver releases what this repeat was judged as (ADR 0028)
+            held.update(_payout_as_judged(existing, decision))
         intent = intents.transition(
             conn, existing.merchant_id, existing.sik, Event.GATES_HELD, now=now,
-            detail={"request_id": decision.request_id, "reason_code": reason},
-            set_fields={"mandate_id": mandate.mandate_id, "mandate_hash": mandate.mandate_hash,
-                        "reason_code": reason, "hold_expires_at": now + mandate.approval.hold_expiry_ms},
+            detail={"request_id": decision.request_id, "reason_code": reason}, set_fields=held,
         )  # fmt: skip
         return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=True), None)
     outcome = outcome_from_intent(existing, request_id=decision.request_id, replayed=True, reason_code=reason)
@@ -345,3 +342,16 @@ def _key_conflict(decision: Decision, exc: KeyConflict) -> Outcome:
         intent=IntentTerms(**terms.model_dump()) if terms else None, rail_entity_id=None,
         reason_code="KEY_CONFLICT", caller_action=CallerAction.DO_NOT_RETRY, replayed=False,
     )  # fmt: skip
+
+
+def _payout_as_judged(existing: Intent, decision: Decision) -> dict[str, object]:
+    """A not-applied payout reopened or held again is sent as its repeat was judged (ADR 0028): the repeat's mode,
+    the mandate's account and queueing rule, and — the payee's other account, when the repeat named one — the
+    account. Nothing was applied under the first, so moving it cannot pay twice; the SIK keys the contact, so the
+    payee is the same."""
+    fields: dict[str, object] = {}
+    if decision.params != existing.params:
+        fields.update(intents.reopened_params(decision.params, decision.params_hash))
+    if decision.terms is not None and decision.terms.subject != existing.subject_id:
+        fields["subject_id"] = decision.terms.subject
+    return fields

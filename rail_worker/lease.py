@@ -15,7 +15,7 @@ import sqlite3
 import threading
 
 from interlock.clock import now_ms
-from interlock.errors import AuditChainBroken, RestorePending, StaleLease
+from interlock.errors import AuditChainBroken, StaleLease
 from ledger import audit, intents, leases, restore
 from ledger.db import open_ledger, transaction
 from ledger.intents import abandon_after
@@ -30,12 +30,8 @@ def boot(rt: RailRuntime) -> list[tuple[str, str]]:
     bad = audit.verify_chain(rt.ledger)
     if bad is not None:
         raise AuditChainBroken(bad)
-    started = restore.pending(rt.ledger)
-    if started is not None:
-        # A replica may lag the lost primary: nothing moves until the rail has said what the lost tail did.
-        raise RestorePending(f"this ledger was restored from its replica (last seq {started.get('last_seq')}) and the "
-                             "restore has not finished: run `interlock shards restore --resume` before the rail "
-                             "worker (ADR 0029)")  # fmt: skip
+    # A replica may lag the lost primary: nothing moves until the rail has said what the lost tail did.
+    restore.refuse_if_pending(rt.ledger, "the rail worker")
     ttl = rt.settings.lease_ttl_ms
     with transaction(rt.ledger):
         rt.lease = leases.acquire(rt.ledger, leases.RAIL_WORKER_LEASE, rt.owner, now=now_ms(), ttl_ms=ttl)

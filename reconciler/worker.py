@@ -20,7 +20,7 @@ from interlock.mandate import MandateStore
 from interlock.queues import reconcile_hint_key, rq_queue, shard_queues
 from interlock.rail_account import effective_account
 from interlock.redis_conn import connect
-from ledger import audit, webhook_inbox
+from ledger import audit, restore, webhook_inbox
 from ledger.db import open_ledger
 from ledger.intents import Intent
 from rails.base import Rail, make_rail
@@ -53,6 +53,7 @@ def reconciler_command(once: bool) -> None:
     bad = audit.verify_chain(ledger)
     if bad is not None:
         raise AuditChainBroken(bad)
+    restore.refuse_if_pending(ledger, "the reconciler")
     client = connect(settings.redis_url)
     rail = make_rail(settings)
     rec = Reconciler(settings=settings, ledger=ledger, rail=rail, redis=client,

@@ -66,7 +66,8 @@ def test_a_refund_paid_in_the_lost_tail_is_recovered_and_its_repeat_lands_on_it(
         env = rail_sandbox.rail_env()
         with RazorpayClient(env["INTERLOCK_RAIL_URL"], env["INTERLOCK_RAIL_KEY_ID"],
                             env["INTERLOCK_RAIL_KEY_SECRET"]) as rail:  # fmt: skip
-            report = restore.run(conn, rail, [load_mandate(EXAMPLE)], now=now_ms, actor="test-restore", margin_ms=0)
+            restore.begin(conn, now=now_ms, actor="test-restore", margin_ms=0)
+            report = restore.run(conn, rail, [load_mandate(EXAMPLE)], now=now_ms, actor="test-restore")
         ours = [r for r in report.recovered if r["sik"] == lost.sik]
         assert [(r["rail_entity_id"], r["amount_minor"], r["subject"]) for r in ours] == [
             (lost.rail_entity_id, 20_000, payment)]  # fmt: skip
@@ -106,30 +107,40 @@ def test_a_restore_turns_what_was_in_motion_unknown_and_settles_what_the_tail_se
         _refund("rfnd_O", other.sik, "pay_RESTOREO0001", 9_999),  # our stamp on other terms
         _refund("rfnd_X", "", "pay_SOMEONEELSE1", 1_000),  # not ours
     ])
-    report = restore.run(conn, rail, [], now=lambda: 2_000, actor="test", margin_ms=10_000)
-    assert report.made_unknown == 2 and report.entities_read == 3 and report.recovered == []
+    with pytest.raises(restore.RestoreRefused, match="no unfinished restore"):
+        restore.run(conn, rail, [], now=lambda: 2_000, actor="test")  # never on a ledger not marked restored
+    restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
+    slept: list[float] = []
+    report = restore.run(conn, rail, [], now=lambda: 2_000, actor="test", reread_after_s=1.5, sleep=slept.append)
+    # Read twice, the reconciler's delay apart: what the first read found is not counted again.
+    assert slept == [1.5] and report.entities_read == 6
+    assert report.made_unknown == 2 and report.recovered == []
+    assert len(report.settled) == 1 and len(report.quarantined) == 1
     states = {i.sik: intents.require_intent(conn, MERCHANT, i.sik).state for i in (authorized, in_flight, held, other)}
     assert states == {authorized.sik: State.UNKNOWN, in_flight.sik: State.UNKNOWN, held.sik: State.APPLIED,
                       other.sik: State.QUARANTINED}  # fmt: skip
     assert marks.pending(conn) is None
     # A second restore of this ledger finds a stamped entity it does not know and no mandate that grants refunds.
+    restore.begin(conn, now=lambda: 3_000, actor="test", margin_ms=10_000)
     with pytest.raises(restore.RestoreRefused, match="cannot be told whose it is"):
         restore.run(conn, _Lists([_refund("rfnd_N", "N" * 32, "pay_RESTOREN0001", 1_000)]), [], now=lambda: 3_000,
-                    actor="test", margin_ms=10_000)  # fmt: skip
+                    actor="test")  # fmt: skip
     assert marks.pending(conn) is not None  # the rail worker stays refused
     assert audit.verify_chain(conn) is None
     conn.close()
 
 
-def test_the_rail_worker_refuses_a_ledger_whose_restore_has_not_finished(tmp_path: Path,
-                                                                         redis_server: EmbeddedRedis,
-                                                                         rail_sandbox: SandboxProcess) -> None:
+@pytest.mark.parametrize("actor", [["rail-worker"], ["reconciler"]])
+def test_no_actor_writes_a_ledger_whose_restore_has_not_finished(actor: list[str], tmp_path: Path,
+                                                                 redis_server: EmbeddedRedis,
+                                                                 rail_sandbox: SandboxProcess) -> None:  # fmt: skip
+    """Neither the rail worker (which would send) nor the reconciler (which would settle, expire holds) starts on it."""
     ledger = tmp_path / "ledger.sqlite3"
     conn = open_ledger(ledger)
     with transaction(conn):
         audit.append(conn, marks.STARTED, {"last_seq": 0, "last_commit_ms": 0, "window_from_ms": 0}, 1)
     conn.close()
-    done = subprocess.run([sys.executable, "-m", "interlock.cli", "rail-worker"], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, "-m", "interlock.cli", *actor], capture_output=True, text=True,
                           timeout=60, env={"INTERLOCK_LEDGER": str(ledger), "REDIS_URL": redis_server.url,
                                            "PATH": "/usr/bin:/bin", "INTERLOCK_MANDATE": str(EXAMPLE),
                                            **rail_sandbox.rail_env()})  # fmt: skip
