@@ -198,6 +198,11 @@ CREATE TABLE IF NOT EXISTS audit_log (
     hash         TEXT    NOT NULL
 ) STRICT;
 
+-- Every writer asks whether a restore is unfinished (ledger/restore.py): a partial index keeps that one row away,
+-- however long the chain.
+CREATE INDEX IF NOT EXISTS audit_restore_marks ON audit_log (seq)
+    WHERE kind IN ('RESTORE_STARTED', 'RESTORE_FINISHED');
+
 -- The chain's head, moved in the same transaction as each append, so a truncated tail is visible.
 CREATE TABLE IF NOT EXISTS audit_head (
     id   INTEGER PRIMARY KEY CHECK (id = 1),

@@ -202,8 +202,6 @@ def _judge(conn: sqlite3.Connection, tool: str, entity: Mapping[str, Any], owner
     if not known:
         _recover(conn, tool, sik, entity, owners.get(tool, []), report, now, actor)
         return
-    if any(r.get("sik") == sik and r.get("rail_entity_id") == entity_id for r in report.recovered):
-        return  # recorded by this run's first read
     for (merchant_id,) in known:
         intent = intents.require_intent(conn, merchant_id, sik)
         if intent.state not in MOVED_ON:

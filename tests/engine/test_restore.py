@@ -217,3 +217,26 @@ def test_shards_restore_restores_the_replica_marks_it_and_reads_the_rail(tmp_pat
         conn.close()
     again = CliRunner().invoke(cli, args)
     assert again.exit_code != 0 and "already exists" in f"{again.output} {again.exception}", again.output
+
+
+def test_operator_commands_refuse_to_write_an_unfinished_restore_and_may_read_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Holds expired on a console page, an approval, a quarantine resolved: all write through ops/context."""
+    from interlock.config import load_settings
+    from interlock.errors import RestorePending
+    from ops.context import OpsContext
+
+    ledger = tmp_path / "ledger.sqlite3"
+    conn = open_ledger(ledger)
+    with transaction(conn):
+        audit.append(conn, marks.STARTED, {"last_seq": 0, "last_commit_ms": 0, "window_from_ms": 0}, 1)
+    conn.close()
+    monkeypatch.setenv("INTERLOCK_LEDGER", str(ledger))
+    monkeypatch.setenv("INTERLOCK_MANDATE", str(EXAMPLE))
+    monkeypatch.delenv("INTERLOCK_SHARDS", raising=False)
+    ops = OpsContext.from_settings(load_settings())
+    with pytest.raises(RestorePending, match="restore has not finished"), ops.ledger():
+        pass
+    with ops.ledger(readonly=True) as reading:
+        assert marks.pending(reading) is not None
