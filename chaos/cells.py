@@ -119,9 +119,9 @@ class Cell:
     def key(self) -> str:
         if self.action == "kill":
             return f"{self.point}|{self.fault}"
-        if self.action == "machine_loss":
-            return f"machine_loss|{self.fault}"
         short = next(name for name, tool in TOOLS.items() if tool == self.tool)
+        if self.action == "machine_loss":
+            return f"machine_loss|{self.fault}|{short}"
         if self.action in ("burst", "webhook"):
             return f"{self.action}|{self.point}|{self.fault}|{short}"
         return f"{self.action}|{self.point}|{self.fault}|{short}|{self.wake}"

@@ -63,7 +63,7 @@ from interlock.results import commit_id, write_section
               help="instead of the kill matrix: a whole shard SIGKILLed under load, its disk deleted, restored on a "
                    "new machine from a lagging Litestream replica (ADR 0029)")
 @click.option("--tools", multiple=True, type=click.Choice(sorted(TOOLS)),
-              help="money tools of the pause or burst cells (default: refund, settlement and payout)")
+              help="money tools of the pause, burst or machine-loss cells (default: refund, settlement and payout)")
 @click.option("--wakes", multiple=True, type=click.Choice(WAKES),
               help="when the paused worker is woken: late (after the intent is settled) or early (default: both)")
 @click.option("--random", "random_trials", type=click.IntRange(0), default=0,
@@ -88,7 +88,8 @@ def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...],
         raise click.UsageError("--pause, --burst, --webhooks, --random, --mutants, --races, --redis-load, --soak and "
                                "--machine-loss are separate families: choose one")  # fmt: skip
     if machine_loss:
-        sys.exit(_machine_loss(trials, seed, out.resolve(), parallel=parallel, write_results=write_results))
+        sys.exit(_machine_loss(trials, seed, out.resolve(), parallel=parallel, write_results=write_results,
+                               tools=tools))  # fmt: skip
     if soak:
         sys.exit(_soak(soak, seed, out.resolve(), write_results=write_results))
     if redis_load:
@@ -155,13 +156,15 @@ def chaos_command(trials: int, points: tuple[str, ...], faults: tuple[str, ...],
     sys.exit(1 if bad else 0)
 
 
-def _machine_loss(trials: int, seed: int, out: Path, *, parallel: int, write_results: bool) -> int:
-    from chaos.machine_loss import machine_loss_cell
+def _machine_loss(trials: int, seed: int, out: Path, *, parallel: int, write_results: bool,
+                  tools: tuple[str, ...]) -> int:  # fmt: skip
+    from chaos.machine_loss import machine_loss_cells
     from chaos.machine_loss import summarise as summarise_machine_loss
 
-    click.echo(f"chaos: machine loss x {trials} trials, {parallel} at once")
+    cells = [c for c in machine_loss_cells() if not tools or c.key.rsplit("|", 1)[1] in tools]
+    click.echo(f"chaos: machine loss, {len(cells)} money tools x {trials} trials, {parallel} at once")
     started = time.monotonic()
-    results = run_matrix([machine_loss_cell()], trials, seed, out, parallel=parallel)
+    results = run_matrix(cells, trials, seed, out, parallel=parallel)
     wall = time.monotonic() - started
     path = save(results, out)
     command = "interlock chaos " + " ".join(shlex.quote(a) for a in sys.argv[2:])
@@ -171,7 +174,7 @@ def _machine_loss(trials: int, seed: int, out: Path, *, parallel: int, write_res
     bad = [r for r in results if r.violations]
     click.echo(next(line for line in report.splitlines() if "machine loss:" in line).strip("-* "))
     for r in bad[:10]:
-        click.echo(f"  #{r.trial} seed {r.seed}: {'; '.join(r.violations)[:240]}")
+        click.echo(f"  {r.cell} #{r.trial} seed {r.seed}: {'; '.join(r.violations)[:240]}")
     click.echo(f"chaos: {len(results) - len(bad)} passed, {len(bad)} failed; details in {path}")
     return 1 if bad else 0
 

