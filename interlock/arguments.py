@@ -13,6 +13,7 @@ from typing import Any
 
 from interlock.errors import InvalidInput
 from interlock.money import parse_amount
+from interlock.sik import RESERVED_NOTE_KEYS
 from interlock.tools import (
     FUND_ACCOUNT_PATTERN,
     MAX_NOTES,
@@ -125,8 +126,8 @@ def parse_notes(value: Any) -> dict[str, str]:
         if len(key) > MAX_NOTE_CHARS or len(item) > MAX_NOTE_CHARS:
             raise InvalidInput(f"notes.{key[:40]}: keys and values are limited to {MAX_NOTE_CHARS} characters",
                                field="notes")  # fmt: skip
-        if key == "interlock_sik":
-            raise InvalidInput("notes.interlock_sik is reserved for Interlock's own stamp", field="notes.interlock_sik")
+        if key in RESERVED_NOTE_KEYS:
+            raise InvalidInput(f"notes.{key} is reserved for Interlock's own stamp", field=f"notes.{key}")
     return dict(value)
 
 

@@ -14,11 +14,19 @@ from typing import Any
 
 from interlock.canonical import canonical_json
 from interlock.money import parse_amount, parse_currency
+from interlock.tools import RAIL_MAX_NOTES
 
 SIK_VERSION = 1
 SIK_LENGTH = 32
 RECEIPT_PREFIX = "ilk_"
 NOTES_STAMP_KEY = "interlock_sik"
+# Whose call made the entity: a restored shard serving several merchants (or agents) records an entity its ledger
+# lost under the one that sent it (ADR 0029). Beside the SIK, never part of it: the stamp is still the identity.
+# Written only where the agent's notes leave room under the rail's limit (the tools' schemas, which mandates pin,
+# keep one key for the stamp: a call with more than RAIL_MAX_NOTES - 3 notes of its own goes without the owner).
+MERCHANT_STAMP_KEY = "interlock_merchant"
+AGENT_STAMP_KEY = "interlock_agent"
+RESERVED_NOTE_KEYS = (NOTES_STAMP_KEY, MERCHANT_STAMP_KEY, AGENT_STAMP_KEY)
 SETTLEMENT_SUBJECT = "balance"
 
 
@@ -83,11 +91,26 @@ def idempotency_key_for(sik: str) -> str:
     return RECEIPT_PREFIX + sik
 
 
-def stamp_notes(sik: str, notes: dict[str, str] | None = None) -> dict[str, str]:
-    """The agent's notes plus our stamp. The stamp always wins: it is the only identity we match on."""
+def stamp_notes(sik: str, notes: dict[str, str] | None = None, *,
+                owner: tuple[str, str] | None = None) -> dict[str, str]:  # fmt: skip
+    """The agent's notes plus our stamp, and the (merchant, agent) whose call it is when *owner* is given. Ours
+    always win: the stamp is the only identity we match on."""
     stamped = dict(notes or {})
     stamped[NOTES_STAMP_KEY] = sik
+    if owner is not None and len(stamped) + 2 <= RAIL_MAX_NOTES:
+        stamped[MERCHANT_STAMP_KEY], stamped[AGENT_STAMP_KEY] = owner
     return stamped
+
+
+def stamped_owner(entity: dict[str, Any]) -> tuple[str, str] | None:
+    """The (merchant, agent) a rail entity's notes name as the call's, or None (sent before owners were stamped)."""
+    notes = entity.get("notes")
+    if not isinstance(notes, dict):
+        return None
+    merchant, agent = notes.get(MERCHANT_STAMP_KEY), notes.get(AGENT_STAMP_KEY)
+    if isinstance(merchant, str) and merchant and isinstance(agent, str) and agent:
+        return merchant, agent
+    return None
 
 
 # Where a rail entity carries "ilk_" + SIK: a refund's receipt, a RazorpayX payout's reference_id (SPEC §18).

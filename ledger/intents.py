@@ -15,6 +15,7 @@ from typing import Any
 from interlock.canonical import canonical_json, sha256_hex
 from interlock.errors import IllegalTransition, IntentNotFound, KeyConflict, StaleLease
 from interlock.messages import Verdict
+from interlock.sik import MERCHANT_STAMP_KEY
 from interlock.terms import terms_mismatch
 from interlock.verdicts import GateResult
 from ledger import audit, sightings
@@ -280,6 +281,17 @@ def refused_attempts(conn: sqlite3.Connection, merchant_id: str, sik: str) -> in
     row = conn.execute("SELECT COUNT(*) FROM intent_attempts WHERE merchant_id = ? AND sik = ? AND outcome IN (?, ?)",
                        (merchant_id, sik, *REFUSED_OUTCOMES)).fetchone()  # fmt: skip
     return int(row[0])
+
+
+def sent_without_owner(conn: sqlite3.Connection, merchant_id: str, sik: str) -> bool:
+    """True when the intent's first attempt went out without the owner stamp (sent before owners were stamped):
+    its retries must send that same body, so they go without it too (SPEC §14: same key, other body is a 400)."""
+    row = conn.execute("SELECT request_json FROM intent_attempts WHERE merchant_id = ? AND sik = ? "
+                       "ORDER BY attempt_seq LIMIT 1", (merchant_id, sik)).fetchone()  # fmt: skip
+    if row is None or not row["request_json"]:
+        return False
+    notes = json.loads(row["request_json"]).get("notes")
+    return not (isinstance(notes, dict) and MERCHANT_STAMP_KEY in notes)
 
 
 def start_attempt(

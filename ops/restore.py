@@ -16,7 +16,9 @@ protocol, run once on the restored file before any rail worker may take its leas
    * a known SIK held, refused or confirmed absent in the replica, on our terms: APPLIED (the tail released or
      reopened and sent it); on other terms: QUARANTINED for a person;
    * anything else (APPLIED already, UNKNOWN for the reconciler): left as it is.
-   A stamped entity that cannot be attributed to exactly one (merchant, agent) of this shard stops the restore.
+   Whose it is, the entity's notes say (interlock_merchant, interlock_agent); one sent before owners were stamped
+   belongs to the only mandate granting its tool. A stamped entity that cannot be attributed to exactly one
+   (merchant, agent) of this shard stops the restore.
 5. RESTORE_FINISHED is audited with what was recovered.
 
 Serving with UNKNOWN intents is as safe as after any crash: a repeat lands on its intent, G2 and G3 count it.
@@ -34,7 +36,7 @@ from typing import Any, Protocol
 from interlock.canonical import canonical_json, sha256_hex
 from interlock.errors import AuditChainBroken, InterlockError
 from interlock.mandate import Mandate
-from interlock.sik import stamped_siks
+from interlock.sik import stamped_owner, stamped_siks
 from interlock.terms import REFUND_TOOL, entity_terms, terms_mismatch
 from interlock.tools import PAYOUT_TOOL
 from ledger import audit, intents
@@ -221,17 +223,36 @@ def _judge(conn: sqlite3.Connection, tool: str, entity: Mapping[str, Any], owner
                 report.quarantined.append({**found, **mismatch})
 
 
+def _owner_of(tool: str, sik: str, entity: Mapping[str, Any], owners: list[_Owner]) -> _Owner:
+    """Whose call made an entity the restored ledger lost: the (merchant, agent) its notes name, among this shard's
+    mandates granting the tool; for an entity sent before owners were stamped, the only such mandate. Anything else
+    is refused: recording another merchant's money as this one's would answer the wrong agent."""
+    entity_id = str(entity.get("id"))
+    named = stamped_owner(dict(entity))
+    if named is not None:
+        mine = [o for o in owners if (o.merchant_id, o.agent_id) == named]
+        if len(mine) == 1:
+            return mine[0]
+        raise RestoreRefused(
+            f"the rail's {tool} {entity_id} carries Interlock's stamp {sik}, which the restored ledger does not know, "
+            f"and names merchant {named[0]} and agent {named[1]}, whom no mandate of this shard granting {tool} "
+            "serves: configure that mandate (INTERLOCK_MANDATE) and run `interlock shards restore --resume`; the rail "
+            "worker stays refused until then")  # fmt: skip
+    if len(owners) == 1:
+        return owners[0]
+    raise RestoreRefused(
+        f"the rail's {tool} {entity_id} carries Interlock's stamp {sik}, which the restored ledger does not know, was "
+        f"sent before entities named their merchant, and {len(owners)} mandates of this shard grant {tool}: it cannot "
+        "be told whose it is, and the rail worker stays refused. Recording it by hand is not built (ADR 0029): running "
+        "`interlock shards restore --resume` with only one agent's mandate configured records every unknown entity "
+        "as that agent's")  # fmt: skip
+
+
 def _recover(conn: sqlite3.Connection, tool: str, sik: str, entity: Mapping[str, Any], owners: list[_Owner],
              report: Report, now: Callable[[], int], actor: str) -> None:  # fmt: skip
     """Record a stamped entity the ledger never knew as its intent, APPLIED on the entity's terms."""
     entity_id = str(entity.get("id"))
-    if len(owners) != 1:
-        raise RestoreRefused(
-            f"the rail's {tool} {entity_id} carries Interlock's stamp {sik}, which the restored ledger does not "
-            f"know, and {len(owners)} mandates of this shard grant {tool}: it cannot be told whose it is, and the rail "
-            "worker stays refused. Recording it by hand is not built (ADR 0029): running `interlock shards restore "
-            "--resume` with only one agent's mandate configured records every unknown entity as that agent's")
-    owner = owners[0]
+    owner = _owner_of(tool, sik, entity, owners)
     terms = entity_terms(tool, entity)
     amount, subject, currency = terms["amount_minor"], terms["subject"], terms["currency"]
     if not isinstance(amount, int) or isinstance(amount, bool) or amount <= 0 or not subject or not currency:

@@ -102,7 +102,8 @@ def _begin(rt: RailRuntime, conn: sqlite3.Connection, merchant_id: str, sik: str
     withdrawn = _mandate_withdrawn(rt, conn, intent, now)
     if withdrawn is not None:
         return outcome_from_intent(withdrawn, request_id=request_id, replayed=False) if request_id else None
-    request = rail_request(intent, refusals=intents.refused_attempts(conn, merchant_id, sik))
+    request = rail_request(intent, refusals=intents.refused_attempts(conn, merchant_id, sik),
+                           owner=not intents.sent_without_owner(conn, merchant_id, sik))  # fmt: skip
     intent = intents.start_attempt(
         conn, merchant_id, sik, now=now, lease_owner=rt.owner, lease_epoch=lease.epoch,
         lease_expires_at=now + rt.settings.lease_ttl_ms, request=request,
@@ -198,12 +199,15 @@ def _mandate_withdrawn(rt: RailRuntime, conn: Any, intent: Intent, now: int) -> 
                               set_fields={"reason_code": reason})  # fmt: skip
 
 
-def rail_request(intent: Intent, *, refusals: int = 0) -> dict[str, Any]:
+def rail_request(intent: Intent, *, refusals: int = 0, owner: bool = True) -> dict[str, Any]:
     """Exactly what goes to the rail. Nothing attempt-specific: a retry must send the same body (SPEC §14). A payout
     carries its key too: the SIK, and after *refusals* definite refusals of earlier attempts the SIK and their
-    count (ADR 0028: the rail would answer a reopened payout's first key with the refusal it saved)."""
+    count (ADR 0028: the rail would answer a reopened payout's first key with the refusal it saved). The notes name
+    whose call it is (*owner*), so a restored shard can record the entity under them (ADR 0029); not for the retry
+    of an attempt sent before owners were stamped, which must send what it sent."""
     params = intent.params
-    notes = stamp_notes(intent.sik, params.get("notes") or {})
+    notes = stamp_notes(intent.sik, params.get("notes") or {},
+                        owner=(intent.merchant_id, intent.agent_id) if owner else None)  # fmt: skip
     if intent.tool == PAYOUT_TOOL:
         payout: dict[str, Any] = {
             "account_number": params["account_number"], "fund_account_id": intent.subject_id,

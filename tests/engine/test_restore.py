@@ -28,7 +28,7 @@ from rails.razorpay import RazorpayClient
 from sandbox.testing import SandboxProcess
 from tests.engine.conftest import Engine
 from tests.ledger.helpers import put_intent
-from tests.mandates import EXAMPLE, MERCHANT
+from tests.mandates import AGENT, EXAMPLE, MERCHANT, make_mandate
 from tests.procs import wait_until
 
 
@@ -90,7 +90,9 @@ def test_a_refund_paid_in_the_lost_tail_is_recovered_and_its_repeat_lands_on_it(
     assert second_machine.stack.ledger_path == new_ledger
     again = second_machine.outcome(second_machine.propose({"payment_id": payment, "amount": 20_000}))
     assert (again.state, again.replayed, again.rail_entity_id) == ("APPLIED", True, lost.rail_entity_id), again
-    assert len(_stamped(rail_sandbox, lost.sik)) == 1
+    [entity] = _stamped(rail_sandbox, lost.sik)
+    assert (entity["entity"]["notes"]["interlock_merchant"], entity["entity"]["notes"]["interlock_agent"]) == (
+        MERCHANT, AGENT)  # fmt: skip
 
 
 def test_a_restore_turns_what_was_in_motion_unknown_and_settles_what_the_tail_sent(tmp_path: Path) -> None:
@@ -171,10 +173,43 @@ class _Lists:
         return Page(items=[], requested_count=count, skip=skip)
 
 
-def _refund(entity_id: str, sik: str, payment_id: str, amount: int) -> dict:
+def _refund(entity_id: str, sik: str, payment_id: str, amount: int, owner: tuple[str, str] | None = None) -> dict:
     notes = {"interlock_sik": sik} if sik else {}
+    if owner is not None:
+        notes.update(interlock_merchant=owner[0], interlock_agent=owner[1])
     return {"id": entity_id, "entity": "refund", "payment_id": payment_id, "amount": amount, "currency": "INR",
             "notes": notes, "status": "processed", "created_at": 2}  # fmt: skip
+
+
+def test_a_shard_of_several_merchants_records_a_lost_entity_under_the_merchant_and_agent_it_names(
+    tmp_path: Path,
+) -> None:
+    """Shards serve many merchants, each mandate granting refunds: the entity's notes say whose call it was. One that
+    names nobody this shard serves, or that was sent before entities named their owner, stops the restore."""
+    other = make_mandate({"mandate_id": "mnd_other", "merchant_id": "acc_OTHER000001", "agent_id": "agent_other"})
+    mandates = [load_mandate(EXAMPLE), other]
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
+    rail = _Lists([_refund("rfnd_A", "A" * 32, "pay_RESTOREA0001", 1_000, (MERCHANT, AGENT)),
+                   _refund("rfnd_B", "B" * 32, "pay_RESTOREB0001", 2_000, ("acc_OTHER000001", "agent_other"))])
+    report = restore.run(conn, rail, mandates, now=lambda: 2_000, actor="test")
+    assert sorted((r["merchant_id"], r["rail_entity_id"]) for r in report.recovered) == [
+        ("acc_DEMO000001", "rfnd_A"), ("acc_OTHER000001", "rfnd_B")]  # fmt: skip
+    mine = intents.require_intent(conn, "acc_OTHER000001", "B" * 32)
+    assert (mine.state, mine.agent_id, mine.mandate_id) == (State.APPLIED, "agent_other", "mnd_other")
+    assert intents.get_intent(conn, MERCHANT, "B" * 32) is None
+    for entity, refusal in [
+        (_refund("rfnd_C", "C" * 32, "pay_RESTOREC0001", 3_000, ("acc_GONE00000001", "agent_x")),
+         "names merchant acc_GONE00000001 and agent agent_x, whom no mandate of this shard"),
+        (_refund("rfnd_D", "D" * 32, "pay_RESTORED0001", 3_000), "cannot be told whose it is"),
+    ]:
+        restore.begin(conn, now=lambda: 3_000, actor="test", margin_ms=10_000)
+        with pytest.raises(restore.RestoreRefused, match=refusal):
+            restore.run(conn, _Lists([entity]), mandates, now=lambda: 3_000, actor="test")
+        assert marks.pending(conn) is not None  # the rail worker stays refused
+        restore.run(conn, _Lists([]), mandates, now=lambda: 3_000, actor="test")  # the person's --resume, fixed
+    assert audit.verify_chain(conn) is None
+    conn.close()
 
 
 def test_shards_restore_restores_the_replica_marks_it_and_reads_the_rail(tmp_path: Path, rail_sandbox: SandboxProcess,

@@ -33,7 +33,8 @@ def _finished(client: redis.Redis, job_id: str) -> bool:
 
 def test_a_pool_runs_jobs_together_and_records_each_end(redis_client: redis.Redis) -> None:
     worker, queue = _worker(redis_client, "consumer-pool", concurrency=4)
-    ids = [queue.enqueue("tests.interlock.consumer_jobs.hold", 0.3, job_id=f"hold-{i}", result_ttl=60).id  # type: ignore[attr-defined]
+    # Each job runs until four run at once: a pool that ran fewer together would leave them waiting out the deadline.
+    ids = [queue.enqueue("tests.interlock.consumer_jobs.gather", 4, job_id=f"hold-{i}", result_ttl=60).id  # type: ignore[attr-defined]
            for i in range(8)]  # fmt: skip
     consumer_jobs.peak = 0
     worker.work(burst=True, logging_level="WARNING")

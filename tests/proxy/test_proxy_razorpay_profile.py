@@ -19,6 +19,7 @@ import pytest
 from mcp_types import CallToolResult, TextContent
 
 from ingress.results import error_body
+from tests.mandates import AGENT, MERCHANT
 from tests.proxy.conftest import RAZORPAY, Proxy
 
 pytestmark = pytest.mark.anyio
@@ -75,7 +76,8 @@ async def test_a_refund_through_the_real_contract_lands_once_and_a_float_never_l
     (refund,) = proxy.refunds_of(pid)  # the floats reached nothing
     sik = first["sik"]
     assert refund["id"] == first["rail_entity_id"] and refund["amount"] == 50000
-    assert refund["receipt"] == "ilk_" + sik and refund["notes"] == {"ticket": "T-42", "interlock_sik": sik}
+    assert refund["receipt"] == "ilk_" + sik and refund["notes"] == {
+        "ticket": "T-42", "interlock_sik": sik, "interlock_merchant": MERCHANT, "interlock_agent": AGENT}
     assert proxy.rail.count_stamped(sik) == 1
     # Reads pass through with the upstream's own result; its failure text comes back with a caller_action.
     assert not read.is_error and json.loads(words(read))["amount_refunded"] == 50000

@@ -33,7 +33,7 @@ from tests.engine.send_world import REFUND, SETTLEMENT, T0, ScriptedRail, World,
 from tests.mandates import AGENT, MERCHANT, make_mandate
 
 SIK = "S" * 32
-STAMP = {"interlock_sik": SIK}
+STAMP = {"interlock_sik": SIK, "interlock_merchant": MERCHANT, "interlock_agent": AGENT}  # the stamp and whose call
 
 
 class RecordingRail(ScriptedRail):

@@ -46,3 +46,41 @@ def test_the_key_is_the_sik_until_the_rail_refuses_and_then_counts_every_refusal
     # Whatever the key, the stamps stay the SIK: the reconciler finds an entity of any generation.
     assert request["reference_id"] == "ilk_" + SIK and request["notes"]["interlock_sik"] == SIK
     assert len(request["idempotency_key"]) <= 36  # RazorpayX's limit
+
+
+def test_every_money_call_names_whose_it_is_except_the_retry_of_one_sent_before_owners_were_stamped(
+    ledger: sqlite3.Connection,
+) -> None:
+    """ADR 0029: a restored shard serving several merchants records an entity its ledger lost under the merchant and
+    agent the entity's notes name. A retry must send the body its first attempt sent (SPEC §14: the same key with
+    another body is a 400), so an intent first sent without those notes keeps going without them."""
+    put_intent(ledger, SIK, "AUTHORIZED", amount=48_000, tool=PAYOUT_TOOL, subject=PAYEE, params=PARAMS)
+    assert not intents.sent_without_owner(ledger, MERCHANT, SIK)  # never sent: the first attempt names its owner
+    first = rail_request(intents.require_intent(ledger, MERCHANT, SIK))
+    assert first["notes"] == {"interlock_sik": SIK, "interlock_merchant": MERCHANT, "interlock_agent": "agent_demo"}
+    with transaction(ledger):
+        intents.start_attempt(ledger, MERCHANT, SIK, now=5, lease_owner="w", lease_epoch=1, lease_expires_at=9,
+                              request=first)  # fmt: skip
+    assert not intents.sent_without_owner(ledger, MERCHANT, SIK)
+
+    older = "L" * 32
+    put_intent(ledger, older, "AUTHORIZED", amount=48_000, tool=PAYOUT_TOOL, subject=PAYEE, params=PARAMS)
+    unowned = rail_request(intents.require_intent(ledger, MERCHANT, older), owner=False)
+    assert unowned["notes"] == {"interlock_sik": older}
+    with transaction(ledger):
+        intents.start_attempt(ledger, MERCHANT, older, now=5, lease_owner="w", lease_epoch=1, lease_expires_at=9,
+                              request=unowned)  # fmt: skip
+    assert intents.sent_without_owner(ledger, MERCHANT, older)
+
+
+def test_an_agent_s_notes_keep_their_room_and_the_owner_goes_unnamed_when_the_rail_s_limit_is_reached() -> None:
+    """The tools' schemas (which mandates pin) leave the agent 14 of the rail's 15 notes; the owner takes two more
+    only where they fit."""
+    from interlock.sik import stamp_notes
+    from interlock.tools import MAX_NOTES, RAIL_MAX_NOTES
+
+    owner = (MERCHANT, "agent_demo")
+    roomy = stamp_notes(SIK, {f"k{i}": "v" for i in range(RAIL_MAX_NOTES - 3)}, owner=owner)
+    assert len(roomy) == RAIL_MAX_NOTES and roomy["interlock_merchant"] == MERCHANT
+    full = stamp_notes(SIK, {f"k{i}": "v" for i in range(MAX_NOTES)}, owner=owner)
+    assert len(full) == RAIL_MAX_NOTES and "interlock_merchant" not in full and full["interlock_sik"] == SIK
