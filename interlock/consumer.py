@@ -66,6 +66,16 @@ class LeanWorker(SimpleWorker):
         self._ended: list[tuple[Job, Queue, str | None]] = []  # inline jobs whose end is not written yet
         self._beat_at = self._state_at = self._suspension_at = float("-inf")
 
+    def subscribe(self) -> None:
+        """RQ's command channel (stop-job, kill-horse), read IDLE_WAIT_S at a time instead of RQ's 60 s. redis-py 8's
+        PubSubWorkerThread.stop() waits for the thread, which leaves only once its read returns: with RQ's 60 s every
+        stop of a worker (a SIGTERM, a fenced rail worker, the end of a burst) lasted up to a minute."""
+        self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
+        self.pubsub = self.connection.pubsub()
+        self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
+        self.pubsub_thread = self.pubsub.run_in_thread(sleep_time=IDLE_WAIT_S, daemon=True,
+                                                       exception_handler=self._pubsub_exception_handler)  # fmt: skip
+
     # --- dequeue -------------------------------------------------------------------------------------------
 
     @property
