@@ -73,8 +73,8 @@ class LeanWorker(SimpleWorker):
         self.log.info("Worker %s: subscribing to channel %s", self.name, self.pubsub_channel_name)
         self.pubsub = self.connection.pubsub()
         self.pubsub.subscribe(**{self.pubsub_channel_name: self.handle_payload})
-        self.pubsub_thread = self.pubsub.run_in_thread(sleep_time=IDLE_WAIT_S, daemon=True,
-                                                       exception_handler=self._pubsub_exception_handler)  # fmt: skip
+        self.pubsub_thread = self.pubsub.run_in_thread(  # type: ignore[assignment]
+            sleep_time=IDLE_WAIT_S, daemon=True, exception_handler=self._pubsub_exception_handler)
 
     # --- dequeue -------------------------------------------------------------------------------------------
 
