@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -34,9 +35,9 @@ class Harness:
 
     @classmethod
     def from_key_file(cls, key_path: str | Path, *, merchant_id: str, agent_ids: Sequence[str],
-                      signer: str = "harness", **options: object) -> Harness:  # fmt: skip
+                      signer: str = "harness", **options: Any) -> Harness:  # fmt: skip
         """With the PEM private key `interlock mandate keygen` writes (`interlock task signer` prints its line)."""
-        return cls(merchant_id, tuple(agent_ids), load_private_key(Path(key_path)), signer, **options)  # type: ignore[arg-type]
+        return cls(merchant_id, tuple(agent_ids), load_private_key(Path(key_path)), signer, **options)
 
     def action(self, operation_ref: str, *, tool: str = "create_refund", subjects: Sequence[str] | None = None,
                order_id: str | None = None, customer_id: str | None = None, max_amount_minor: int | None = None,
