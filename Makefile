@@ -62,9 +62,11 @@ $(AGENTS_STAMP): tests/agents/requirements.txt
 
 agents: $(AGENTS_STAMP)
 
+# The agents venv installs (about a minute and a half on a fresh machine, mostly downloads) while lint runs.
 # Two test processes (pytest-xdist), each taking whole files so a module's servers start once: the suite's real
 # processes spend much of their time waiting, and two keep both cores of a CI machine busy.
-test: lint browser node agents
+test: browser node
+	$(MAKE) --no-print-directory -j2 lint agents
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The scenario benchmark, the performance bench and G5's labelled set, each regenerating its section of RESULTS.md.

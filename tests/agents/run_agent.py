@@ -73,7 +73,7 @@ async def run_openai_agents(config: dict[str, Any], runs: list[tuple[Action, dic
     from agents.usage import Usage
     from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
-    from agent_harness.openai_agents import MCPServerStreamableHttp
+    from agent_harness.openai_agents import MCPServerStdio, MCPServerStreamableHttp
 
     set_tracing_disabled(True)  # nothing leaves this machine
 
@@ -99,10 +99,16 @@ async def run_openai_agents(config: dict[str, Any], runs: list[tuple[Action, dic
         def stream_response(self, *args: Any, **kwargs: Any) -> Any:
             raise NotImplementedError("the scripted model does not stream")
 
-    server = MCPServerStreamableHttp(
-        params={"url": config["mcp_url"], "headers": {"Authorization": f"Bearer {config['token']}"}, "timeout": 30},
-        client_session_timeout_seconds=30, cache_tools_list=True, name="interlock",
-    )
+    server: MCPServerStdio | MCPServerStreamableHttp
+    if "stdio" in config:  # the SDK launches the ingress itself, as Claude Desktop would
+        server = MCPServerStdio(params=config["stdio"], client_session_timeout_seconds=30, cache_tools_list=True,
+                                name="interlock")  # fmt: skip
+    else:
+        server = MCPServerStreamableHttp(
+            params={"url": config["mcp_url"], "headers": {"Authorization": f"Bearer {config['token']}"},
+                    "timeout": 30},
+            client_session_timeout_seconds=30, cache_tools_list=True, name="interlock",
+        )  # fmt: skip
     finals = []
     async with server:
         for action, call in runs:

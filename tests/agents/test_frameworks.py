@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -85,12 +86,19 @@ def agent_stack(tmp_path_factory: pytest.TempPathFactory, redis_server: Embedded
         rail_sandbox.clear_faults()
 
 
-def run_agent(python: Path, agent_stack: AgentStack, tmp_path: Path, framework: str,
+def run_agent(python: Path, agent_stack: AgentStack, tmp_path: Path, framework: str, transport: str,
               scenarios: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
-    config = {"framework": framework, "mcp_url": agent_stack.mcp_url, "token": TOKEN, "merchant_id": MERCHANT,
-              "agent_id": AGENT, "key_file": str(agent_stack.key_file), "signer": SIGNER, "scenarios": scenarios,
-              "retry": {"first_delay_s": 0.2, "max_delay_s": 1.0, "give_up_after_s": 60}}  # fmt: skip
-    config_path = tmp_path / f"{framework}.json"
+    config: dict[str, Any] = {
+        "framework": framework, "mcp_url": agent_stack.mcp_url, "token": TOKEN, "merchant_id": MERCHANT,
+        "agent_id": AGENT, "key_file": str(agent_stack.key_file), "signer": SIGNER, "scenarios": scenarios,
+        "retry": {"first_delay_s": 0.2, "max_delay_s": 1.0, "give_up_after_s": 60},
+    }  # fmt: skip
+    if transport == "stdio":
+        # Interlock's stdio ingress from this checkout's venv; the agent id comes from the launch config.
+        env = {k: v for k, v in agent_stack.stack.base_env().items() if k != "INTERLOCK_AGENT_TOKENS"}
+        config["stdio"] = {"command": sys.executable, "args": ["-m", "interlock.cli", "ingress", "--stdio"],
+                           "env": {**env, "INTERLOCK_AGENT_ID": AGENT}, "cwd": str(REPO)}  # fmt: skip
+    config_path = tmp_path / f"{framework}-{transport}.json"
     config_path.write_text(json.dumps(config))
     # The harness kit and the Interlock vocabulary it signs with, from this checkout; nothing else of Interlock.
     env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -115,12 +123,13 @@ def model_saw(framework: str, tool_result: Any) -> dict[str, Any]:
     return body
 
 
-@pytest.mark.parametrize("framework", ["openai_agents", "langgraph", "pydantic_ai"])
+@pytest.mark.parametrize("framework, transport", [("openai_agents", "http"), ("openai_agents", "stdio"),
+                                                  ("langgraph", "http"), ("pydantic_ai", "http")])  # fmt: skip
 def test_a_framework_agent_gets_blocked_as_a_result_and_its_unknown_refund_is_repeated_to_one_applied(
-    agents_python: Path, agent_stack: AgentStack, tmp_path: Path, framework: str
+    agents_python: Path, agent_stack: AgentStack, tmp_path: Path, framework: str, transport: str
 ) -> None:
     rail = agent_stack.rail
-    n = f"{framework.replace('_', '')}{os.getpid()}"
+    n = f"{framework.replace('_', '')}{transport}{os.getpid()}"
     small, ambiguous = f"pay_AGT{n}a", f"pay_AGT{n}b"
     rail.add_payment(small, 189_900)
     rail.add_payment(ambiguous, 189_900)
@@ -134,7 +143,7 @@ def test_a_framework_agent_gets_blocked_as_a_result_and_its_unknown_refund_is_re
     # never gets there. The reconciler reads the rail (reads are unaffected) and settles the intent.
     rail.set_faults([{"name": "ambiguous_504", "rate": 1.0}])
     try:
-        report = run_agent(agents_python, agent_stack, tmp_path, framework, scenarios)
+        report = run_agent(agents_python, agent_stack, tmp_path, framework, transport, scenarios)
     finally:
         rail.clear_faults()
 
