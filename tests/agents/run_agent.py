@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_harness import Action, Harness, RetryPolicy
+from agent_harness import Action, Escalation, Harness, RetryPolicy
 
 PROMPT = "Refund the customer's payment as the ticket says."
 
@@ -172,8 +172,10 @@ RUNNERS: dict[str, Runner] = {"pydantic_ai": run_pydantic_ai, "openai_agents": r
 
 async def main(config: dict[str, Any]) -> dict[str, Any]:
     policy = RetryPolicy(**config["retry"])
+    escalations: list[Escalation] = []  # what a person would be shown
     harness = Harness.from_key_file(config["key_file"], merchant_id=config["merchant_id"],
-                                    agent_ids=[config["agent_id"]], signer=config["signer"], policy=policy)  # fmt: skip
+                                    agent_ids=[config["agent_id"]], signer=config["signer"], policy=policy,
+                                    on_escalate=escalations.append)  # fmt: skip
     runs = [(harness.action(s["operation_ref"], subjects=s["subjects"], max_amount_minor=s.get("max_amount_minor")),
              s["arguments"]) for s in config["scenarios"]]  # fmt: skip
     seen = Seen()
@@ -184,6 +186,8 @@ async def main(config: dict[str, Any]) -> dict[str, Any]:
         "finals": finals,
         "sent": [[{"tool": c.tool, "arguments": dict(c.arguments), "meta": dict(c.meta), "result": c.result}
                   for c in action.sent] for action, _ in runs],
+        "escalations": [{"operation_ref": e.operation_ref, "tool": e.tool, "arguments": dict(e.arguments),
+                         "caller_action": e.caller_action, "state": e.result.get("state")} for e in escalations],
     }  # fmt: skip
 
 

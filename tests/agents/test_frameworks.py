@@ -5,10 +5,11 @@ kit (agent_harness/) around it. They run in their own venv (.venv-agents, tests/
 installed by `make agents`, which `make test` runs first) because they need the MCP SDK 1.x and Interlock's
 server runs on 2.x; a missing venv fails here, it is never skipped.
 
-For each framework, two business actions, each with its own operation_ref and signed task (the mandate
-requires one): a refund larger than the payment comes back BLOCKED as a tool result the model reads, and a
-refund whose rail call times out ambiguously (the sandbox's ambiguous_504) is answered UNKNOWN, repeated by the
-harness with the same `_meta` until it is APPLIED — one refund on the rail.
+For each framework, three business actions, each with its own operation_ref and signed task (the mandate
+requires one): a refund larger than the payment comes back BLOCKED as a tool result the model reads; a refund
+whose rail call times out ambiguously (the sandbox's ambiguous_504) is answered UNKNOWN, repeated by the harness
+with the same `_meta` until it is APPLIED — one refund on the rail; and a refund above the mandate's hold
+threshold comes back HELD and is surfaced to a person through the harness's on_escalate.
 """
 
 from __future__ import annotations
@@ -130,14 +131,17 @@ def test_a_framework_agent_gets_blocked_as_a_result_and_its_unknown_refund_is_re
 ) -> None:
     rail = agent_stack.rail
     n = f"{framework.replace('_', '')}{transport}{os.getpid()}"
-    small, ambiguous = f"pay_AGT{n}a", f"pay_AGT{n}b"
+    small, ambiguous, large = f"pay_AGT{n}a", f"pay_AGT{n}b", f"pay_AGT{n}c"
     rail.add_payment(small, 189_900)
     rail.add_payment(ambiguous, 189_900)
+    rail.add_payment(large, 500_000)
     scenarios = [
         # Rs 2,500 from a Rs 1,899 payment: inside the mandate, impossible on the rail (G2).
         {"operation_ref": f"ticket-{n}-1", "subjects": [small], "arguments": {"payment_id": small, "amount": 250_000}},
         {"operation_ref": f"ticket-{n}-2", "subjects": [ambiguous], "max_amount_minor": 189_900,
          "arguments": {"payment_id": ambiguous, "amount": 189_900}},
+        # Rs 4,000: above the mandate's hold_above_minor (Rs 3,000), so a person must release it.
+        {"operation_ref": f"ticket-{n}-3", "subjects": [large], "arguments": {"payment_id": large, "amount": 400_000}},
     ]  # fmt: skip
     # Every money call that reaches the rail now applies and is answered with an HTML 504; the blocked refund
     # never gets there. The reconciler reads the rail (reads are unaffected) and settles the intent.
@@ -148,8 +152,8 @@ def test_a_framework_agent_gets_blocked_as_a_result_and_its_unknown_refund_is_re
         rail.clear_faults()
 
     assert report["tools"] == INTERLOCK_TOOLS, report
-    blocked_seen, applied_seen = (model_saw(framework, r) for r in report["tool_results"])
-    blocked_sent, repeated_sent = report["sent"]
+    blocked_seen, applied_seen, held_seen = (model_saw(framework, r) for r in report["tool_results"])
+    blocked_sent, repeated_sent, held_sent = report["sent"]
 
     # A refusal is a tool result the model reads, with what to do next; nothing reached the rail.
     assert (blocked_seen["state"], blocked_seen["reason_code"], blocked_seen["caller_action"]) == (
@@ -185,3 +189,10 @@ def test_a_framework_agent_gets_blocked_as_a_result_and_its_unknown_refund_is_re
     assert [row["sik"] for row in bound] == [first["sik"]]
     assert [tuple(row) for row in intents] == [("APPLIED", f"ticket-{n}-2", f"ticket-{n}-2")]
 
+    # A held refund is answered to the model (WAIT_FOR_APPROVAL) and put in front of a person, once.
+    assert (held_seen["state"], held_seen["caller_action"]) == ("HELD", "WAIT_FOR_APPROVAL"), held_seen
+    assert len(held_sent) == 1
+    assert report["escalations"] == [{"operation_ref": f"ticket-{n}-3", "tool": "create_refund",
+                                      "arguments": scenarios[2]["arguments"], "caller_action": "WAIT_FOR_APPROVAL",
+                                      "state": "HELD"}]  # fmt: skip
+    assert [e for e in rail.entities("refund") if e["entity"]["payment_id"] == large] == []
