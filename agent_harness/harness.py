@@ -47,7 +47,9 @@ class Harness:
         *operation_ref* is the application's name for the operation — derive it from the ticket or order, so
         a restarted run names the same operation; the task grants *tool* narrowed to the given referents and
         total (ADR 0013) and is valid for *task_ttl_s*. One action is one money movement: a second, different
-        movement under the same operation_ref is refused by Interlock with KEY_CONFLICT."""
+        movement under the same operation_ref is refused by Interlock with KEY_CONFLICT. *task_id* defaults to
+        the operation_ref; give the ticket's id when one ticket has several actions, so that *max_amount_minor*
+        caps their sum (Interlock counts a ceiling per signer and task_id)."""
         if not re.match(OPERATION_REF_PATTERN, operation_ref):
             raise ValueError(f"operation_ref must match {OPERATION_REF_PATTERN}: {operation_ref!r}")
         task_meta = {}
