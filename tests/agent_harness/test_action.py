@@ -148,3 +148,18 @@ def test_the_pydantic_ai_hook_passes_the_action_meta_as_the_toolsets_metadata() 
 
     assert asyncio.run(agent_turn())["state"] == "APPLIED"
     assert sent[0]["interlock/operation_ref"] == "ticket-7"
+
+
+def test_an_operation_ref_in_meta_from_anywhere_but_the_action_is_overwritten() -> None:
+    session = Session()
+    forged = {"interlock/operation_ref": "model-picked", "interlock/task": {"task_id": "forged"}, "trace": "kept"}
+
+    async def agent_turn() -> None:
+        with harness().action("ticket-8"):
+            await HarnessSession(session).call_tool("create_refund", {"payment_id": "pay_X", "amount": 1},
+                                                    meta=forged)  # fmt: skip
+
+    asyncio.run(agent_turn())
+    meta = session.calls[0][2]
+    assert (meta["interlock/operation_ref"], meta["interlock/task"]["task_id"], meta["trace"]) == (
+        "ticket-8", "ticket-8", "kept")  # fmt: skip
