@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck clean browser node bench chaos soak mutation simulate
+.PHONY: install run test lint typecheck clean browser node agents bench chaos soak mutation simulate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -20,7 +20,7 @@ install: $(STAMP)
 run: install
 	$(BIN)/interlock up --demo $(UP_ARGS)
 
-PACKAGES := interlock ingress gate_workers rail_worker reconciler ledger rails sandbox chaos bench ops console deploy simulation webhooks
+PACKAGES := interlock agent_harness ingress gate_workers rail_worker reconciler ledger rails sandbox chaos bench ops console deploy simulation webhooks
 
 # lint-imports checks the layer contracts in pyproject.toml ([tool.importlinter]; docs/architecture.md).
 lint: install
@@ -47,9 +47,26 @@ node:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; \
 	  else echo "make node: the Node client test needs Node.js and npm: apt-get install nodejs npm" >&2; exit 1; fi; }
 
+# The agent frameworks tests/agents drives Interlock with (the OpenAI Agents SDK, LangGraph with
+# langchain-mcp-adapters, PydanticAI), pinned in tests/agents/requirements.txt, in a venv of their own: they need
+# the MCP SDK 1.x, Interlock's server runs on 2.x. Rebuilt when the requirements change.
+AGENTS_VENV  := .venv-agents
+AGENTS_STAMP := $(AGENTS_VENV)/.installed
+
+$(AGENTS_STAMP): tests/agents/requirements.txt
+	rm -rf $(AGENTS_VENV)
+	$(PYTHON) -m venv $(AGENTS_VENV)
+	$(AGENTS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(AGENTS_VENV)/bin/python -m pip install --quiet -r tests/agents/requirements.txt
+	touch $(AGENTS_STAMP)
+
+agents: $(AGENTS_STAMP)
+
+# The agents venv installs (about a minute and a half on a fresh machine, mostly downloads) while lint runs.
 # Two test processes (pytest-xdist), each taking whole files so a module's servers start once: the suite's real
 # processes spend much of their time waiting, and two keep both cores of a CI machine busy.
-test: lint browser node
+test: browser node
+	$(MAKE) --no-print-directory -j2 lint agents
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The scenario benchmark, the performance bench and G5's labelled set, each regenerating its section of RESULTS.md.
@@ -91,4 +108,4 @@ mutation: install
 	$(BIN)/python -m chaos.mutation_score
 
 clean:
-	rm -rf $(VENV) mutants .pytest_cache .mypy_cache .ruff_cache tests/node/node_modules
+	rm -rf $(VENV) $(AGENTS_VENV) mutants .pytest_cache .mypy_cache .ruff_cache tests/node/node_modules

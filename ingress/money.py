@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from ingress import results
 from ingress.app import Caller, Ingress, ShardRoute
 from interlock import outcomes
-from interlock.arguments import check_envelope, parse_money_call, parse_operation_ref
+from interlock.arguments import OPERATION_REF_META_KEY, check_envelope, parse_money_call, parse_operation_ref
 from interlock.clock import now_ms
 from interlock.errors import InvalidInput
 from interlock.failpoints import failpoint
@@ -34,7 +34,6 @@ from interlock.task import TASK_META_KEY, TASK_SIG_META_KEY
 
 logger = logging.getLogger(__name__)
 
-OPERATION_REF_META_KEY = "interlock/operation_ref"
 # A gate job that failed is kept a day for the operator; a finished one only as long as its outcome.
 GATE_JOB_FAILURE_TTL_S = 86_400
 

@@ -211,6 +211,10 @@ def parse_status_query(arguments: Any) -> tuple[str | None, str | None]:
     return sik, ref
 
 
+# The `_meta` key under which the application harness, never the model, names the business operation (SPEC §4).
+OPERATION_REF_META_KEY = "interlock/operation_ref"
+
+
 def parse_operation_ref(value: Any) -> str:
     if not isinstance(value, str) or not _OPERATION_REF.match(value):
         raise InvalidInput("operation_ref must be 1-64 characters of [A-Za-z0-9_-]", field="operation_ref")
