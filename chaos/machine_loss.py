@@ -14,7 +14,8 @@ same call until the answer is definite.
 Judged: never two entities for one call, stamped or not (and every intent's chain, APPLIED ⇔ entity, nothing
 unsettled: chaos.verdict.judge; one intent per call: chaos.verdict.judge_burst); every APPLIED answer an agent was
 given before the loss is still true after it (the same entity); how many entities the restore recovered from the
-rail; the RPO (how much older the restored ledger's last commit is than A's last) and how long the restore took.
+rail; the RPO (how long before the loss the replica was last written: every commit after that is lost) and how long
+the restore took.
 """
 
 from __future__ import annotations
@@ -108,7 +109,9 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
         if not result.kill_landed:
             result.violations.append(f"KILL_NOT_LANDED: fewer than {KILL_AFTER} stamped entities in {KILL_WAIT_S}s")
             return
-        primary_last = _last_commit(machine_a.ledger_path)  # read off the dead disk for the RPO, then it is gone
+        # Read off the dead disk before it is gone: A's last commit, and when Litestream last wrote the replica.
+        primary_last = _last_commit(machine_a.ledger_path)
+        replica_at = replication.position(config, machine_a.ledger_path).replica_at_ms
         _lose_the_disk(machine_a)
         control.set_faults([])
         # The new machine's directory lives in the trial's, so it goes (or is kept) with it; A's own files are gone.
@@ -122,7 +125,10 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
         found = RECOVERED.search(restored)
         result.burst["recovered"] = int(found.group(1)) if found else None
         restored_last = int(restored_commit(machine_b.ledger_path))
-        result.burst["rpo_ms"] = max(0, primary_last - restored_last)
+        # RPO: the loss's distance from the replica's last write (the recovery point); every commit after that
+        # point is gone. The newest commit the replica holds can be older still when the ledger was idle before it.
+        result.burst["rpo_ms"] = max(0, int(loss.killed_wall_ms or 0) - int(replica_at or 0))
+        result.burst["newest_lost_ms"] = max(0, primary_last - restored_last)
         url_b = machine_b.start_ingress(tokens_file=tokens, wait=False)
         machine_b.start_actor("rail", ["rail-worker", "--wait-lease", "30"])
         for i in range(1, machine_b.gate_workers + 1):
@@ -190,6 +196,7 @@ class _MachineLoss(threading.Thread):
         super().__init__(daemon=True, name="machine-loss")
         self.stack, self.litestream, self.control, self.subjects = stack, litestream, control, set(subjects)
         self.killed_at: float | None = None
+        self.killed_wall_ms: int | None = None
         self.seen: dict[str, Any] = {}
         self.start()
 
@@ -210,6 +217,7 @@ class _MachineLoss(threading.Thread):
         if self.stack.redis is not None:
             self.stack.redis.kill()
         self.killed_at = time.monotonic()
+        self.killed_wall_ms = int(time.time() * 1000)
         self.seen["entities_at_loss"] = made
 
 
@@ -296,7 +304,9 @@ def summarise(results: list[TrialResult], *, command: str, seed: int, wall_s: fl
         f"{RAIL_HOLD_MS} ms; once {KILL_AFTER} are on the rail every process of A is SIGKILLed at one moment and A's "
         "ledger and Redis are deleted. Machine B (new directory, new Redis, new ports) restores the shard and starts "
         "it; every agent repeats its same call until the answer is definite. A double pay is any entity on the rail "
-        "beyond one per call, stamped or not. RPO: how much older the restored ledger's last commit is than A's last.",
+        "beyond one per call, stamped or not. RPO: how long before the loss Litestream last wrote the replica (the "
+        "recovery point: every commit after it is lost); newest lost: how much older the restored ledger's last commit "
+        "is than A's last (longer than the RPO when the ledger was idle before the recovery point).",
         "",
         f"- command: `{command}`",
         f"- seed: {seed}; commit: {commit}; date: {time.strftime('%Y-%m-%d')}; wall time: {wall_s / 60:.1f} min",
@@ -308,16 +318,17 @@ def summarise(results: list[TrialResult], *, command: str, seed: int, wall_s: fl
             lines.append(f"  - {tool}: {_line(mine)}")
     lines += [
         "",
-        "| tool | trial | first answers | on the rail at the loss | recovered | RPO ms | restore s | after restore | "
-        "after retry | violations |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| tool | trial | first answers | on the rail at the loss | recovered | RPO ms | newest lost ms | restore s | "
+        "after restore | after retry | violations |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in sorted(results, key=lambda r: (r.cell, r.trial)):
         seen = r.burst
-        lines.append(f"| {seen.get('tool', '-')} | {r.trial} | {r.first_answer} | {seen.get('entities_at_loss', '-')} "
-                     f"| {seen.get('recovered', '-')} | {seen.get('rpo_ms', '-')} | {seen.get('restore_s', '-')} "
-                     f"| {r.after_recovery or '-'} | {r.after_retry or '-'} | "
-                     f"{'; '.join(r.violations)[:200] or 0} |")  # fmt: skip
+        cells = [seen.get("tool", "-"), r.trial, r.first_answer, seen.get("entities_at_loss", "-"),
+                 seen.get("recovered", "-"), seen.get("rpo_ms", "-"), seen.get("newest_lost_ms", "-"),
+                 seen.get("restore_s", "-"), r.after_recovery or "-", r.after_retry or "-",
+                 "; ".join(r.violations)[:200] or 0]  # fmt: skip
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 
