@@ -251,11 +251,12 @@ def attribute(commands: list[Command], owners: dict[str, str], calls: int, secon
     return count
 
 
-def measure_redis(rig: PerfRig, calls: int) -> RedisCount:
-    """Redis commands of *calls* sequential gated refunds (one agent, one call at a time) on *rig*'s stack."""
+def measure_redis(rig: PerfRig, calls: int, agents: int = 1) -> RedisCount:
+    """Redis commands of *calls* gated refunds on *rig*'s stack, by *agents* concurrent agents (1: one call at a
+    time, every queue empty between calls: the count a test can hold to a bound)."""
     log = CommandLog(rig.stack.redis_url or "").start()
     try:
-        run_agents(rig, "gated", 1, calls)
+        run_agents(rig, "gated", agents, calls)
     finally:
         commands = log.stop()
     owners = _port_owners({**rig.pids(), "bench": os.getpid()})

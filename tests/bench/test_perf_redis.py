@@ -10,7 +10,7 @@ from bench.perf_redis import BACKGROUND, BENCH_ONLY, Command, attribute, hop_of,
 from bench.perf_rig import PerfRig, run_agents
 
 # What one sequential gated refund costs, every hop summed (the target is 20).
-MAX_COMMANDS_PER_CALL = 67
+MAX_COMMANDS_PER_CALL = 17
 
 
 def _c(client: str, *argv: str) -> Command:
