@@ -32,6 +32,8 @@ BENCH_ONLY = "bench only"
 _STOP = "interlock-bench-monitor-stop"
 _JOB_FETCH = frozenset({"HGETALL", "HMGET", "HGET"})
 _DEQUEUE = frozenset({"BLMOVE", "BRPOPLPUSH", "BLPOP"})
+# A connection's own set-up and a script's loading: once per connection or process, not per call.
+_CONNECTION = frozenset({"PING", "INFO", "CLIENT", "SUBSCRIBE", "ECHO", "SELECT", "HELLO", "SCRIPT"})
 _WORKER_KEYS = ("rq:worker:", "rq:workers", "rq:suspended", "rq:clean_registries:", "rq:scheduler")
 _MAINTENANCE = ("rq:finished:", "rq:wip:", "rq:ready:", "rq:rl-keys", "rq:scheduled:", "rq:deferred:",
                 "rq:canceled:", "rq:started:")
@@ -104,7 +106,7 @@ def hop_of(process: str, command: Command, in_transaction: bool) -> str:
         return BENCH_ONLY
     if name in _DEQUEUE and not key.startswith("interlock:outcome:"):
         return BACKGROUND
-    if key.startswith(_WORKER_KEYS) or name in ("PING", "INFO", "CLIENT", "SUBSCRIBE", "ECHO", "SELECT", "HELLO"):
+    if key.startswith(_WORKER_KEYS) or name in _CONNECTION:
         return BACKGROUND
     if actor == "reconciler" or key.startswith(_MAINTENANCE):
         return BACKGROUND  # its sweep and RQ's registry maintenance run on a timer, not per call
