@@ -199,7 +199,9 @@ def _cpu_section(report: PerfReport) -> list[str]:
         "",
         "User + system CPU each process spent during one throughput run, divided by its calls (`/proc/<pid>/stat`; "
         "the bench's own process runs the agents). With every hop ready at once the machine cannot move more "
-        f"than {cpus} × 1000 / (total CPU ms per call) calls per second, whatever the design.",
+        f"than {cpus} × 1000 / (total CPU ms per call) calls per second, whatever the design. The summary's own CPU "
+        "per call is the gated 0 ms x8 column without the agents, the sandbox and the MCP front (Interlock's "
+        "processes and its Redis), against the whole of the direct column.",
         "",
         "| process | " + " | ".join(s.label for s in report.cpu) + " |",
         "|---|" + "---|" * len(report.cpu),
