@@ -91,6 +91,8 @@ def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, resul
 @click.option("--definite-faults", default="ambiguous_504,slow,dup_response", show_default=True,
               help="sandbox faults for time to definite ('' to skip)")  # fmt: skip
 @click.option("--definite-calls", type=int, default=8, show_default=True, help="ambiguous refunds per fault")
+@click.option("--redis-calls", type=int, default=50, show_default=True,
+              help="sequential gated calls whose Redis commands are counted (0 to skip)")  # fmt: skip
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path), help="data directory (default: a temp dir)")
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), default=RESULTS, show_default=True)
 @click.option("--no-write", is_flag=True, help="print the tables; leave RESULTS.md and the plot alone")
@@ -106,7 +108,8 @@ def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, resul
 @click.option("--forged", type=int, default=20, show_default=True, help="with --webhooks: forged deliveries to post")
 def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str, calls_per_agent: int,
                  gate_counts: str, e2e_gate_workers: int, decisions: int, rail_concurrency: str, rail_rounds: int,
-                 rails: str, definite_faults: str, definite_calls: int, work: Path | None, results: Path,
+                 rails: str, definite_faults: str, definite_calls: int, redis_calls: int, work: Path | None,
+                 results: Path,
                  no_write: bool, shard_counts: str, shard_rail_concurrency: str, shard_clients: int,
                  shard_calls: int, webhook_calls: int, forged: int) -> None:  # fmt: skip
     """Direct vs gated latency and throughput, the per-hop breakdown, time to definite, the rail worker alone;
@@ -126,7 +129,8 @@ def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str,
                         calls_per_agent=calls_per_agent, gate_workers=_ints(gate_counts),
                         e2e_gate_workers=e2e_gate_workers, decisions=decisions,
                         rail_concurrency=_ints(rail_concurrency), rail_rounds=rail_rounds, rails=_names(rails),
-                        definite_faults=_names(definite_faults), definite_calls=definite_calls)  # fmt: skip
+                        definite_faults=_names(definite_faults), definite_calls=definite_calls,
+                        redis_calls=redis_calls)  # fmt: skip
     base = work or Path(tempfile.mkdtemp(prefix="interlock-perf-"))
     started = time.monotonic()
     report = run_perf(config, base, echo=click.echo)
@@ -134,7 +138,8 @@ def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str,
                "--calls-per-agent": calls_per_agent, "--gate-workers": gate_counts,
                "--e2e-gate-workers": e2e_gate_workers, "--decisions": decisions,
                "--rail-concurrency": rail_concurrency, "--rail-rounds": rail_rounds, "--rails": rails,
-               "--definite-faults": definite_faults, "--definite-calls": definite_calls}  # fmt: skip
+               "--definite-faults": definite_faults, "--definite-calls": definite_calls,
+               "--redis-calls": redis_calls}  # fmt: skip
     command = "interlock bench perf " + " ".join(f"{name} {value if value != '' else repr('')}"
                                                  for name, value in options.items())  # fmt: skip
     image = None if no_write else plot(report, REPO / PERF_PLOT)

@@ -2,7 +2,10 @@
 
 * added latency per money call (p50/p99), sequential, at 0 ms and at a configurable rail latency (the
   sandbox's `slow` fault at rate 1 with scope `all`, so reads are as slow as money calls);
-* end-to-end throughput with C concurrent agents, gated and direct side by side, at both latencies;
+* end-to-end throughput with C concurrent agents, gated and direct side by side, at both latencies; "direct"
+  twice: the REST client, and an MCP client of the sandbox's MCP front in its razorpay-mcp-server profile
+  (direct-MCP: what users run without Interlock);
+* Redis commands per money call, by hop, from Redis's own MONITOR on the quiet stack (bench.perf_redis);
 * the per-hop breakdown of gated calls, from the trace each call carries (bench.perf_trace);
 * time to definite after an ambiguous refund, per fault (bench.perf_ttd);
 * gate decisions per second with 1, 2 and 4 gate workers (the rail worker stopped: proposals in on
@@ -27,7 +30,8 @@ from bench.env import AGENT
 from bench.metrics import percentile
 from bench.perf_cpu import CpuSample
 from bench.perf_rail import RAILS, RailAloneSample, run_rail_alone
-from bench.perf_rig import MERCHANT, PERF_ENV, PERF_MANDATE, PerfRig, joined_traces, run_agents
+from bench.perf_redis import RedisCount, measure_redis
+from bench.perf_rig import MERCHANT, MODES, PERF_ENV, PERF_MANDATE, PerfRig, joined_traces, run_agents
 from bench.perf_trace import Definite, HopStat, breakdown
 from bench.perf_ttd import FAULTS, measure_definite
 from deploy.stack import wait_for
@@ -57,6 +61,7 @@ class PerfConfig:
     rails: tuple[str, ...] = RAILS
     definite_faults: tuple[str, ...] = FAULTS
     definite_calls: int = 8  # ambiguous refunds per fault, made concurrently
+    redis_calls: int = 50  # sequential gated calls under MONITOR (0: not measured)
 
 
 @dataclass
@@ -101,6 +106,7 @@ class PerfReport:
     definite: list[Definite] = field(default_factory=list)
     rail_alone: list[RailAloneSample] = field(default_factory=list)
     cpu: list[CpuSample] = field(default_factory=list)  # CPU per call by process, direct and gated
+    redis: RedisCount | None = None  # Redis commands per money call, by hop
 
 
 def sqlite_commit_floor(directory: Path, commits: int = 200) -> list[float]:
@@ -164,18 +170,18 @@ def measure_decisions(rig: PerfRig, workers: int, proposals: int, payments: list
 def _latency_and_throughput(rig: PerfRig, config: PerfConfig, report: PerfReport, echo: Callable[[str], None]) -> None:
     for rail_ms, calls in ((0, config.calls), (config.latency_ms, config.slow_calls)):
         rig.rail_latency(rail_ms)
-        for mode in ("direct", "gated"):
+        for mode in MODES:
             rig.take_traces()
             results, _, _ = run_agents(rig, mode, 1, calls)
             sample = LatencySample(mode, rail_ms, [c.ms for c in results], sum(not c.ok for c in results))
             report.latency.append(sample)
             if mode == "gated":
                 report.hops[f"{rail_ms} ms rail, 1 agent"] = breakdown(joined_traces(results, rig.take_traces()))
-            echo(f"latency {mode:<6} rail {rail_ms:>4} ms: p50 {sample.p50:.1f} p99 {sample.p99:.1f} ms")
+            echo(f"latency {mode:<10} rail {rail_ms:>4} ms: p50 {sample.p50:.1f} p99 {sample.p99:.1f} ms")
         floor = config.throughput_calls if rail_ms == 0 else config.slow_throughput_calls
         for agents in config.concurrency:
             total = max(config.calls_per_agent * agents, floor)
-            for mode in ("direct", "gated"):
+            for mode in MODES:
                 rig.take_traces()
                 hop_run = agents == HOP_AGENTS[0 if rail_ms == 0 else "slow"]
                 label = f"{mode}, {rail_ms} ms rail, {agents} agents"
@@ -187,7 +193,7 @@ def _latency_and_throughput(rig: PerfRig, config: PerfConfig, report: PerfReport
                 if mode == "gated" and hop_run:
                     traces = joined_traces(results, rig.take_traces())
                     report.hops[f"{rail_ms} ms rail, {agents} agents"] = breakdown(traces)
-                echo(f"throughput {mode:<6} rail {rail_ms:>4} ms, {agents:>2} agents: {tput.per_second:.1f}/s")
+                echo(f"throughput {mode:<10} rail {rail_ms:>4} ms, {agents:>2} agents: {tput.per_second:.1f}/s")
     rig.rail_latency(0)
 
 
@@ -200,8 +206,12 @@ def run_perf(config: PerfConfig, base: Path, *, echo: Callable[[str], None] = pr
     report.throughput_gate_workers = gate_workers
     rig = PerfRig(base, gate_workers).start()
     try:
-        for mode in ("direct", "gated"):
+        for mode in MODES:
             run_agents(rig, mode, 1, 5)  # warm-up: imports, sessions, first-connection costs
+        if config.redis_calls:
+            report.redis = measure_redis(rig, config.redis_calls)  # first: the stack is quiet, nothing queued
+            echo(f"Redis commands per money call {report.redis.per_call:.1f} "
+                 f"(background {report.redis.background_per_second:.1f}/s)")  # fmt: skip
         _latency_and_throughput(rig, config, report, echo)
         if config.definite_faults:
             report.definite = measure_definite(rig, config.definite_faults, config.definite_calls, echo)

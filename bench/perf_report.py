@@ -39,9 +39,9 @@ def _throughput(report: PerfReport) -> dict[tuple[str, int, int], ThroughputSamp
     return {(t.mode, t.rail_ms, t.agents): t for t in report.throughput}
 
 
-def _tput_ratio(report: PerfReport, rail_ms: int, agents: int) -> float | None:
+def _tput_ratio(report: PerfReport, rail_ms: int, agents: int, base: str = "direct") -> float | None:
     tput = _throughput(report)
-    d, g = tput.get(("direct", rail_ms, agents)), tput.get(("gated", rail_ms, agents))
+    d, g = tput.get((base, rail_ms, agents)), tput.get(("gated", rail_ms, agents))
     return g.per_second / d.per_second if d is not None and g is not None and d.per_second else None
 
 
@@ -49,16 +49,49 @@ def _best_rail_alone(report: PerfReport) -> RailAloneSample | None:
     return max(report.rail_alone, key=lambda s: s.per_second, default=None)
 
 
+# Processes that are not Interlock: the agents (the bench), the rail and the direct-MCP agents' server.
+NOT_INTERLOCK = frozenset({BENCH, "sandbox", "mcp-front"})
+
+
+def own_cpu(report: PerfReport) -> tuple[float, float] | None:
+    """Interlock's own CPU ms per gated call (0 ms rail, 8 agents: every process but the agents and the rail) and its
+    ratio to a direct REST call's whole CPU (the agents and the rail) in the same run."""
+    by = {s.label: s for s in report.cpu}
+    gated, direct = by.get("gated, 0 ms rail, 8 agents"), by.get("direct, 0 ms rail, 8 agents")
+    if gated is None or direct is None or not direct.total_ms:
+        return None
+    own = sum(ms for name, ms in gated.ms_per_call.items() if name not in NOT_INTERLOCK)
+    return own, own / direct.total_ms
+
+
+def _ceiling_pct(report: PerfReport) -> tuple[float | None, int]:
+    """The rail worker alone at its highest concurrency: the best rail's rate as a share of what that concurrency
+    allows (concurrency x 1000 / latency)."""
+    if not report.rail_alone or not report.config.latency_ms:
+        return None, max(report.config.rail_concurrency, default=256)
+    top = max(s.concurrency for s in report.rail_alone)
+    best = max((s for s in report.rail_alone if s.concurrency == top), key=lambda s: s.per_second)
+    return 100 * best.per_second / (top * 1000 / report.config.latency_ms), top
+
+
 def summary(report: PerfReport) -> str:
     lat = _latency(report)
-    d0, g0 = lat.get(("direct", 0)), lat.get(("gated", 0))
+    d0, g0, m0 = lat.get(("direct", 0)), lat.get(("gated", 0)), lat.get(("direct-mcp", 0))
     best = _best_rail_alone(report)
     ttd = next((s for s in definite_stats(report.definite) if s.fault == HEADLINE_FAULT and s.definite), None)
     slow = report.config.latency_ms
+    cpu = own_cpu(report)
+    pct, top = _ceiling_pct(report)
     return summary_line(added_p50_ms=g0.p50 - d0.p50 if d0 and g0 else None,
                         ratio_0ms_x8=_tput_ratio(report, 0, 8), ratio_slow_x32=_tput_ratio(report, slow, 32),
                         rail_alone_per_s=best.per_second if best else None, slow_ms=slow,
-                        definite_p50_ms=ttd.p50_ms if ttd else None)  # fmt: skip
+                        definite_p50_ms=ttd.p50_ms if ttd else None,
+                        mcp_ratio_0ms_x8=_tput_ratio(report, 0, 8, "direct-mcp"),
+                        mcp_ratio_slow_x32=_tput_ratio(report, slow, 32, "direct-mcp"),
+                        mcp_latency_ratio_0ms=g0.p50 / m0.p50 if g0 and m0 and m0.p50 else None,
+                        own_cpu_ms=cpu[0] if cpu else None, own_cpu_ratio=cpu[1] if cpu else None,
+                        redis_per_call=report.redis.per_call if report.redis else None,
+                        rail_alone_ceiling_pct=pct, ceiling_concurrency=top)  # fmt: skip
 
 
 def render(report: PerfReport, *, command: str, plot: Path | None) -> str:
@@ -85,6 +118,7 @@ def render(report: PerfReport, *, command: str, plot: Path | None) -> str:
         f"({len(report.sqlite_commit_ms)} commits)." if floor else "Physical floor: not measured.",
     ]
     lines += _latency_section(report) + _throughput_section(report) + _cpu_section(report) + _hop_section(report)
+    lines += _redis_section(report)
     lines += _definite_section(report) + _rail_alone_section(report) + _gates_section(report)
     if plot is not None:
         lines += ["", f"![performance bench]({plot.as_posix()})"]
@@ -101,19 +135,21 @@ def _latency_section(report: PerfReport) -> list[str]:
         "sandbox's `slow` fault (rate 1, scope all: reads and money calls alike), so a gated call pays two rail "
         "round trips (the gate's payment read and the refund).",
         "",
-        "| rail latency | calls | direct p50 / p99 ms | gated p50 / p99 ms | added p50 / p99 ms "
-        "| gated / direct (p50) |",
-        "|---|---|---|---|---|---|",
+        "| rail latency | calls | direct p50 / p99 ms | direct-MCP p50 / p99 ms | gated p50 / p99 ms "
+        "| added p50 / p99 ms | gated / direct (p50) | gated / direct-MCP (p50) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     lat = _latency(report)
     for rail_ms in sorted({s.rail_ms for s in report.latency}):
-        d, g = lat.get(("direct", rail_ms)), lat.get(("gated", rail_ms))
+        d, g, m = lat.get(("direct", rail_ms)), lat.get(("gated", rail_ms)), lat.get(("direct-mcp", rail_ms))
         if d is None or g is None:
             continue
-        fails = f" ({d.failures}/{g.failures} failed)" if d.failures or g.failures else ""
-        lines.append(f"| {rail_ms} ms | {len(g.latencies_ms)}{fails} | {d.p50:.1f} / {d.p99:.1f} "
+        failed = [s.failures for s in (d, m, g) if s is not None]
+        fails = f" ({'/'.join(map(str, failed))} failed)" if any(failed) else ""
+        mcp = f"{m.p50:.1f} / {m.p99:.1f}" if m else "-"
+        lines.append(f"| {rail_ms} ms | {len(g.latencies_ms)}{fails} | {d.p50:.1f} / {d.p99:.1f} | {mcp} "
                      f"| {g.p50:.1f} / {g.p99:.1f} | {g.p50 - d.p50:+.1f} / {g.p99 - d.p99:+.1f} "
-                     f"| {_ratio(g.p50, d.p50)} |")  # fmt: skip
+                     f"| {_ratio(g.p50, d.p50)} | {_ratio(g.p50, m.p50) if m else '-'} |")  # fmt: skip
     return lines
 
 
@@ -123,18 +159,21 @@ def _throughput_section(report: PerfReport) -> list[str]:
         f"### End-to-end throughput (C concurrent agents, 1 rail worker, {report.throughput_gate_workers} gate "
         "workers)",
         "",
-        "| rail latency | agents | calls | direct /s | gated /s | gated / direct |",
-        "|---|---|---|---|---|---|",
+        "| rail latency | agents | calls | direct /s | direct-MCP /s | gated /s | gated / direct "
+        "| gated / direct-MCP |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     tput = _throughput(report)
     for rail_ms in sorted({t.rail_ms for t in report.throughput}):
         for agents in report.config.concurrency:
             d, g = tput.get(("direct", rail_ms, agents)), tput.get(("gated", rail_ms, agents))
+            m = tput.get(("direct-mcp", rail_ms, agents))
             if d is None or g is None:
                 continue
             short = f" ({g.calls - g.applied} not applied)" if g.applied < g.calls else ""
-            lines.append(f"| {rail_ms} ms | {agents} | {g.calls}{short} | {d.per_second:.1f} | "
-                         f"{g.per_second:.1f} | {_ratio(g.per_second, d.per_second)} |")  # fmt: skip
+            mcp, vs_mcp = (f"{m.per_second:.1f}", _ratio(g.per_second, m.per_second)) if m else ("-", "-")
+            lines.append(f"| {rail_ms} ms | {agents} | {g.calls}{short} | {d.per_second:.1f} | {mcp} | "
+                         f"{g.per_second:.1f} | {_ratio(g.per_second, d.per_second)} | {vs_mcp} |")  # fmt: skip
     lat = _latency(report)
     bounds = []
     for rail_ms in sorted({t.rail_ms for t in report.throughput}):
@@ -160,7 +199,9 @@ def _cpu_section(report: PerfReport) -> list[str]:
         "",
         "User + system CPU each process spent during one throughput run, divided by its calls (`/proc/<pid>/stat`; "
         "the bench's own process runs the agents). With every hop ready at once the machine cannot move more "
-        f"than {cpus} × 1000 / (total CPU ms per call) calls per second, whatever the design.",
+        f"than {cpus} × 1000 / (total CPU ms per call) calls per second, whatever the design. The summary's own CPU "
+        "per call is the gated 0 ms x8 column without the agents, the sandbox and the MCP front (Interlock's "
+        "processes and its Redis), against the whole of the direct column.",
         "",
         "| process | " + " | ".join(s.label for s in report.cpu) + " |",
         "|---|" + "---|" * len(report.cpu),
@@ -203,6 +244,35 @@ def _hop_section(report: PerfReport) -> list[str]:
     for name in labels:
         top = sorted(report.hops[name], key=lambda h: h.p50_ms, reverse=True)[:3]
         lines += ["", f"Largest hops, {name} (p50): " + "; ".join(f"{h.label} {h.p50_ms:.2f} ms" for h in top) + "."]
+    return lines
+
+
+def _redis_section(report: PerfReport) -> list[str]:
+    count = report.redis
+    if count is None:
+        return []
+    lines = [
+        "",
+        f"### Redis commands per money call, by hop ({count.calls} sequential gated refunds, quiet stack)",
+        "",
+        "Every command Redis executed (MONITOR), charged to the process that owns the client socket and, by the keys "
+        "it names, to a hop; a script's own commands count, charged to the script's caller. Not per call, and "
+        "shown apart as commands per second: workers' heartbeats and suspension checks (at most once a second), "
+        "blocking dequeues that waited out their timeout on an idle queue, the reconciler's loop and RQ's registry "
+        "maintenance. The bench's own trace list (INTERLOCK_TRACE) is not counted.",
+        "",
+        "| hop | per call | commands per call |",
+        "|---|---|---|",
+    ]
+    for hop in sorted(count.hops, key=lambda h: (h == "bench only", h)):
+        commands = count.hops[hop]
+        detail = ", ".join(f"{n / count.calls:.2f} `{pattern}`" for pattern, n in commands.most_common())
+        name = f"{hop} (not counted)" if hop == "bench only" else hop
+        lines.append(f"| {name} | {count.hop_total(hop) / count.calls:.2f} | {detail} |")
+    lines.append(f"| **total** | **{count.per_call:.2f}** | |")
+    background = ", ".join(f"{n / count.seconds:.1f} `{name}`" for name, n in count.background.most_common(8))
+    lines += ["", f"Background over the {count.seconds:.1f} s: {count.background_per_second:.1f} commands/s "
+              f"({background}{', ...' if len(count.background) > 8 else ''})."]  # fmt: skip
     return lines
 
 

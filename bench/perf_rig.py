@@ -2,8 +2,10 @@
 
 One stack (sandbox, Redis, gate workers, one rail worker, reconciler, HTTP ingress — each its own process)
 with the bench's mandate and INTERLOCK_TRACE set, so the ingress keeps every call's per-hop trace on
-`queues.trace_key()`. Direct agents call the sandbox with the REST client; gated agents are real MCP
-clients. A gated call's trace is joined to the agent's own send/receive stamps by its SIK.
+`queues.trace_key()`. Direct agents call the sandbox with the REST client; direct-MCP agents are real MCP
+clients of the sandbox's MCP front in its razorpay-mcp-server profile (what a user runs without Interlock: the
+same MCP SDK, the same tool, one process between the agent and the rail); gated agents are real MCP clients
+of the ingress. A gated call's trace is joined to the agent's own send/receive stamps by its SIK.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ import redis
 from bench.env import AGENT, TOKEN, mandate_data, write_mandate
 from bench.perf_cpu import CpuMeter, CpuSample
 from deploy.agent_client import SandboxControl, mcp_client, structured
-from deploy.stack import Stack
+from deploy.stack import Stack, read_json, wait_for
 from ingress.tokens import token_sha256
 from interlock.messages import trace_now
 from interlock.queues import TRACE_ENV, trace_key
@@ -62,6 +64,7 @@ class PerfRig:
         self.stack = Stack(base / "stack", env={**PERF_ENV, TRACE_ENV: "1"}, gate_workers=gate_workers)
         self._next = 0
         self.url = ""
+        self.front_url = ""  # the sandbox's MCP front, razorpay-mcp-server profile: the direct-MCP agents' server
         self.control: SandboxControl | None = None
 
     def start(self) -> PerfRig:
@@ -76,8 +79,13 @@ class PerfRig:
         tokens.write_text(f"agents:\n  {AGENT}: {{token_sha256: {token_sha256(TOKEN)}}}\n", encoding="utf-8")
         stack.env["INTERLOCK_MANDATE"] = str(mandate)
         self.url = stack.start_ingress(tokens_file=tokens, wait=False)
+        ready = stack.data_dir / "front.ready.json"
+        front = stack.start_actor("mcp-front", ["sandbox", "--mcp", "--mcp-profile", "razorpay-mcp-server", "--port",
+                                                "0", "--rail-url", rail_url, "--ready-file", str(ready)])  # fmt: skip
         stack.start_engine()
         stack.wait_for_ingress()
+        self.front_url = str(wait_for(lambda: read_json(ready), timeout=60, what="the sandbox MCP front",
+                                      actor=front)["url"])  # fmt: skip
         return self
 
     def pids(self) -> dict[str, int]:
@@ -224,6 +232,32 @@ async def _gated_agents(rig: PerfRig, payments: list[list[str]], window: Window)
     return results
 
 
+async def _direct_mcp_agents(rig: PerfRig, payments: list[list[str]], window: Window) -> list[Call]:
+    """The same refunds through razorpay-mcp-server's contract, served by the sandbox's MCP front: a result is the
+    rail's entity as JSON text, a failure an isError text."""
+    results: list[Call] = []
+
+    async def agent(mine: list[str]) -> None:
+        async with mcp_client(rig.front_url, TOKEN, timeout_s=120) as client:
+            await window.ready()
+            try:
+                for pid in mine:
+                    started = time.perf_counter()
+                    result = await client.call_tool("create_refund", {"payment_id": pid, "amount": REFUND})
+                    ms = (time.perf_counter() - started) * 1000
+                    ok = not getattr(result, "is_error", False) and bool(structured(result).get("id"))
+                    results.append(Call(ok, ms, "APPLIED" if ok else None))
+            finally:
+                window.done()
+
+    await asyncio.gather(*(agent(mine) for mine in payments))
+    return results
+
+
+RUNNERS = {"direct": _direct_agents, "direct-mcp": _direct_mcp_agents, "gated": _gated_agents}
+MODES = tuple(RUNNERS)  # direct (REST), direct-MCP (razorpay-mcp-server profile), gated (Interlock)
+
+
 def split(ids: list[str], agents: int) -> list[list[str]]:
     return [ids[i::agents] for i in range(agents)]
 
@@ -233,7 +267,7 @@ def run_agents(rig: PerfRig, mode: str, agents: int, calls: int,
     """*calls* refunds on fresh payments by *agents* concurrent agents; returns the calls, the seconds from every
     agent connected to the last answer and, with *cpu_label*, the CPU every process spent per call meanwhile."""
     payments = split(rig.payments(calls), agents)
-    runner = _gated_agents if mode == "gated" else _direct_agents
+    runner = RUNNERS[mode]
     meter = CpuMeter(rig.pids, cpu_label, calls) if cpu_label is not None else None
     window = Window(len(payments), meter)
     results = asyncio.run(runner(rig, payments, window))

@@ -117,12 +117,22 @@ DEFINITE_STATES = frozenset({"APPLIED", "BLOCKED", "FAILED_TERMINAL", "HELD", "Q
 
 
 def summary_line(*, added_p50_ms: float | None, ratio_0ms_x8: float | None, ratio_slow_x32: float | None,
-                 rail_alone_per_s: float | None, slow_ms: int, definite_p50_ms: float | None) -> str:  # fmt: skip
-    """The one line issue 14 asks for, printed and written into RESULTS.md alone on its line ("n/a" for a
+                 rail_alone_per_s: float | None, slow_ms: int, definite_p50_ms: float | None,
+                 mcp_ratio_0ms_x8: float | None = None, mcp_ratio_slow_x32: float | None = None,
+                 mcp_latency_ratio_0ms: float | None = None, own_cpu_ms: float | None = None,
+                 own_cpu_ratio: float | None = None, redis_per_call: float | None = None,
+                 rail_alone_ceiling_pct: float | None = None, ceiling_concurrency: int = 256) -> str:  # fmt: skip
+    """The one line issues 14 and 31 ask for, printed and written into RESULTS.md alone on its line ("n/a" for a
     number the run did not measure)."""
     return (f"perf: added p50 {_num(added_p50_ms, '.1f')} ms at 0 ms rail; gated/direct throughput "
             f"{_num(ratio_0ms_x8, '.2f')} at 0 ms x8 agents, {_num(ratio_slow_x32, '.2f')} at {slow_ms} ms x32 agents; "
-            f"rail worker alone {_num(rail_alone_per_s, '.0f')} calls/s at {slow_ms} ms rail; "
+            f"gated/direct-MCP throughput {_num(mcp_ratio_0ms_x8, '.2f')} at 0 ms x8 agents, "
+            f"{_num(mcp_ratio_slow_x32, '.2f')} at {slow_ms} ms x32 agents; "
+            f"gated/direct-MCP latency p50 {_num(mcp_latency_ratio_0ms, '.2f')} at 0 ms rail; "
+            f"own CPU per call {_num(own_cpu_ms, '.2f')} ms ({_num(own_cpu_ratio, '.1f')} x a direct call); "
+            f"Redis commands per call {_num(redis_per_call, '.1f')}; "
+            f"rail worker alone {_num(rail_alone_per_s, '.0f')} calls/s at {slow_ms} ms rail "
+            f"({_num(rail_alone_ceiling_pct, '.0f')}% of its ceiling at concurrency {ceiling_concurrency}); "
             f"time-to-definite p50 {_num(definite_p50_ms, '.0f')} ms")  # fmt: skip
 
 

@@ -30,6 +30,7 @@ from interlock.errors import LedgerError, MisroutedCall
 from interlock.failpoints import failpoint
 from interlock.mandate import Mandate, MandateStore
 from interlock.messages import Decision, IntentTerms, Proposal, Trace, trace_now
+from interlock.producer import enqueue
 from interlock.queues import ADMIT_JOB, rail_queue, rq_queue
 from interlock.redis_conn import connect
 from interlock.shards import ShardMap, load_shard_map
@@ -233,11 +234,11 @@ def judge_proposal(rt: GateRuntime, proposal_json: str) -> dict[str, Any]:
     failpoint("gate.after_resolve")
     # The ingress routed this merchant to this shard's Redis (SPEC §15): its rail worker is this shard's.
     queue = rt.rail_queue(rt.settings.shard)
-    # One pipeline, one round trip: RQ's own enqueue spends a second one registering the queue name.
-    pipe = rt.redis.pipeline()
+    # One round trip of two commands: the job's hash, then its id on the queue (interlock.producer).
+    pipe = rt.redis.pipeline(transaction=False)
     decision.trace["decision_enqueued"] = trace_now()  # serialised just below: the stamp travels with it
-    queue.enqueue(ADMIT_JOB, decision.to_json(), job_id=f"decision-{proposal.request_id}", result_ttl=600,
-                  failure_ttl=86400, pipeline=pipe)  # fmt: skip
+    enqueue(queue, ADMIT_JOB, decision.to_json(), job_id=f"decision-{proposal.request_id}", result_ttl=600,
+            failure_ttl=86400, pipeline=pipe)  # fmt: skip
     pipe.execute()
     logger.info("request %s: %s %s (%s) sik=%s", proposal.request_id, proposal.tool, decision.verdict,
                 decision.reason_code, decision.sik)  # fmt: skip

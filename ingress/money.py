@@ -29,6 +29,7 @@ from interlock.clock import now_ms
 from interlock.errors import InvalidInput
 from interlock.failpoints import failpoint
 from interlock.messages import CallerAction, Outcome, Proposal, Trace, trace_now
+from interlock.producer import enqueue
 from interlock.queues import GATE_JOB, OUTCOME_TTL_S, TRACE_MAX_LEN, trace_key
 from interlock.task import TASK_META_KEY, TASK_SIG_META_KEY
 
@@ -119,17 +120,11 @@ def proposal_job_id(request_id: str) -> str:
 
 
 def _enqueue(route: ShardRoute, proposal: Proposal) -> None:
-    # One pipeline, one round trip: RQ's own enqueue spends a second one registering the queue name.
-    pipe = route.queue_redis.pipeline()
+    # One round trip of two commands: the job's hash, then its id on the queue (interlock.producer).
+    pipe = route.queue_redis.pipeline(transaction=False)
     proposal.trace["enqueued"] = trace_now()  # the message is serialised below: the stamp travels with it
-    route.gates_queue().enqueue(
-        GATE_JOB,
-        proposal.to_json(),
-        job_id=proposal_job_id(proposal.request_id),
-        result_ttl=OUTCOME_TTL_S,
-        failure_ttl=GATE_JOB_FAILURE_TTL_S,
-        pipeline=pipe,
-    )
+    enqueue(route.gates_queue(), GATE_JOB, proposal.to_json(), job_id=proposal_job_id(proposal.request_id),
+            result_ttl=OUTCOME_TTL_S, failure_ttl=GATE_JOB_FAILURE_TTL_S, pipeline=pipe)  # fmt: skip
     pipe.execute()
 
 

@@ -7,11 +7,15 @@ What changes is the bookkeeping around one job. RQ's SimpleWorker spends about 2
 (an Execution record, the started registry, a job heartbeat, a results stream, the finished registry):
 3–4.4 ms, more than the work of admitting a Decision. Here:
 
-* a job's end is written once: its status, the worker that ran it, when it ended, its expiry, and its
-  removal from the intermediate list (a failure also goes to RQ's failed registry and its traceback to
-  RQ's results) — jobs run inline from one prefetched batch share one pipeline, written before the
-  worker next waits on Redis;
-* with *prefetch* above 1, a dequeue that found a job takes up to prefetch − 1 more in one pipeline;
+* a job's end is written once, in three commands: its status, the worker that ran it and when it ended
+  (one HSET), its expiry, and its removal from the intermediate list (a failure also goes to RQ's failed
+  registry and its traceback to RQ's results) — jobs run inline from one prefetched batch share one
+  pipeline, written before the worker next waits on Redis;
+* with *prefetch* above 1, a dequeue that found a job waiting takes up to prefetch − 1 more in one script
+  that stops at the first empty pop; a dequeue that had to wait for its job does not look for more (the
+  queue was empty a moment ago: looking would cost two commands a job at low load, for nothing);
+* the queues' names are added to RQ's set of queues once, when the worker starts (interlock.producer
+  no longer does it per message);
 * the worker's own heartbeat, its state (idle / busy) and the suspension flag are written and read at
   most once per second, not once per job;
 * an idle worker's blocking dequeue waits IDLE_WAIT_S at a time, not RQ's 405 s, so that a SIGTERM is acted
@@ -48,6 +52,19 @@ logger = logging.getLogger(__name__)
 DEFAULT_RESULT_TTL_S = 500  # RQ's own default, for jobs enqueued without one
 LAZY_S = 1.0  # the worker's heartbeat, state and suspension check: at most this often
 IDLE_WAIT_S = 1  # the longest one blocking dequeue waits in Redis for a job (whole seconds: RQ's type)
+# A dequeue that took longer than this waited for its job: the queue was empty, so no prefetch follows it.
+WAITED_S = 0.005
+# Up to ARGV[1] more ids from the queue (KEYS[1]) to its intermediate list (KEYS[2]), as RQ's own dequeue moves
+# them; stops at the first empty pop, so an empty queue costs one LMOVE, not prefetch − 1.
+_TAKE_MORE = """
+local ids = {}
+for _ = 1, tonumber(ARGV[1]) do
+  local id = redis.call('LMOVE', KEYS[1], KEYS[2], 'LEFT', 'RIGHT')
+  if not id then break end
+  ids[#ids + 1] = id
+end
+return ids
+"""
 _PER_JOB_STATES = (WorkerStatus.IDLE, WorkerStatus.BUSY)
 
 
@@ -65,6 +82,12 @@ class LeanWorker(SimpleWorker):
         self._taken: deque[tuple[Job, Queue]] = deque()
         self._ended: list[tuple[Job, Queue, str | None]] = []  # inline jobs whose end is not written yet
         self._beat_at = self._state_at = self._suspension_at = float("-inf")
+        self._take_more_script = self.connection.register_script(_TAKE_MORE)
+
+    def register_birth(self) -> None:
+        super().register_birth()
+        # What RQ's enqueue does per message (`rq info` lists queues from this set): here once, per worker.
+        self.connection.sadd(Queue.redis_queues_keys, *(queue.key for queue in self.queues))
 
     def subscribe(self) -> None:
         """RQ's command channel (stop-job, kill-horse), read IDLE_WAIT_S at a time instead of RQ's 60 s. redis-py 8's
@@ -105,22 +128,23 @@ class LeanWorker(SimpleWorker):
         self.set_state(WorkerStatus.IDLE)
         if self._stop_requested:
             raise StopRequested()
+        started = time.monotonic()
         result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-        if result is not None and self.prefetch > 1:
+        if result is not None and self.prefetch > 1 and time.monotonic() - started < WAITED_S:
             self._taken.extend(self._take_more(result[1], self.prefetch - 1))
         return result
 
     def _take_more(self, queue: Queue, count: int) -> list[tuple[Job, Queue]]:
         """Up to *count* more jobs of *queue*, without blocking: moved to its intermediate list as RQ's own
         dequeue moves them (Redis 6.2+), or popped on an older server, where RQ pops too."""
-        moves = get_version(self.connection) >= (6, 2, 0)
-        with self.connection.pipeline(transaction=False) as pipe:
-            for _ in range(count):
-                if moves:
-                    pipe.lmove(queue.key, queue.intermediate_queue_key)
-                else:
+        if get_version(self.connection) >= (6, 2, 0):
+            taken = self._take_more_script(keys=[queue.key, queue.intermediate_queue_key], args=[count])
+        else:
+            with self.connection.pipeline(transaction=False) as pipe:
+                for _ in range(count):
                     pipe.lpop(queue.key)
-            ids = [as_text(job_id) for job_id in pipe.execute() if job_id is not None]
+                taken = pipe.execute()
+        ids = [as_text(job_id) for job_id in taken if job_id is not None]
         if not ids:
             return []
         jobs = Job.fetch_many(ids, connection=self.connection, serializer=self.serializer)
@@ -185,17 +209,19 @@ class LeanWorker(SimpleWorker):
 
     def _write_end(self, ended: list[tuple[Job, Queue, str | None]]) -> None:
         try:
-            with self.connection.pipeline() as pipe:
+            # Not a transaction: each job's end is bookkeeping (ADR 0007), so one half-written is harmless.
+            with self.connection.pipeline(transaction=False) as pipe:
                 for job, queue, failure in ended:
-                    pipe.hset(job.key, mapping={"worker_name": self.name, "ended_at": utcformat(now())})
+                    ended_by: dict[Any, Any] = {"worker_name": self.name, "ended_at": utcformat(now())}
                     if failure is None:
-                        pipe.hset(job.key, "status", JobStatus.FINISHED.value)
+                        pipe.hset(job.key, mapping={**ended_by, "status": JobStatus.FINISHED.value})
                         ttl = job.result_ttl if job.result_ttl is not None else DEFAULT_RESULT_TTL_S
                         if ttl > 0:
                             pipe.expire(job.key, ttl)
                         elif ttl == 0:
                             pipe.delete(job.key)
                     else:
+                        pipe.hset(job.key, mapping=ended_by)
                         ttl = job.failure_ttl if job.failure_ttl is not None else DEFAULT_FAILURE_TTL
                         job.set_status(JobStatus.FAILED, pipeline=pipe)
                         queue.failed_job_registry.add(job, ttl=ttl, exc_string=failure, pipeline=pipe)

@@ -16,7 +16,9 @@ def publish(client: redis.Redis, outcome: Outcome) -> None:
     if outcome.request_id is None:
         return
     key = outcome_key(outcome.request_id)
-    pipe = client.pipeline(transaction=True)
+    # One round trip, no MULTI/EXEC: the list exists before its expiry is set, and a crash between the two leaves
+    # at most one list that the ingress's BLPOP (or nobody) takes; the ledger holds the outcome either way.
+    pipe = client.pipeline(transaction=False)
     pipe.lpush(key, outcome.to_json())
     pipe.expire(key, OUTCOME_TTL_S)
     pipe.execute()

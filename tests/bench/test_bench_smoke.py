@@ -19,8 +19,11 @@ from interlock.results import write_section
 
 NUMBER = r"(?:n/a|\d+(?:\.\d+)?|-?\d+\.\d+)"
 SUMMARY = (rf"perf: added p50 {NUMBER} ms at 0 ms rail; gated/direct throughput {NUMBER} at 0 ms x8 agents, "
-           rf"{NUMBER} at \d+ ms x32 agents; rail worker alone {NUMBER} calls/s at \d+ ms rail; "
-           rf"time-to-definite p50 {NUMBER} ms")  # fmt: skip
+           rf"{NUMBER} at \d+ ms x32 agents; gated/direct-MCP throughput {NUMBER} at 0 ms x8 agents, {NUMBER} at "
+           rf"\d+ ms x32 agents; gated/direct-MCP latency p50 {NUMBER} at 0 ms rail; own CPU per call {NUMBER} ms "
+           rf"\({NUMBER} x a direct call\); Redis commands per call {NUMBER}; rail worker alone {NUMBER} calls/s at "
+           rf"\d+ ms rail "
+           rf"\({NUMBER}% of its ceiling at concurrency \d+\); time-to-definite p50 {NUMBER} ms")  # fmt: skip
 
 
 def test_scenarios_in_both_modes_judged_from_the_journal(tmp_path: Path) -> None:
@@ -66,10 +69,10 @@ def test_perf_measures_every_section_end_to_end(tmp_path: Path) -> None:
     config = PerfConfig(latency_ms=50, calls=3, slow_calls=2, concurrency=(1, 2), gate_workers=(1,), decisions=8,
                         throughput_calls=4, slow_throughput_calls=2, calls_per_agent=1, rail_concurrency=(1, 4),
                         rail_rounds=1, rail_min_calls=2, rails=("sandbox", "double"),
-                        definite_faults=("ambiguous_504",), definite_calls=1)  # fmt: skip
+                        definite_faults=("ambiguous_504",), definite_calls=1, redis_calls=3)  # fmt: skip
     report = run_perf(config, tmp_path / "perf", echo=lambda _: None)
-    assert {(s.mode, s.rail_ms) for s in report.latency} == {("direct", 0), ("gated", 0), ("direct", 50),
-                                                              ("gated", 50)}  # fmt: skip
+    assert {(s.mode, s.rail_ms) for s in report.latency} == {(mode, ms) for mode in ("direct", "direct-mcp", "gated")
+                                                              for ms in (0, 50)}  # fmt: skip
     assert all(s.failures == 0 and len(s.latencies_ms) > 0 for s in report.latency)
     assert all(t.applied == t.calls for t in report.throughput), report.throughput
     assert report.decisions[1] > 0 and report.sqlite_commit_ms
@@ -89,3 +92,5 @@ def test_perf_measures_every_section_end_to_end(tmp_path: Path) -> None:
     [line] = [line for line in text.splitlines() if line.startswith("perf: ")]
     assert line == summary(report) and re.fullmatch(SUMMARY, line), line
     assert "gated / direct" in text and "decisions/s" in text and "money call round trip" in text
+    assert "gated / direct-MCP" in text and "Redis commands per money call, by hop" in text
+    assert report.redis is not None and report.redis.per_call > 0

@@ -62,12 +62,17 @@ def test_definite_stats_count_only_ambiguous_calls_and_report_what_they_ended_as
 
 def test_the_summary_line_has_the_issue_s_exact_shape() -> None:
     line = summary_line(added_p50_ms=7.04, ratio_0ms_x8=0.5, ratio_slow_x32=0.812, rail_alone_per_s=301.4, slow_ms=200,
-                        definite_p50_ms=2080.4)  # fmt: skip
+                        definite_p50_ms=2080.4, mcp_ratio_0ms_x8=0.61, mcp_ratio_slow_x32=0.47,
+                        mcp_latency_ratio_0ms=1.84, own_cpu_ms=4.5, own_cpu_ratio=3.6, redis_per_call=17.0,
+                        rail_alone_ceiling_pct=81.2)  # fmt: skip
     assert line == ("perf: added p50 7.0 ms at 0 ms rail; gated/direct throughput 0.50 at 0 ms x8 agents, 0.81 at "
-                    "200 ms x32 agents; rail worker alone 301 calls/s at 200 ms rail; time-to-definite p50 2080 ms")
+                    "200 ms x32 agents; gated/direct-MCP throughput 0.61 at 0 ms x8 agents, 0.47 at 200 ms x32 agents; "
+                    "gated/direct-MCP latency p50 1.84 at 0 ms rail; own CPU per call 4.50 ms (3.6 x a direct call); "
+                    "Redis commands per call 17.0; rail worker alone 301 calls/s at 200 ms rail (81% of its ceiling "
+                    "at concurrency 256); time-to-definite p50 2080 ms")  # fmt: skip
     missing = summary_line(added_p50_ms=None, ratio_0ms_x8=None, ratio_slow_x32=None, rail_alone_per_s=None,
                            slow_ms=200, definite_p50_ms=None)  # fmt: skip
-    assert missing.count("n/a") == 5 and "\n" not in missing
+    assert missing.count("n/a") == 12 and "\n" not in missing
 
 
 def test_rail_alone_sizes_and_the_sandbox_bottleneck_verdict() -> None:

@@ -15,6 +15,7 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from deploy.redis_server import EmbeddedRedis
+from interlock import consumer
 from interlock.consumer import LeanWorker
 from interlock.queues import rq_queue
 from tests.interlock import consumer_jobs
@@ -58,10 +59,14 @@ def test_one_at_a_time_without_a_pool_taking_several_per_dequeue(redis_client: r
     assert redis_client.llen(queue.intermediate_queue_key) == 0
 
 
-def test_jobs_taken_and_not_started_go_back_on_the_queue(redis_client: redis.Redis) -> None:
+def test_jobs_taken_and_not_started_go_back_on_the_queue(redis_client: redis.Redis,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    # Jobs were waiting when the worker looked, so it takes more; however slow its first dequeue ran on this machine.
+    monkeypatch.setattr(consumer, "WAITED_S", 60.0)
     worker, queue = _worker(redis_client, "consumer-back", concurrency=1, prefetch=5)
     ids = [queue.enqueue("tests.interlock.consumer_jobs.hold", 0.01, job_id=f"back-{i}").id for i in range(5)]
     worker.work(burst=True, logging_level="WARNING", max_jobs=2)  # stops after two, three still taken
+    assert queue.count == 0, "one dequeue took all five"
     worker.drain()
     assert [_finished(redis_client, job_id) for job_id in ids] == [True, True, False, False, False]
     assert queue.get_job_ids() == ids[2:], "the untouched jobs are back, in their order"
