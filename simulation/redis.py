@@ -195,8 +195,21 @@ class SimPipeline:
         return [op() for op in ops]
 
 
+class _MadeJob:
+    """A job as `create_job` returns it: saved on its queue, delivered once its id is pushed."""
+
+    def __init__(self, queue: SimQueue, job: Job) -> None:
+        self.queue, self.job = queue, job
+        self.id = str(job.job_id)
+        self.enqueued_at: Any = None
+
+    def save(self, pipeline: SimPipeline | None = None) -> None:
+        self.queue._saved[self.id] = self.job
+
+
 class SimQueue:
-    """An RQ queue's part that the actors see: `enqueue(func, *args, job_id=..., pipeline=...)`. Consumers take
+    """An RQ queue's part that the actors see: `enqueue(func, *args, job_id=..., pipeline=...)`, or the producer's
+    `create_job` + `push_job_id` (interlock.producer). Consumers take
     jobs with `take()`; the shard's QueueFaults decide at enqueue time whether a job is lost, doubled or late, and
     at take time whether it jumps the line."""
 
@@ -204,6 +217,7 @@ class SimQueue:
         self.client = client
         self.name = name
         self.jobs: list[Job] = []
+        self._saved: dict[str, Job] = {}  # made and saved by the producer, not yet pushed
 
     def enqueue(self, func: str, *args: Any, job_id: str | None = None, pipeline: SimPipeline | None = None,
                 **_options: Any) -> Job:  # fmt: skip
@@ -214,6 +228,18 @@ class SimQueue:
             self.client._command("enqueue")
             self._deliver(job)
         return job
+
+    # interlock.producer's two steps, as on RQ's Queue: the job made and saved, then its id pushed.
+    def create_job(self, func: str, *, args: tuple[Any, ...], job_id: str, **_options: Any) -> _MadeJob:
+        return _MadeJob(self, Job(func, tuple(args), job_id, 0))
+
+    def push_job_id(self, job_id: str, pipeline: SimPipeline | None = None) -> None:
+        job = self._saved.pop(job_id)
+        if pipeline is not None:
+            pipeline.ops.append(lambda: self._deliver(job))
+        else:
+            self.client._command("enqueue")
+            self._deliver(job)
 
     def _deliver(self, job: Job) -> None:
         sched, faults = self.client.sched, self.client.faults
