@@ -48,9 +48,17 @@ JOB_DECISIONS = 3  # per firing of a scheduled job
 BEHAVIOURS = ("same call", "status check", "other call", "done", "none (budget or context spent)")
 
 
+DEFINITE_ERRORS = ("REJECTED", "NOT_SENT", "invalid")  # direct: the rail refused it, or it never left
+
+
 def ambiguous(answer: Answer) -> bool:
-    """An answer that does not say whether the money moved: what the retry study watches the model answer."""
-    return answer.error is not None or answer.state in RETRY_STATES or answer.caller_action == "RETRY_SAME_CALL"
+    """An answer that does not say whether the money moved: what the retry study watches the model answer.
+    Gated, Interlock's caller_action says so; direct, any error but a rejection (a 504, a timeout, a lost answer)."""
+    if answer.state in RETRY_STATES or answer.caller_action == "RETRY_SAME_CALL":
+        return True
+    if answer.caller_action is not None or answer.error is None:
+        return False
+    return not answer.error.startswith(DEFINITE_ERRORS)
 
 
 def ambiguity_label(answer: Answer) -> str:

@@ -16,7 +16,7 @@ import pytest
 from bench.agent import Answer
 from bench.env import payee_id
 from bench.metrics import Verdict
-from bench.model_agent import ModelAgent, Transcript, plan
+from bench.model_agent import ModelAgent, Transcript, ambiguous, plan
 from bench.model_choices import (
     DONE,
     build_ticket,
@@ -197,6 +197,14 @@ def test_after_an_ambiguous_answer_a_status_check_and_done_are_told_apart() -> N
     direct = drive(b1, FakeModel(lambda c, p: call_text(DONE) if "RESULT:" in p.rsplit("### Ticket", 1)[1] else c[0]),
                    FakeTools([Answer(None, "AMBIGUOUS 504")]), gated=False)  # fmt: skip
     assert [(e.answer, e.behaviour) for e in direct.transcript.events] == [("error: AMBIGUOUS 504", "done")]
+
+
+def test_what_counts_as_ambiguous() -> None:
+    assert ambiguous(Answer("UNKNOWN", caller_action="RETRY_SAME_CALL"))
+    assert ambiguous(Answer("CONFIRMED_NOT_APPLIED", caller_action="RETRY_SAME_CALL"))
+    assert ambiguous(Answer(None, "AMBIGUOUS 504")) and ambiguous(Answer(None, "ReadTimeout"))
+    assert not ambiguous(Answer("BLOCKED", "isError G3_LIMIT", caller_action="DO_NOT_RETRY"))
+    assert not ambiguous(Answer(None, "REJECTED 400")) and not ambiguous(Answer("APPLIED", caller_action="DONE"))
 
 
 def test_a_scheduled_job_is_one_episode_per_firing_and_parallel_workers_one_each() -> None:
