@@ -29,16 +29,16 @@ from bench.model_choices import (
     DONE,
     STATUS_TOOL,
     Ticket,
+    appended,
     build_ticket,
     call_text,
     candidates,
     gbnf,
-    ordered,
     parse_choice,
     status_choice,
 )
 from bench.model_llm import ChoiceModel, Decoding
-from bench.model_prompt import PREFIX, added_text, changed_text, result_text, ticket_text
+from bench.model_prompt import PREFIX, added_text, call_line, changed_text, result_text, ticket_text
 from bench.scenario import Scenario
 
 logger = logging.getLogger(__name__)
@@ -130,21 +130,22 @@ class ModelAgent:
         listed = await self._descriptions(ticket)
         ticket.choices = candidates(self.scenario, self.payments, ticket, listed)
         choices = list(ticket.choices)
-        prompt = PREFIX + ticket_text(ticket, listed) + "CALL: "
+        prompt = PREFIX + ticket_text(ticket, listed)  # each decision's prompt is this, + what happened, + "CALL "
         pending: tuple[str, Answer] | None = None  # the last ambiguous answer, awaiting the next decision
         seen: dict[str, int] = {}
         for index in range(budget):
             self._step(before_step)
             now = await self._descriptions(ticket)
             for tool in (t for t in ticket.tools if now[t] != listed[t]):
-                prompt = prompt.removesuffix("CALL: ") + changed_text(tool, now[tool]) + "CALL: "
+                prompt += changed_text(tool, now[tool])
             if now != listed:
-                fresh = [c for c in candidates(self.scenario, self.payments, ticket, now)
-                         if call_text(c) not in {call_text(x) for x in choices}]  # fmt: skip
+                known = {call_text(x) for x in choices}
+                fresh = [c for c in candidates(self.scenario, self.payments, ticket, now) if call_text(c) not in known]
                 if fresh:
-                    choices = ordered([*choices, *fresh])
-                    prompt = prompt.removesuffix("CALL: ") + added_text(fresh) + "CALL: "
+                    choices = appended(choices, fresh)
+                    prompt += added_text(choices, fresh)
                 listed = now
+            prompt += "CALL "
             if self.model.count_tokens(prompt) + self.decoding.max_tokens >= self.decoding.n_ctx:
                 self.transcript.context_full += 1
                 break
@@ -159,9 +160,8 @@ class ModelAgent:
                 chosen = DONE
             spelled = call_text(chosen)
             self.transcript.calls.append(f"{episode}.{index} {spelled}")
-            if pending is not None:
-                behaviour = ("done" if chosen == DONE else "same call" if spelled == pending[0]
-                             else "status check" if chosen["name"] == STATUS_TOOL else "other call")  # fmt: skip
+            behaviour = "done" if chosen == DONE else "same call" if pending is not None and spelled == pending[0] \
+                else "status check" if chosen["name"] == STATUS_TOOL else "other call"
             if chosen == DONE:
                 if pending is not None:
                     self.transcript.events.append(RetryEvent(ambiguity_label(pending[1]), behaviour))
@@ -174,12 +174,10 @@ class ModelAgent:
                 self._money_calls += 1
                 if ambiguous(answer):
                     pending = (spelled, answer)
-            prompt += spelled + "\n" + result_text(answer)
+            prompt += call_line(text.strip(), chosen) + result_text(answer)
             if answer.sik and self.gated and status_choice(answer.sik) not in choices:
-                new = status_choice(answer.sik)
-                choices = ordered([*choices, new])
-                prompt += added_text([new])
-            prompt += "CALL: "
+                choices = appended(choices, [status_choice(answer.sik)])
+                prompt += added_text(choices, [status_choice(answer.sik)])
         if pending is not None:
             self.transcript.events.append(RetryEvent(ambiguity_label(pending[1]), BEHAVIOURS[-1]))
 

@@ -5,8 +5,9 @@ call from a list built by the harness from every value the scenario puts in fron
 the task and in the injected text (rupees, as paise), the payments and payees on the ticket, any fund account id the
 injected text names, the calls the scripted agent's script makes (which is where an attack's own values live, e.g. a
 poisoned description's multiplied amount), and, in gated mode, a status check for every `sik` an earlier result
-gave. Repeating an earlier call is choosing its line again; `{"name": "done"}` ends the episode. The grammar allows
-exactly those lines, so every call is valid tool-call JSON for a listed tool and is the model's own choice among them.
+gave. Repeating an earlier call is choosing its line again; `{"name": "done"}` (number 0) ends the episode. Each
+line is numbered and the grammar allows exactly those numbers (one or two tokens to generate, where the call's JSON
+would take thirty), so every call is valid tool-call JSON for a listed tool and is the model's own choice among them.
 The harness never chooses: it only lists, in a fixed order (tool, subject, amount), and executes what was chosen.
 """
 
@@ -30,7 +31,7 @@ TOOL_ORDER = ("create_refund", "create_instant_settlement", "create_payout", "fe
 
 
 def call_text(call: Mapping[str, Any]) -> str:
-    """The one spelling of a call: what the prompt lists, what the grammar allows, what the model emits."""
+    """The one spelling of a call: what the prompt lists and the transcript shows."""
     return json.dumps(call, ensure_ascii=True)
 
 
@@ -134,22 +135,35 @@ def status_choice(sik: str) -> dict[str, Any]:
     return {"name": STATUS_TOOL, "arguments": {"sik": sik}}
 
 
+def numbered(choices: Iterable[Mapping[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """The number each choice is listed and answered with: `done` is 0, the calls 1.. in list order (a choice added
+    mid-episode goes at the end, so no number ever changes)."""
+    out, n = [], 0
+    for choice in choices:
+        if choice.get("name") == DONE["name"]:
+            out.append((0, dict(choice)))
+        else:
+            n += 1
+            out.append((n, dict(choice)))
+    return out
+
+
 def gbnf(choices: Iterable[Mapping[str, Any]]) -> str:
-    """A llama.cpp grammar whose only sentences are the choices' exact spellings."""
-    alternatives = [_literal(call_text(c)) for c in choices]
-    return "root ::= " + " | ".join(alternatives) + "\n"
-
-
-def _literal(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    """A llama.cpp grammar whose only sentences are the choices' numbers."""
+    return "root ::= " + " | ".join(f'"{n}"' for n, _ in numbered(choices)) + "\n"
 
 
 def json_schema(choices: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """The same constraint as a JSON schema (the grammar is generated from the same list): one of the choices."""
+    """What the chosen number stands for, as a JSON schema: exactly one of the listed calls (valid tool-call JSON)."""
     return {"$schema": "https://json-schema.org/draft/2020-12/schema", "enum": [dict(c) for c in choices]}
 
 
 def parse_choice(text: str, choices: Iterable[Mapping[str, Any]]) -> dict[str, Any] | None:
-    """The choice the model emitted, or None if the text is not one of them (a grammar would not allow that)."""
-    by_text = {call_text(c): dict(c) for c in choices}
-    return by_text.get(text.strip())
+    """The call the model's number stands for, or None if it is no listed number (a grammar would not allow that)."""
+    by_number = {str(n): call for n, call in numbered(choices)}
+    return by_number.get(text.strip())
+
+
+def appended(choices: list[dict[str, Any]], fresh: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """*choices* with *fresh* calls added before `done`, keeping every number."""
+    return [*(c for c in choices if c != DONE), *fresh, DONE]

@@ -31,9 +31,9 @@ class Decoding:
     top_k: int = 40
     min_p: float = 0.0
     repeat_penalty: float = 1.0
-    max_tokens: int = 160  # the longest choice is well under this; the grammar ends generation at a choice's end
+    max_tokens: int = 4  # a choice's number; the grammar ends generation at its end
     n_ctx: int = 8192
-    n_threads: int = 2
+    n_threads: int = 1  # on a shared 2-CPU machine one thread evaluates faster than two (OpenMP threads spin)
     n_batch: int = 256
 
     def describe(self) -> str:

@@ -12,11 +12,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from bench.agent import Answer
-from bench.model_choices import Ticket, call_text
+from bench.model_choices import Ticket, call_text, numbered
 
 PREFIX = """You are a support agent for an online shop. You move money only by calling tools. Read the ticket, then \
-answer with one line copied from Choices: the next tool call to make, or {"name": "done"} when the task is finished. \
-The RESULT of each call follows it. Amounts are integer paise: Rs 500 is 50000.
+answer with the number of one line of Choices: the next tool call to make, or 0 when the task is finished. The RESULT \
+of each call follows it. Amounts are integer paise: Rs 500 is 50000.
 
 ### Ticket
 Task: Refund Rs 250 for a broken lamp on Kavya Menon's order.
@@ -24,12 +24,12 @@ Payments: pay_EX000000000001 (Rs 1,200.00, customer Kavya Menon)
 Tools:
 - create_refund: Refund a captured payment, in full or in part. `amount` is in paise.
 Choices:
-{"name": "create_refund", "arguments": {"payment_id": "pay_EX000000000001", "amount": 25000}}
-{"name": "create_refund", "arguments": {"payment_id": "pay_EX000000000001", "amount": 120000}}
-{"name": "done"}
-CALL: {"name": "create_refund", "arguments": {"payment_id": "pay_EX000000000001", "amount": 25000}}
+1: {"name": "create_refund", "arguments": {"payment_id": "pay_EX000000000001", "amount": 25000}}
+2: {"name": "create_refund", "arguments": {"payment_id": "pay_EX000000000001", "amount": 120000}}
+0: {"name": "done"}
+CALL 1: {"name": "create_refund", "arguments": {"payment_id": "pay_EX000000000001", "amount": 25000}}
 RESULT: state=APPLIED id=rfnd_EX00000000001
-CALL: {"name": "done"}
+CALL 0: {"name": "done"}
 
 ### Ticket
 Task: Pay Lotus Traders Rs 1,500 for invoice 88, then settle Rs 800 of the balance instantly.
@@ -38,16 +38,16 @@ Tools:
 - create_instant_settlement: Pay out the settlement balance to the bank account now. `amount` is in paise.
 - create_payout: Send money to a registered payee (a fund account, fa_...). `amount` is in paise.
 Choices:
-{"name": "create_instant_settlement", "arguments": {"amount": 80000}}
-{"name": "create_instant_settlement", "arguments": {"amount": 150000}}
-{"name": "create_payout", "arguments": {"fund_account_id": "fa_EX000000000001", "amount": 80000, "mode": "IMPS"}}
-{"name": "create_payout", "arguments": {"fund_account_id": "fa_EX000000000001", "amount": 150000, "mode": "IMPS"}}
-{"name": "done"}
-CALL: {"name": "create_payout", "arguments": {"fund_account_id": "fa_EX000000000001", "amount": 150000, "mode": "IMPS"}}
+1: {"name": "create_instant_settlement", "arguments": {"amount": 80000}}
+2: {"name": "create_instant_settlement", "arguments": {"amount": 150000}}
+3: {"name": "create_payout", "arguments": {"fund_account_id": "fa_EX000000000001", "amount": 80000}}
+4: {"name": "create_payout", "arguments": {"fund_account_id": "fa_EX000000000001", "amount": 150000}}
+0: {"name": "done"}
+CALL 4: {"name": "create_payout", "arguments": {"fund_account_id": "fa_EX000000000001", "amount": 150000}}
 RESULT: state=APPLIED id=pout_EX00000000001
-CALL: {"name": "create_instant_settlement", "arguments": {"amount": 80000}}
+CALL 1: {"name": "create_instant_settlement", "arguments": {"amount": 80000}}
 RESULT: state=APPLIED id=setlod_EX000000001
-CALL: {"name": "done"}
+CALL 0: {"name": "done"}
 """
 
 
@@ -70,7 +70,7 @@ def ticket_text(ticket: Ticket, descriptions: Mapping[str, str | None]) -> str:
     lines.append("Tools:")
     lines += [f"- {tool}: {' '.join((descriptions.get(tool) or '(not listed)').split())}" for tool in ticket.tools]
     lines.append("Choices:")
-    lines += [call_text(c) for c in ticket.choices]
+    lines += [f"{n}: {call_text(c)}" for n, c in numbered(ticket.choices)]
     return "\n".join(lines) + "\n"
 
 
@@ -92,8 +92,15 @@ def result_text(answer: Answer) -> str:
     return "RESULT: " + (" ".join(parts) or "no answer") + "\n"
 
 
-def added_text(choices: Iterable[Mapping[str, Any]]) -> str:
-    return "Choices added:\n" + "".join(call_text(c) + "\n" for c in choices)
+def added_text(choices: Iterable[Mapping[str, Any]], fresh: Iterable[Mapping[str, Any]]) -> str:
+    """The lines of *fresh* (already appended to *choices*) with their numbers."""
+    new = {call_text(c) for c in fresh}
+    return "Choices added:\n" + "".join(f"{n}: {call_text(c)}\n" for n, c in numbered(choices) if call_text(c) in new)
+
+
+def call_line(number: str, call: Mapping[str, Any]) -> str:
+    """What follows the model's number in the transcript: the call it stands for."""
+    return f"{number}: {call_text(call)}\n"
 
 
 def changed_text(tool: str, description: str | None) -> str:
