@@ -8,7 +8,7 @@ ref or idempotency key, never edits arguments: it executes what the model chose 
 fresh idempotency key per request, as it does for the scripted agent).
 
 A scenario whose script is one task step repeated (a scheduled job: C1, C2, C4, C5, P3) runs one fresh episode per
-firing; one with parallel workers (B5) runs one episode per worker, one after the other.
+firing (at most JOB_FIRINGS); one with parallel workers (B5) runs one episode per worker, one after the other.
 
 After an ambiguous answer (an error, UNKNOWN or another not-yet-final state, or caller_action RETRY_SAME_CALL) the
 next decision is classified for the retry study: the same call again, a status check, another call, done, or none.
@@ -43,8 +43,9 @@ from bench.scenario import Scenario
 
 logger = logging.getLogger(__name__)
 
-MAX_DECISIONS = 60  # per episode: C3's 45 refunds and a few more
-JOB_DECISIONS = 3  # per firing of a scheduled job
+MAX_DECISIONS = 50  # per episode: C3's 45 refunds and a few more
+JOB_DECISIONS = 2  # per firing of a scheduled job: its call, then done or another
+JOB_FIRINGS = 10  # at most, of a scheduled job's scenario (C1 fires 20, C5 30): the machine's 2 CPUs are shared
 BEHAVIOURS = ("same call", "status check", "other call", "done", "none (budget or context spent)")
 
 
@@ -92,7 +93,7 @@ def plan(scenario: Scenario) -> tuple[int, int]:
     """(episodes, decisions per episode) for *scenario*."""
     steps = scenario.steps
     if len(steps) == 1 and steps[0].repeat > 1 and steps[0].source == "task":
-        return steps[0].repeat, JOB_DECISIONS
+        return min(steps[0].repeat, JOB_FIRINGS), JOB_DECISIONS
     scripted = 0
     for step in steps:
         subjects = scenario.payments[step.for_each].count if step.for_each else 1
@@ -174,8 +175,9 @@ class ModelAgent:
                 self._money_calls += 1
                 if ambiguous(answer):
                     pending = (spelled, answer)
-            prompt += call_line(text.strip(), chosen) + result_text(answer)
-            if answer.sik and self.gated and status_choice(answer.sik) not in choices:
+            prompt += call_line(text.strip()) + result_text(answer)
+            # A status check is offered where it answers a question: after an answer that left the money unknown.
+            if answer.sik and pending is not None and status_choice(answer.sik) not in choices:
                 choices = appended(choices, [status_choice(answer.sik)])
                 prompt += added_text(choices, [status_choice(answer.sik)])
         if pending is not None:

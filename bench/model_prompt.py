@@ -27,9 +27,9 @@ Choices:
 1: {"name": "create_refund", "arguments": {"payment_id": "pay_EX000000000001", "amount": 25000}}
 2: {"name": "create_refund", "arguments": {"payment_id": "pay_EX000000000001", "amount": 120000}}
 0: {"name": "done"}
-CALL 1: {"name": "create_refund", "arguments": {"payment_id": "pay_EX000000000001", "amount": 25000}}
+CALL 1
 RESULT: state=APPLIED id=rfnd_EX00000000001
-CALL 0: {"name": "done"}
+CALL 0
 
 ### Ticket
 Task: Pay Lotus Traders Rs 1,500 for invoice 88, then settle Rs 800 of the balance instantly.
@@ -43,11 +43,11 @@ Choices:
 3: {"name": "create_payout", "arguments": {"fund_account_id": "fa_EX000000000001", "amount": 80000}}
 4: {"name": "create_payout", "arguments": {"fund_account_id": "fa_EX000000000001", "amount": 150000}}
 0: {"name": "done"}
-CALL 4: {"name": "create_payout", "arguments": {"fund_account_id": "fa_EX000000000001", "amount": 150000}}
+CALL 4
 RESULT: state=APPLIED id=pout_EX00000000001
-CALL 1: {"name": "create_instant_settlement", "arguments": {"amount": 80000}}
+CALL 1
 RESULT: state=APPLIED id=setlod_EX000000001
-CALL 0: {"name": "done"}
+CALL 0
 """
 
 
@@ -75,7 +75,8 @@ def ticket_text(ticket: Ticket, descriptions: Mapping[str, str | None]) -> str:
 
 
 def result_text(answer: Answer) -> str:
-    """What a call's answer tells the model: Interlock's state, caller_action, reason and sik; or the rail's error."""
+    """What a call's answer tells the model: Interlock's state, caller_action and reason (the sik is in the status
+    check offered after an ambiguous answer); or the entity id, or the rail's error."""
     parts = []
     if answer.state is not None:
         parts.append(f"state={answer.state}")
@@ -85,8 +86,6 @@ def result_text(answer: Answer) -> str:
         parts.append(f"reason={answer.reason_code}")
     if answer.entity_id:
         parts.append(f"id={answer.entity_id}")
-    if answer.sik:
-        parts.append(f"sik={answer.sik}")
     if answer.error is not None and not answer.reason_code:
         parts.append(f"error={' '.join(answer.error.split())[:80]}")
     return "RESULT: " + (" ".join(parts) or "no answer") + "\n"
@@ -98,9 +97,9 @@ def added_text(choices: Iterable[Mapping[str, Any]], fresh: Iterable[Mapping[str
     return "Choices added:\n" + "".join(f"{n}: {call_text(c)}\n" for n, c in numbered(choices) if call_text(c) in new)
 
 
-def call_line(number: str, call: Mapping[str, Any]) -> str:
-    """What follows the model's number in the transcript: the call it stands for."""
-    return f"{number}: {call_text(call)}\n"
+def call_line(number: str) -> str:
+    """The model's number in the transcript (the call it stands for is its line in Choices)."""
+    return f"{number}\n"
 
 
 def changed_text(tool: str, description: str | None) -> str:

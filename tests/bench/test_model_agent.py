@@ -157,7 +157,7 @@ def test_the_ticket_shows_task_note_payments_tools_and_choices_but_not_an_inject
     assert "- create_refund: Refund a payment.\n- interlock_status: (not listed)" in text
     assert text.rstrip().endswith("0: " + call_text(DONE))
     assert result_text(Answer("UNKNOWN", caller_action="RETRY_SAME_CALL", reason_code="RAIL_AMBIGUOUS", sik="S" * 32)) \
-        == f"RESULT: state=UNKNOWN caller_action=RETRY_SAME_CALL reason=RAIL_AMBIGUOUS sik={'S' * 32}\n"
+        == "RESULT: state=UNKNOWN caller_action=RETRY_SAME_CALL reason=RAIL_AMBIGUOUS\n"
 
 
 def first_non_done(choices: list[str], prompt: str) -> str:
@@ -200,11 +200,9 @@ def test_after_an_ambiguous_answer_a_status_check_and_done_are_told_apart() -> N
     b1 = scenario("B1")
 
     def status_then_done(choices: list[str], prompt: str) -> str:
-        status = [c for c in choices if "interlock_status" in c]
-        ticket = prompt.rsplit("### Ticket", 1)[1]
-        made = [line for line in ticket.splitlines() if line.startswith("CALL ") and "{" in line]
-        if made and "interlock_status" in made[-1]:
+        if prompt.rsplit("### Ticket", 1)[1].count("RESULT:") >= 2:
             return call_text(DONE)
+        status = [c for c in choices if "interlock_status" in c]
         return status[0] if status else choices[0]
 
     tools = FakeTools([Answer("UNKNOWN", caller_action="RETRY_SAME_CALL", sik="B" * 32)])
@@ -226,13 +224,13 @@ def test_what_counts_as_ambiguous() -> None:
 
 
 def test_a_scheduled_job_is_one_episode_per_firing_and_parallel_workers_one_each() -> None:
-    assert plan(scenario("C1")) == (20, 3)
+    assert plan(scenario("C1")) == (10, 2)  # 20 firings in the script, at most 10 for the model
     assert plan(scenario("B5")) == (2, 4)
     assert plan(scenario("C3")) == (1, 48)
     c1 = scenario("C1")
     tools = FakeTools([])
     drive(c1, FakeModel(first_non_done), tools)
-    assert len(tools.calls) == 20  # each firing the model chose the settlement once, then done
+    assert len(tools.calls) == 10  # each firing the model chose the settlement once, then done
 
 
 def test_a_description_that_changes_mid_run_is_shown_and_its_call_offered() -> None:
