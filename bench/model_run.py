@@ -14,11 +14,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bench.agent import CallRecord, Tools
 from bench.env import ScenarioStack
 from bench.metrics import Verdict, judge
-from bench.model_agent import ModelAgent, Transcript
+from bench.model_agent import ModelAgent, RetryEvent, Transcript
 from bench.model_llm import ChoiceModel, Decoding
 from bench.run import Driver, run_scenario
 from bench.scenario import Scenario
@@ -48,7 +49,9 @@ def model_driver(model: ChoiceModel, decoding: Decoding, seed: int, sink: dict[s
 
 
 def run_model_bench(scenarios: list[Scenario], base: Path, model: ChoiceModel, decoding: Decoding, *, seed: int,
-                    model_seed: int, trials: int, echo: Callable[[str], None]) -> list[TrialRun]:  # fmt: skip
+                    model_seed: int, trials: int, echo: Callable[[str], None],
+                    save: Callable[[list[TrialRun]], None] | None = None) -> list[TrialRun]:  # fmt: skip
+    """Every scenario direct then gated, *trials* times; *save* is handed the runs so far after each scenario."""
     runs: list[TrialRun] = []
     for trial in range(1, trials + 1):
         for scenario in scenarios:
@@ -64,5 +67,21 @@ def run_model_bench(scenarios: list[Scenario], base: Path, model: ChoiceModel, d
                      f"entities {verdict.entities:>3} {flag:<11} decisions {transcript.decisions:>3} "
                      f"{verdict.states}")  # fmt: skip
             logger.info("%s trial %d: %.1f s", scenario.id, trial, time.monotonic() - started)
-    (base / "model-runs.json").write_text(json.dumps([dataclasses.asdict(r) for r in runs], indent=1))
+            if save is not None:
+                save(runs)
     return runs
+
+
+def save_runs(path: Path, runs: list[TrialRun], meta: dict[str, Any]) -> None:
+    """The runs so far, with what produced them (*meta*: setting, command, elapsed), as JSON."""
+    path.write_text(json.dumps({"meta": meta, "runs": [dataclasses.asdict(r) for r in runs]}, indent=1))
+
+
+def load_runs(path: Path) -> tuple[list[TrialRun], dict[str, Any]]:
+    data = json.loads(path.read_text())
+    runs = []
+    for raw in data["runs"]:
+        transcript = dict(raw["transcript"])
+        transcript["events"] = [RetryEvent(**e) for e in transcript["events"]]
+        runs.append(TrialRun(raw["trial"], Verdict(**raw["verdict"]), Transcript(**transcript)))
+    return runs, data["meta"]

@@ -8,6 +8,7 @@ import asyncio
 import json
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -16,7 +17,7 @@ import pytest
 from bench.agent import Answer
 from bench.env import payee_id
 from bench.metrics import Verdict
-from bench.model_agent import ModelAgent, Transcript, ambiguous, plan
+from bench.model_agent import ModelAgent, RetryEvent, Transcript, ambiguous, plan
 from bench.model_choices import (
     DONE,
     appended,
@@ -32,7 +33,7 @@ from bench.model_choices import (
 from bench.model_llm import Decoding
 from bench.model_prompt import PREFIX, result_text, ticket_text
 from bench.model_report import Setting, render
-from bench.model_run import TrialRun
+from bench.model_run import TrialRun, load_runs, save_runs
 from bench.scenario import Scenario, load_scenarios
 
 _ALTERNATIVE = re.compile(r'"((?:[^"\\]|\\.)*)"')
@@ -260,3 +261,12 @@ def test_the_section_is_labelled_real_model_and_reports_the_retry_study() -> Non
     assert "**real model (SmolLM2-135M-Instruct, local)**" in text and "**sandbox rail**" in text
     assert "scripted agent's section" in text and "| gated (task binding off) | 0/1 | 1/1 |" in text
     assert "### Retry study: after an ambiguous answer" in text
+
+
+def test_saved_runs_load_back_as_they_were(tmp_path: Path) -> None:
+    b1 = scenario("B1")
+    verdict = Verdict(b1.id, "B", "gated", False, 50000, 0, 1, 0, 0, False, True, False, False, [5.0], "APPLIEDx1")
+    transcript = Transcript(decisions=2, events=[RetryEvent("UNKNOWN / RETRY_SAME_CALL", "same call", "APPLIED")])
+    save_runs(tmp_path / "runs.json", [TrialRun(1, verdict, transcript)], {"command": "x"})
+    [run], meta = load_runs(tmp_path / "runs.json")
+    assert run == TrialRun(1, verdict, transcript) and meta == {"command": "x"}
