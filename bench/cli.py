@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import shutil
 import tempfile
 import time
@@ -146,13 +147,15 @@ def _model_section(paths: tuple[Path, ...], results: Path, no_write: bool) -> No
         runs += some
         metas.append(meta)
     ran = {r.verdict.scenario_id for r in runs}
-    scenarios = [s for s in load_scenarios() if s.id in ran]
+    asked = load_scenarios(only=[o for m in metas for o in re.findall(r"--only (\S+)", m["command"])] or None)
+    scenarios = [s for s in asked if s.id in ran]
+    missing = [s.id for s in asked if s.id not in ran]
     setting = Setting(**metas[0]["setting"])
     command = " ; ".join(f"`{m['command']}` ({m['elapsed_s']:.0f} s, at {m['commit']})" for m in metas)
     elapsed = max(m["elapsed_s"] for m in metas)
     commits = sorted({m["commit"] for m in metas})
     text = render(runs, scenarios, setting, seed=metas[0]["seed"], command=command, elapsed_s=elapsed,
-                  processes=len(metas), commit=", ".join(commits))  # fmt: skip
+                  processes=len(metas), commit=", ".join(commits), missing=missing)  # fmt: skip
     click.echo(text)
     if not no_write:
         write_section("scenarios-model", text, results)

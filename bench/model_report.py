@@ -48,7 +48,8 @@ def _outcome(run: TrialRun) -> str:
 
 
 def render(runs: list[TrialRun], scenarios: list[Scenario], setting: Setting, *, seed: int, command: str,
-           elapsed_s: float, processes: int = 1, commit: str | None = None) -> str:  # fmt: skip
+           elapsed_s: float, processes: int = 1, commit: str | None = None,
+           missing: list[str] | None = None) -> str:  # fmt: skip
     by_id = {s.id: s for s in scenarios}
     date = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     decisions = sum(r.transcript.decisions for r in runs)
@@ -101,6 +102,8 @@ def render(runs: list[TrialRun], scenarios: list[Scenario], setting: Setting, *,
         "",
         f"Grammar check: {invalid} emitted texts were not one of the choices; {full} episodes hit the context limit.",
         "",
+        *([f"**Not run** (the processes were stopped at the time limit before reaching them): "
+           f"{', '.join(f'`{i}`' for i in missing)}.", ""] if missing else []),
         "### All scenarios (runs = scenarios x trials)",
         "",
         HEAD,
@@ -153,7 +156,9 @@ def _retry_study(runs: list[TrialRun]) -> list[str]:
         said = " ".join(f"{s}x{n}" for s, n in sorted(repeats.items())) or "-"
         lines.append(f"| {LABELS[mode]} | {len(events)} | " + " | ".join(str(counts[b]) for b in BEHAVIOURS)
                      + f" | {said} |")  # fmt: skip
-    lines += ["", "| mode | answers the model saw, by kind |", "|---|---|"]
+    lines += ["", "Direct, in family D the upstream MCP server's error results (`isError`, an HTTP status in the body) "
+              "are counted as ambiguous whatever the status: the direct harness does not read it, so a rejection "
+              "there counts too.", "", "| mode | answers the model saw, by kind |", "|---|---|"]  # fmt: skip
     for mode in MODEL_MODES:
         kinds = Counter(e.answer for r in runs if r.verdict.mode == mode for e in r.transcript.events)
         lines.append(f"| {LABELS[mode]} | " + ("; ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "-") + " |")

@@ -260,7 +260,9 @@ def test_the_section_is_labelled_real_model_and_reports_the_retry_study() -> Non
     text = render(runs, [b1], setting, seed=7, command="test", elapsed_s=1)
     assert "**real model (SmolLM2-135M-Instruct, local)**" in text and "**sandbox rail**" in text
     assert "scripted agent's section" in text and "| gated (task binding off) | 0/1 | 1/1 |" in text
-    assert "### Retry study: after an ambiguous answer" in text
+    assert "### Retry study: after an ambiguous answer" in text and "Not run" not in text
+    partial = render(runs, [b1], setting, seed=7, command="test", elapsed_s=1, missing=["C3_daily_cap"])
+    assert "**Not run** (the processes were stopped at the time limit before reaching them): `C3_daily_cap" in partial
 
 
 def test_saved_runs_load_back_as_they_were(tmp_path: Path) -> None:
