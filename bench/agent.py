@@ -38,6 +38,10 @@ class Answer:
     state: str | None
     error: str | None = None
     entity_id: str | None = None
+    # What Interlock's result adds, for an agent that reads it (the model agent; the scripted one does not).
+    caller_action: str | None = None
+    reason_code: str | None = None
+    sik: str | None = None
 
     @property
     def retryable(self) -> bool:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import re
 import shutil
 import tempfile
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from interlock.results import REPO, RESULTS, write_section
+from interlock.results import REPO, RESULTS, commit_id, write_section
 
 logger = logging.getLogger(__name__)
 
@@ -33,10 +34,30 @@ def bench_group() -> None:
 @click.option("--no-write", is_flag=True, help="print the tables; leave RESULTS.md and the plot alone")
 @click.option("--purpose-check", type=click.Choice(["off", "hold", "block"]), default="off", show_default=True,
               help="G5 in every gated mode's mandate; when on, the section is `scenarios-g5-<mode>` and no plot")
+@click.option("--agent", type=click.Choice(["scripted", "model"]), default="scripted", show_default=True,
+              help="model: SmolLM2-135M-Instruct chooses every call (`make bench-model`), direct and gated, its own "
+              "`scenarios-model` section")  # fmt: skip
+@click.option("--trials", type=int, default=2, show_default=True, help="with --agent model: trials per scenario")
+@click.option("--temperature", type=float, default=0.7, show_default=True, help="with --agent model")
+@click.option("--model-seed", type=int, default=0, show_default=True,
+              help="with --agent model: trial t samples with seed model-seed + t")  # fmt: skip
+@click.option("--from-runs", "from_runs", multiple=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="with --agent model: write the section from the model-runs.json of earlier runs (e.g. families run "
+              "in parallel processes with --no-write), without running anything")  # fmt: skip
 def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, results: Path, no_write: bool,
-                      purpose_check: str) -> None:  # fmt: skip
+                      purpose_check: str, agent: str, trials: int, temperature: float, model_seed: int,
+                      from_runs: tuple[Path, ...]) -> None:  # fmt: skip
     """Run every scenario in each mode (direct, gated, gated with task binding required) and write the
-    `scenarios` section of RESULTS.md (`scenarios-g5-hold` / `-block` with --purpose-check)."""
+    `scenarios` section of RESULTS.md (`scenarios-g5-hold` / `-block` with --purpose-check); with --agent model,
+    a small local model chooses the calls, direct and gated, and the section is `scenarios-model`."""
+    if agent == "model":
+        if purpose_check != "off":
+            raise click.UsageError("--agent model runs with G5 off (the mandate as shipped)")
+        if from_runs:
+            _model_section(from_runs, results, no_write)
+        else:
+            _model_scenarios(only, seed, work, results, no_write, trials, temperature, model_seed)
+        return
     from bench.metrics import judge
     from bench.report import plot, render
     from bench.run import run_scenario
@@ -71,6 +92,74 @@ def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, resul
         click.echo(f"wrote the {section} section of {results}")
     if work is None:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _model_scenarios(only: tuple[str, ...], seed: int, work: Path | None, results: Path, no_write: bool, trials: int,
+                     temperature: float, model_seed: int) -> None:  # fmt: skip
+    from bench.model_llm import MODEL_NAME, QUANTISATION, Decoding, ModelUnavailable, load_model, runtime_version
+    from bench.model_report import Setting, render
+    from bench.model_run import TrialRun, run_model_bench, save_runs
+    from bench.scenario import load_scenarios
+
+    scenarios = load_scenarios(only=list(only) or None)
+    if not scenarios:
+        raise click.UsageError(f"no scenario matches {list(only)}")
+    decoding = Decoding(temperature=temperature)
+    started = time.monotonic()
+    try:
+        model = load_model(decoding)
+        runtime = runtime_version()
+    except ModelUnavailable as exc:
+        raise click.ClickException(str(exc)) from exc
+    setting = Setting(MODEL_NAME, QUANTISATION, runtime, decoding.describe(), model_seed, trials,
+                      time.monotonic() - started)  # fmt: skip
+    base = work or Path(tempfile.mkdtemp(prefix="interlock-bench-model-"))
+    base.mkdir(parents=True, exist_ok=True)
+    command = ("interlock bench scenarios --agent model" + "".join(f" --only {o}" for o in only)
+               + f" --seed {seed} --trials {trials} --temperature {temperature} --model-seed {model_seed}")  # fmt: skip
+
+    def save(runs: list[TrialRun]) -> None:
+        meta = {"setting": dataclasses.asdict(setting), "seed": seed, "command": command,
+                "elapsed_s": time.monotonic() - started, "commit": commit_id()}  # fmt: skip
+        save_runs(base / "model-runs.json", runs, meta)
+
+    runs = run_model_bench(scenarios, base, model, decoding, seed=seed, model_seed=model_seed, trials=trials,
+                           echo=click.echo, save=save)  # fmt: skip
+    save(runs)
+    text = render(runs, scenarios, setting, seed=seed, command=command, elapsed_s=time.monotonic() - started)
+    click.echo(text)
+    if not no_write:
+        write_section("scenarios-model", text, results)
+        click.echo(f"wrote the scenarios-model section of {results}")
+    if work is None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _model_section(paths: tuple[Path, ...], results: Path, no_write: bool) -> None:
+    """The section from saved runs: several processes (e.g. one per family group) merged, each named."""
+    from bench.model_report import Setting, render
+    from bench.model_run import load_runs
+    from bench.scenario import load_scenarios
+
+    runs, metas = [], []
+    for path in paths:
+        some, meta = load_runs(path)
+        runs += some
+        metas.append(meta)
+    ran = {r.verdict.scenario_id for r in runs}
+    asked = load_scenarios(only=[o for m in metas for o in re.findall(r"--only (\S+)", m["command"])] or None)
+    scenarios = [s for s in asked if s.id in ran]
+    missing = [s.id for s in asked if s.id not in ran]
+    setting = Setting(**metas[0]["setting"])
+    command = " ; ".join(f"`{m['command']}` ({m['elapsed_s']:.0f} s, at {m['commit']})" for m in metas)
+    elapsed = max(m["elapsed_s"] for m in metas)
+    commits = sorted({m["commit"] for m in metas})
+    text = render(runs, scenarios, setting, seed=metas[0]["seed"], command=command, elapsed_s=elapsed,
+                  processes=len(metas), commit=", ".join(commits), missing=missing)  # fmt: skip
+    click.echo(text)
+    if not no_write:
+        write_section("scenarios-model", text, results)
+        click.echo(f"wrote the scenarios-model section of {results}")
 
 
 @bench_group.command("perf")

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
-from bench.agent import CallRecord, NaiveAgent
+from bench.agent import CallRecord, NaiveAgent, Tools
 from bench.env import AGENT, TOKEN, ScenarioStack
 from bench.metrics import ModeRun, Moved
 from bench.scenario import Scenario
@@ -29,26 +29,35 @@ MODES = ("direct", "gated", TASK_MODE)
 AGENT_TIMEOUT_S = 4.0  # the naive agent's tool-call timeout, the same in every mode
 
 
+# Who chooses the calls: given the mode's tools, the stack, the mode, this run's payment ids by seed name and the
+# scenario's mid-run switch, returns the call records. None: the scripted naive agent.
+Driver = Callable[[Tools, ScenarioStack, str, dict[str, list[str]], Callable[[int], None]],
+                  Awaitable[list[CallRecord]]]  # fmt: skip
+
+
 def run_scenario(scenario: Scenario, base: Path, *, seed: int, modes: tuple[str, ...] = MODES,
-                 mandate_extra: dict[str, Any] | None = None) -> list[ModeRun]:  # fmt: skip
+                 mandate_extra: dict[str, Any] | None = None,
+                 driver: Driver | None = None) -> list[ModeRun]:  # fmt: skip
     plain = tuple(mode for mode in modes if mode != TASK_MODE)
-    runs = _on_stack(scenario, base, plain, seed, task_binding=False, mandate_extra=mandate_extra) if plain else []
+    runs = (_on_stack(scenario, base, plain, seed, task_binding=False, mandate_extra=mandate_extra, driver=driver)
+            if plain else [])  # fmt: skip
     if TASK_MODE in modes:
-        runs += _on_stack(scenario, base, (TASK_MODE,), seed, task_binding=True, mandate_extra=mandate_extra)
+        runs += _on_stack(scenario, base, (TASK_MODE,), seed, task_binding=True, mandate_extra=mandate_extra,
+                          driver=driver)  # fmt: skip
     return runs
 
 
 def _on_stack(scenario: Scenario, base: Path, modes: tuple[str, ...], seed: int, *, task_binding: bool,
-              mandate_extra: dict[str, Any] | None = None) -> list[ModeRun]:  # fmt: skip
+              mandate_extra: dict[str, Any] | None = None, driver: Driver | None = None) -> list[ModeRun]:  # fmt: skip
     try:
         with ScenarioStack(scenario, base, task_binding=task_binding, mandate_extra=mandate_extra) as env:
-            return [run_mode(env, mode, seed) for mode in modes]
+            return [run_mode(env, mode, seed, driver) for mode in modes]
     except (StackError, OSError) as exc:
         logger.error("scenario %s: the stack failed: %s", scenario.id, exc)
         return [ModeRun(scenario, mode, [], [], harness_error=str(exc)[:300]) for mode in modes]
 
 
-def run_mode(env: ScenarioStack, mode: str, seed: int) -> ModeRun:
+def run_mode(env: ScenarioStack, mode: str, seed: int, driver: Driver | None = None) -> ModeRun:
     scenario, control = env.scenario, env.control
     assert control is not None
     payments, customers = _seed_payments(env, mode)
@@ -74,7 +83,7 @@ def run_mode(env: ScenarioStack, mode: str, seed: int) -> ModeRun:
                        agent_id=AGENT) if mode == TASK_MODE else None  # fmt: skip
     nanny = env.nanny() if gated and scenario.kill else nullcontext()
     with nanny:
-        calls = asyncio.run(_drive(env, mode, payments, before_step, meta))
+        calls = asyncio.run(_drive(env, mode, payments, before_step, meta, driver))
         control.set_faults([])  # the storm passes; what happens next is recovery
         settled = env.settle(gated=gated)
         if scenario.withdrawal is not None:
@@ -89,7 +98,7 @@ def run_mode(env: ScenarioStack, mode: str, seed: int) -> ModeRun:
 
 
 async def _drive(env: ScenarioStack, mode: str, payments: dict[str, list[str]], before_step: Callable[[int], None],
-                 meta: dict[str, Any] | None) -> list[CallRecord]:  # fmt: skip
+                 meta: dict[str, Any] | None, driver: Driver | None = None) -> list[CallRecord]:  # fmt: skip
     scenario = env.scenario
     tools: DirectRestTools | McpTools
     if mode != "direct":
@@ -108,6 +117,8 @@ async def _drive(env: ScenarioStack, mode: str, payments: dict[str, list[str]], 
     try:
         if isinstance(tools, McpTools):
             await tools.open()
+        if driver is not None:
+            return await driver(tools, env, mode, payments, before_step)
         return await NaiveAgent(tools, scenario.retry).run(scenario.steps, payments, before_step)
     finally:
         await tools.aclose()

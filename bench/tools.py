@@ -141,10 +141,12 @@ class McpTools:
             await self._reset()
             return Answer(None, f"{type(exc).__name__}")
         content = structured(result)
+        said = {"caller_action": content.get("caller_action"), "reason_code": content.get("reason_code"),
+                "sik": content.get("sik")}  # fmt: skip
         if getattr(result, "is_error", False):
-            return Answer(content.get("state"), f"isError {content.get('reason_code') or _text(result)[:80]}")
+            return Answer(content.get("state"), f"isError {content.get('reason_code') or _text(result)[:80]}", **said)
         if "state" in content:
-            return Answer(str(content["state"]), entity_id=content.get("rail_entity_id"))
+            return Answer(str(content["state"]), entity_id=content.get("rail_entity_id"), **said)
         # The upstream's own result (direct proxy mode): an entity means the rail applied it.
         return Answer("APPLIED" if content.get("id") else "READ", entity_id=content.get("id"))
 
