@@ -103,7 +103,7 @@ def _begin(rt: RailRuntime, conn: sqlite3.Connection, merchant_id: str, sik: str
     if withdrawn is not None:
         return outcome_from_intent(withdrawn, request_id=request_id, replayed=False) if request_id else None
     request = rail_request(intent, refusals=intents.refused_attempts(conn, merchant_id, sik),
-                           owner=not intents.sent_without_owner(conn, merchant_id, sik))  # fmt: skip
+                           owner=intent.attempt_seq == 0 or not intents.sent_without_owner(conn, merchant_id, sik))
     intent = intents.start_attempt(
         conn, merchant_id, sik, now=now, lease_owner=rt.owner, lease_epoch=lease.epoch,
         lease_expires_at=now + rt.settings.lease_ttl_ms, request=request,
