@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import zlib
 from collections.abc import Callable, Mapping
@@ -50,6 +51,9 @@ BEHAVIOURS = ("same call", "status check", "other call", "done", "none (budget o
 
 
 DEFINITE_ERRORS = ("REJECTED", "NOT_SENT", "invalid")  # direct: the rail refused it, or it never left
+# Direct through an upstream MCP server (family D), the error result carries the rail's HTTP status in its text.
+UPSTREAM_STATUS = re.compile(r'"http_status"\s*:\s*(\d{3})')
+NOT_DEFINITE_4XX = frozenset({408, 409, 429})  # a timeout, a conflict in progress, a rate limit: no rejection
 
 
 def ambiguous(answer: Answer) -> bool:
@@ -59,12 +63,19 @@ def ambiguous(answer: Answer) -> bool:
         return True
     if answer.caller_action is not None or answer.error is None:
         return False
+    status = UPSTREAM_STATUS.search(answer.error)
+    if status is not None:
+        code = int(status.group(1))
+        return not (400 <= code < 500 and code not in NOT_DEFINITE_4XX)
     return not answer.error.startswith(DEFINITE_ERRORS)
 
 
 def ambiguity_label(answer: Answer) -> str:
     if answer.caller_action == "RETRY_SAME_CALL" or answer.state in RETRY_STATES:
         return f"{answer.state or 'error'} / {answer.caller_action or '-'}"
+    status = UPSTREAM_STATUS.search(answer.error or "")
+    if status is not None:
+        return f"error: upstream isError, HTTP {status.group(1)}"
     return "error: " + " ".join((answer.error or "").split()[:2])
 
 

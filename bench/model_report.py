@@ -13,7 +13,8 @@ from bench.report import HEAD, rupees
 from bench.scenario import FAMILIES, Scenario
 from interlock.results import commit_id
 
-LABELS = {"direct": "direct", "gated": "gated (task binding off)"}
+LABELS = {"direct": "direct", "gated": "gated (task binding off)", "task": "gated (task binding required)"}
+SHORT = {"direct": "direct", "gated": "gated", "task": "task bound"}
 
 
 @dataclass(frozen=True)
@@ -117,28 +118,37 @@ def render(runs: list[TrialRun], scenarios: list[Scenario], setting: Setting, *,
             if chosen:
                 lines.append(_row(f"{family} {title} / {LABELS[mode]}", chosen, by_id))
     lines += _retry_study(runs)
+    modes = [m for m in MODEL_MODES if any(r.verdict.mode == m for r in runs)]
+    gated = [m for m in modes if m != "direct"]
     lines += ["", "### Per scenario", "",
-              "Per trial: the verdict, then the money moved and the entities made; the model's decisions per run.", "",
-              "| scenario | benign | direct | gated | decisions direct / gated | gated answers (all trials) |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
+              "Per trial: the verdict, then the money moved and the entities made; the model's decisions per run. "
+              "`task bound` is gated with the mandate requiring task binding (the harness attaches the signed ticket; "
+              "the model never sees it).", "",
+              "| scenario | benign | " + " | ".join(SHORT[m] for m in modes) + " | decisions "
+              + " / ".join(SHORT[m] for m in modes) + " | Interlock's answers (all trials), "
+              + " / ".join(SHORT[m] for m in gated) + " |",
+              "|---|---|" + "---|" * len(modes) + "---|---|"]  # fmt: skip
     for scenario in scenarios:
         mine = [r for r in runs if r.verdict.scenario_id == scenario.id]
         cells = []
-        for mode in MODEL_MODES:
+        for mode in modes:
             per = sorted((r for r in mine if r.verdict.mode == mode), key=lambda r: r.trial)
             cells.append("; ".join(f"{_outcome(r)} ({rupees(r.verdict.moved)}, {r.verdict.entities})" for r in per))
         decided = " / ".join(",".join(str(r.transcript.decisions) for r in sorted(
-            (r for r in mine if r.verdict.mode == mode), key=lambda r: r.trial)) for mode in MODEL_MODES)  # fmt: skip
-        states: Counter[str] = Counter()
-        for r in mine:
-            if r.verdict.mode == "gated":
-                for part in r.verdict.states.split():
-                    state, _, n = part.rpartition("x")
-                    states[state] += int(n) if n.isdigit() else 1
-        answers = " ".join(f"{s}x{n}" for s, n in sorted(states.items())) or "-"
+            (r for r in mine if r.verdict.mode == mode), key=lambda r: r.trial)) for mode in modes)  # fmt: skip
+        answers = " / ".join(_answers([r for r in mine if r.verdict.mode == mode]) for mode in gated)
         lines.append(f"| `{scenario.id}` {scenario.title} | {'yes' if scenario.benign else 'no'} | "
                      + " | ".join(cells) + f" | {decided} | {answers} |")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _answers(runs: list[TrialRun]) -> str:
+    states: Counter[str] = Counter()
+    for r in runs:
+        for part in r.verdict.states.split():
+            state, _, n = part.rpartition("x")
+            states[state] += int(n) if n.isdigit() else 1
+    return " ".join(f"{s}x{n}" for s, n in sorted(states.items())) or "-"
 
 
 def _retry_study(runs: list[TrialRun]) -> list[str]:
@@ -156,9 +166,9 @@ def _retry_study(runs: list[TrialRun]) -> list[str]:
         said = " ".join(f"{s}x{n}" for s, n in sorted(repeats.items())) or "-"
         lines.append(f"| {LABELS[mode]} | {len(events)} | " + " | ".join(str(counts[b]) for b in BEHAVIOURS)
                      + f" | {said} |")  # fmt: skip
-    lines += ["", "Direct, in family D the upstream MCP server's error results (`isError`, an HTTP status in the body) "
-              "are counted as ambiguous whatever the status: the direct harness does not read it, so a rejection "
-              "there counts too.", "", "| mode | answers the model saw, by kind |", "|---|---|"]  # fmt: skip
+    lines += ["", "Direct, in family D the upstream MCP server's error result (`isError`) carries the rail's HTTP "
+              "status: a 4xx other than 408, 409 and 429 is a rejection and not counted; a 5xx is counted.", "",
+              "| mode | answers the model saw, by kind |", "|---|---|"]  # fmt: skip
     for mode in MODEL_MODES:
         kinds = Counter(e.answer for r in runs if r.verdict.mode == mode for e in r.transcript.events)
         lines.append(f"| {LABELS[mode]} | " + ("; ".join(f"{k} x{n}" for k, n in sorted(kinds.items())) or "-") + " |")

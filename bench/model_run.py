@@ -1,7 +1,9 @@
 """`interlock bench scenarios --agent model`: every scenario direct and gated, several trials, the model choosing.
 
 Each trial is a fresh stack per scenario (its own ledger and windows), the direct mode then the gated mode (task
-binding off), exactly as the scripted bench runs them; only the driver differs. Trial t samples with seed
+binding off), then the task mode on a stack of its own (gated, the mandate requiring task binding, the harness
+attaching the scenario's signed ticket to every call), exactly as the scripted bench runs them; only the driver
+differs: the model never sees or chooses the signed task. Trial t samples with seed
 `seed + t`, so a trial is reproducible on its own. Verdicts come from the sandbox journal (bench.metrics.judge).
 """
 
@@ -21,12 +23,12 @@ from bench.env import ScenarioStack
 from bench.metrics import Verdict, judge
 from bench.model_agent import ModelAgent, RetryEvent, Transcript
 from bench.model_llm import ChoiceModel, Decoding
-from bench.run import Driver, run_scenario
+from bench.run import TASK_MODE, Driver, run_scenario
 from bench.scenario import Scenario
 
 logger = logging.getLogger(__name__)
 
-MODEL_MODES = ("direct", "gated")
+MODEL_MODES = ("direct", "gated", TASK_MODE)
 
 
 @dataclass

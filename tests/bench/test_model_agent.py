@@ -17,7 +17,7 @@ import pytest
 from bench.agent import Answer
 from bench.env import payee_id
 from bench.metrics import Verdict
-from bench.model_agent import ModelAgent, RetryEvent, Transcript, ambiguous, plan
+from bench.model_agent import ModelAgent, RetryEvent, Transcript, ambiguity_label, ambiguous, plan
 from bench.model_choices import (
     DONE,
     appended,
@@ -222,6 +222,11 @@ def test_what_counts_as_ambiguous() -> None:
     assert ambiguous(Answer(None, "AMBIGUOUS 504")) and ambiguous(Answer(None, "ReadTimeout"))
     assert not ambiguous(Answer("BLOCKED", "isError G3_LIMIT", caller_action="DO_NOT_RETRY"))
     assert not ambiguous(Answer(None, "REJECTED 400")) and not ambiguous(Answer("APPLIED", caller_action="DONE"))
+    # Through an upstream MCP server (direct, family D) the rail's HTTP status in the error result decides.
+    assert not ambiguous(Answer(None, 'isError {"http_status": 400, "error": {"code": "BAD_REQUEST_ERROR"}}'))
+    assert ambiguous(Answer(None, 'isError {"http_status": 504, "error": "gateway timeout"}'))
+    assert ambiguous(Answer(None, 'isError {"http_status": 429}'))
+    assert ambiguity_label(Answer(None, 'isError {"http_status": 502}')) == "error: upstream isError, HTTP 502"
 
 
 def test_a_scheduled_job_is_one_episode_per_firing_and_parallel_workers_one_each() -> None:
@@ -261,6 +266,12 @@ def test_the_section_is_labelled_real_model_and_reports_the_retry_study() -> Non
     assert "**real model (SmolLM2-135M-Instruct, local)**" in text and "**sandbox rail**" in text
     assert "scripted agent's section" in text and "| gated (task binding off) | 0/1 | 1/1 |" in text
     assert "### Retry study: after an ambiguous answer" in text and "Not run" not in text
+    assert "| scenario | benign | direct | gated | decisions direct / gated |" in text  # modes that ran, only
+    task = TrialRun(1, Verdict(**{**verdict.__dict__, "mode": "task", "states": "HELDx1"}), Transcript(decisions=2))
+    three = render([*runs, task], [b1], setting, seed=7, command="test", elapsed_s=1)
+    assert "| gated (task binding required) | 0/1 | 1/1 |" in three
+    assert "| direct | gated | task bound | decisions direct / gated / task bound |" in three
+    assert three.rstrip().endswith("| 0 / 3 / 2 | APPLIEDx1 / HELDx1 |")
     partial = render(runs, [b1], setting, seed=7, command="test", elapsed_s=1, missing=["C3_daily_cap"])
     assert "**Not run** (the processes were stopped at the time limit before reaching them): `C3_daily_cap" in partial
 
