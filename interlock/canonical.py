@@ -49,9 +49,17 @@ def _plain(value: Any) -> bool:
     if kind is int:
         return -_SAFE_INT <= value <= _SAFE_INT
     if kind is dict:
-        return all(type(k) is str and k.isascii() and _plain(v) for k, v in value.items())
+        for key, item in value.items():
+            if type(key) is not str or not key.isascii():
+                return False
+            if type(item) is not str and not _plain(item):  # most values are strings: no call for them
+                return False
+        return True
     if kind is list or kind is tuple:
-        return all(_plain(item) for item in value)
+        for item in value:
+            if type(item) is not str and not _plain(item):
+                return False
+        return True
     return False
 
 

@@ -23,16 +23,25 @@ def record_hash(prev_hash: str, seq: int, ts: int, kind: str, payload: Any) -> s
     return sha256_hex(prev_hash + "\n" + body)
 
 
+def _record_hash_of(prev_hash: str, seq: int, ts: int, kind: str, payload_json: str) -> str:
+    """record_hash, given the payload's canonical JSON already made: the record's canonical JSON is its four members
+    in key order (kind, payload, seq, ts) around it, so the payload is serialised once per append, not twice.
+    tests/ledger/test_audit.py checks it against record_hash."""
+    head = canonical_json({"kind": kind}).decode("utf-8")[:-1]  # '{"kind":"…"'
+    tail = canonical_json({"seq": seq, "ts": ts}).decode("utf-8")[1:]  # '"seq":…,"ts":…}'
+    return sha256_hex(f'{prev_hash}\n{head},"payload":{payload_json},{tail}')
+
+
 def append(conn: sqlite3.Connection, kind: str, payload: Mapping[str, Any], ts: int) -> int:
     """Append one audit record in the caller's transaction; returns its seq."""
     require_transaction(conn)
     head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
     seq, prev_hash = (head["seq"] + 1, head["hash"]) if head else (1, GENESIS_HASH)
-    payload = dict(payload)
-    digest = record_hash(prev_hash, seq, ts, kind, payload)
+    payload_json = canonical_json(dict(payload)).decode("utf-8")
+    digest = _record_hash_of(prev_hash, seq, ts, kind, payload_json)
     conn.execute(
         "INSERT INTO audit_log (seq, ts, kind, payload_json, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?)",
-        (seq, ts, kind, canonical_json(payload).decode("utf-8"), prev_hash, digest),
+        (seq, ts, kind, payload_json, prev_hash, digest),
     )
     return seq
 

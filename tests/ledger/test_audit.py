@@ -8,7 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from interlock.canonical import canonical_json
 from ledger import audit
 from ledger.db import open_ledger, transaction
 
@@ -112,3 +115,31 @@ def test_verify_records_works_without_a_ledger(ledger_path: Path) -> None:
     assert audit.verify_records(rows) is None
     rows[1]["kind"] = "OTHER"
     assert audit.verify_records(rows) == 2
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53) + 1, 2**53 - 1) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(kind=st.text(max_size=12), payload=st.dictionaries(st.text(max_size=8), _JSON, max_size=5),
+       seq=st.integers(1, 2**53 - 1), ts=st.integers(0, 2**53 - 1))  # fmt: skip
+def test_an_appended_record_is_hashed_exactly_as_record_hash_says(kind: str, payload: dict, seq: int,
+                                                                  ts: int) -> None:  # fmt: skip
+    # append() serialises the payload once and wraps it; the chain's rule is record_hash over the whole record.
+    payload_json = canonical_json(payload).decode("utf-8")
+    assert audit._record_hash_of("p" * 64, seq, ts, kind, payload_json) == audit.record_hash("p" * 64, seq, ts, kind,
+                                                                                             payload)  # fmt: skip
+
+
+def test_the_chain_verifies_after_appends_with_unicode_kinds_and_keys(tmp_path: Path) -> None:
+    conn = open_ledger(tmp_path / "l.sqlite3")
+    with transaction(conn):
+        audit.append(conn, "KIND_é\"\\", {"ключ": "значение", "a": [1, {"z": None, "é": True}], "\u2028": "x"}, 7)
+        audit.append(conn, "TEST", {}, 8)
+    rows = conn.execute("SELECT * FROM audit_log ORDER BY seq").fetchall()
+    assert audit.verify_records([dict(r) for r in rows]) is None
+    conn.close()
