@@ -195,17 +195,25 @@ def _model_section(paths: tuple[Path, ...], results: Path, no_write: bool) -> No
               help="N: run time to definite with webhooks and by polling only, N ambiguous refunds each, instead "
               "(its own `perf-webhooks` section)")  # fmt: skip
 @click.option("--forged", type=int, default=20, show_default=True, help="with --webhooks: forged deliveries to post")
+@click.option("--profile", "profile_calls", type=int, default=0,
+              help="N: profile N gated refunds instead: each actor's CPU by cost centre and function (its own "
+              "`perf-profile` section)")  # fmt: skip
+@click.option("--profile-agents", type=int, default=8, show_default=True, help="with --profile: concurrent agents")
 def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str, calls_per_agent: int,
                  gate_counts: str, e2e_gate_workers: int, decisions: int, rail_concurrency: str, rail_rounds: int,
                  rails: str, definite_faults: str, definite_calls: int, redis_calls: int, work: Path | None,
                  results: Path,
                  no_write: bool, shard_counts: str, shard_rail_concurrency: str, shard_clients: int,
-                 shard_calls: int, webhook_calls: int, forged: int) -> None:  # fmt: skip
+                 shard_calls: int, webhook_calls: int, forged: int, profile_calls: int,
+                 profile_agents: int) -> None:  # fmt: skip
     """Direct vs gated latency and throughput, the per-hop breakdown, time to definite, the rail worker alone;
     writes the `perf` section of RESULTS.md. With --shards, throughput against the number of shards instead
     (the `perf-shards` section)."""
     if webhook_calls:
         _perf_webhooks(webhook_calls, forged, work, results, no_write)
+        return
+    if profile_calls:
+        _perf_profile(profile_calls, profile_agents, work, results, no_write)
         return
     if shard_counts:
         _perf_shards(_ints(shard_counts), _ints(shard_rail_concurrency), latency_ms, shard_clients, shard_calls,
@@ -238,6 +246,20 @@ def perf_command(latency_ms: int, calls: int, slow_calls: int, concurrency: str,
     if not no_write:
         write_section("perf", text, results)
         click.echo(f"wrote the perf section of {results}")
+    if work is None:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _perf_profile(calls: int, agents: int, work: Path | None, results: Path, no_write: bool) -> None:
+    from bench.perf_profile import render, run_profile
+
+    base = work or Path(tempfile.mkdtemp(prefix="interlock-perf-profile-"))
+    report = run_profile(base, calls, agents, echo=click.echo)
+    text = render(report, command=f"interlock bench perf --profile {calls} --profile-agents {agents}")
+    click.echo(text)
+    if not no_write:
+        write_section("perf-profile", text, results)
+        click.echo(f"wrote the perf-profile section of {results}")
     if work is None:
         shutil.rmtree(base, ignore_errors=True)
 

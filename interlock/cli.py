@@ -91,6 +91,10 @@ def cli(verbose: bool) -> None:
     )
     for chatty in ("httpx", "httpx2", "httpcore", "mcp.client"):
         logging.getLogger(chatty).setLevel(logging.WARNING)
+    # `interlock bench perf --profile` sets INTERLOCK_PROFILE_DIR for the actors it starts (interlock/profiling.py).
+    from interlock.profiling import start_from_env
+
+    start_from_env()
 
 
 def main() -> None:
