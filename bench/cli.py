@@ -38,6 +38,9 @@ def bench_group() -> None:
               help="model: SmolLM2-135M-Instruct chooses every call (`make bench-model`), direct and gated, its own "
               "`scenarios-model` section")  # fmt: skip
 @click.option("--trials", type=int, default=2, show_default=True, help="with --agent model: trials per scenario")
+@click.option("--first-trial", type=int, default=1, show_default=True,
+              help="with --agent model: number the trials from here (a process running trial 2 alone beside another "
+              "running trial 1 samples exactly as one process running both would)")  # fmt: skip
 @click.option("--temperature", type=float, default=0.7, show_default=True, help="with --agent model")
 @click.option("--model-seed", type=int, default=0, show_default=True,
               help="with --agent model: trial t samples with seed model-seed + t")  # fmt: skip
@@ -45,8 +48,8 @@ def bench_group() -> None:
               help="with --agent model: write the section from the model-runs.json of earlier runs (e.g. families run "
               "in parallel processes with --no-write), without running anything")  # fmt: skip
 def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, results: Path, no_write: bool,
-                      purpose_check: str, agent: str, trials: int, temperature: float, model_seed: int,
-                      from_runs: tuple[Path, ...]) -> None:  # fmt: skip
+                      purpose_check: str, agent: str, trials: int, first_trial: int, temperature: float,
+                      model_seed: int, from_runs: tuple[Path, ...]) -> None:  # fmt: skip
     """Run every scenario in each mode (direct, gated, gated with task binding required) and write the
     `scenarios` section of RESULTS.md (`scenarios-g5-hold` / `-block` with --purpose-check); with --agent model,
     a small local model chooses the calls, direct and gated, and the section is `scenarios-model`."""
@@ -56,7 +59,7 @@ def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, resul
         if from_runs:
             _model_section(from_runs, results, no_write)
         else:
-            _model_scenarios(only, seed, work, results, no_write, trials, temperature, model_seed)
+            _model_scenarios(only, seed, work, results, no_write, trials, temperature, model_seed, first_trial)
         return
     from bench.metrics import judge
     from bench.report import plot, render
@@ -95,7 +98,7 @@ def scenarios_command(only: tuple[str, ...], seed: int, work: Path | None, resul
 
 
 def _model_scenarios(only: tuple[str, ...], seed: int, work: Path | None, results: Path, no_write: bool, trials: int,
-                     temperature: float, model_seed: int) -> None:  # fmt: skip
+                     temperature: float, model_seed: int, first_trial: int = 1) -> None:  # fmt: skip
     from bench.model_llm import MODEL_NAME, QUANTISATION, Decoding, ModelUnavailable, load_model, runtime_version
     from bench.model_report import Setting, render
     from bench.model_run import TrialRun, run_model_bench, save_runs
@@ -116,7 +119,8 @@ def _model_scenarios(only: tuple[str, ...], seed: int, work: Path | None, result
     base = work or Path(tempfile.mkdtemp(prefix="interlock-bench-model-"))
     base.mkdir(parents=True, exist_ok=True)
     command = ("interlock bench scenarios --agent model" + "".join(f" --only {o}" for o in only)
-               + f" --seed {seed} --trials {trials} --temperature {temperature} --model-seed {model_seed}")  # fmt: skip
+               + f" --seed {seed} --trials {trials} --temperature {temperature} --model-seed {model_seed}"
+               + (f" --first-trial {first_trial}" if first_trial != 1 else ""))  # fmt: skip
 
     def save(runs: list[TrialRun]) -> None:
         meta = {"setting": dataclasses.asdict(setting), "seed": seed, "command": command,
@@ -124,7 +128,7 @@ def _model_scenarios(only: tuple[str, ...], seed: int, work: Path | None, result
         save_runs(base / "model-runs.json", runs, meta)
 
     runs = run_model_bench(scenarios, base, model, decoding, seed=seed, model_seed=model_seed, trials=trials,
-                           echo=click.echo, save=save)  # fmt: skip
+                           echo=click.echo, save=save, first_trial=first_trial)  # fmt: skip
     save(runs)
     text = render(runs, scenarios, setting, seed=seed, command=command, elapsed_s=time.monotonic() - started)
     click.echo(text)

@@ -39,6 +39,18 @@ def _row(label: str, runs: list[TrialRun], by_id: dict[str, Scenario]) -> str:
             f"| {s.eo_violations} | {s.calls} | {s.p50_ms:.0f} / {s.p99_ms:.0f} |")  # fmt: skip
 
 
+def _trials(runs: list[TrialRun], scenarios: list[Scenario]) -> str:
+    """How many trials each scenario ran: one number when every scenario ran as many, else the spread."""
+    per = Counter({s.id: 0 for s in scenarios})
+    for _trial, scenario_id in {(r.trial, r.verdict.scenario_id) for r in runs}:
+        per[scenario_id] += 1
+    counts = sorted(set(per.values()))
+    if len(counts) == 1:
+        return f"{counts[0]} trial(s) each"
+    spread = ", ".join(f"{sum(1 for n in per.values() if n == c)} scenarios {c}" for c in counts)
+    return f"trials per scenario: {spread} (the runs were stopped at the time limit)"
+
+
 def _outcome(run: TrialRun) -> str:
     v = run.verdict
     if v.violated:
@@ -63,7 +75,7 @@ def render(runs: list[TrialRun], scenarios: list[Scenario], setting: Setting, *,
         f"Evidence: **real model (SmolLM2-135M-Instruct, local)**, **real process** (every actor its own OS process), "
         f"**sandbox rail** (this repository's Razorpay-compatible sandbox, not Razorpay). Not blended with the "
         f"scripted agent's section. Commit `{commit or commit_id()}`, {date}, sandbox fault seed {seed}, "
-        f"{len(scenarios)} scenarios x {len(MODEL_MODES)} modes x {setting.trials} trial(s), "
+        f"{len(scenarios)} scenarios x {len(MODEL_MODES)} modes, {_trials(runs, scenarios)}, "
         f"wall time {elapsed_s:.0f} s"
         + (f" ({processes} processes side by side, each its own scenarios)" if processes > 1 else "")
         + f" ({model_s:.0f} s of model time in all, {decisions} decisions, model load {setting.load_s:.1f} s). "

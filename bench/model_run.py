@@ -52,10 +52,12 @@ def model_driver(model: ChoiceModel, decoding: Decoding, seed: int, sink: dict[s
 
 def run_model_bench(scenarios: list[Scenario], base: Path, model: ChoiceModel, decoding: Decoding, *, seed: int,
                     model_seed: int, trials: int, echo: Callable[[str], None],
-                    save: Callable[[list[TrialRun]], None] | None = None) -> list[TrialRun]:  # fmt: skip
-    """Every scenario direct then gated, *trials* times; *save* is handed the runs so far after each scenario."""
+                    save: Callable[[list[TrialRun]], None] | None = None,
+                    first_trial: int = 1) -> list[TrialRun]:  # fmt: skip
+    """Every scenario in each mode, *trials* times, numbered from *first_trial*; *save* is handed the runs so far
+    after each scenario."""
     runs: list[TrialRun] = []
-    for trial in range(1, trials + 1):
+    for trial in range(first_trial, first_trial + trials):
         for scenario in scenarios:
             sink: dict[str, Transcript] = {}
             started = time.monotonic()

@@ -272,6 +272,12 @@ def test_the_section_is_labelled_real_model_and_reports_the_retry_study() -> Non
     assert "| gated (task binding required) | 0/1 | 1/1 |" in three
     assert "| direct | gated | task bound | decisions direct / gated / task bound |" in three
     assert three.rstrip().endswith("| 0 / 3 / 2 | APPLIEDx1 / HELDx1 |")
+    assert "1 scenarios x 3 modes, 1 trial(s) each" in three
+    b2 = scenario("B2")
+    again = TrialRun(2, verdict, Transcript())  # B1 ran twice, B2 once
+    uneven = render([*runs, again, TrialRun(1, Verdict(**{**verdict.__dict__, "scenario_id": b2.id}), Transcript())],
+                    [b1, b2], setting, seed=7, command="test", elapsed_s=1)  # fmt: skip
+    assert "trials per scenario: 1 scenarios 1, 1 scenarios 2 (the runs were stopped at the time limit)" in uneven
     partial = render(runs, [b1], setting, seed=7, command="test", elapsed_s=1, missing=["C3_daily_cap"])
     assert "**Not run** (the processes were stopped at the time limit before reaching them): `C3_daily_cap" in partial
 
