@@ -86,7 +86,7 @@ $(MODEL_STAMP): pyproject.toml | $(STAMP)
 
 # The model's loading code is tested on the shipped model first (tests/model_extra: not part of `make test`, which
 # never installs the extra).
-bench-model: install $(MODEL_STAMP)
+bench-model: install agents $(MODEL_STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests/model_extra
 	$(BIN)/interlock bench scenarios --agent model $(MODEL_ARGS)
 

@@ -22,6 +22,7 @@ from typing import Any
 from agent_harness import Action, Escalation, Harness, RetryPolicy
 
 PROMPT = "Refund the customer's payment as the ticket says."
+LOCAL_MODEL_TURNS = 4  # a real model may call tools again and again: the run ends there
 
 
 @dataclass
@@ -68,6 +69,7 @@ async def run_pydantic_ai(config: dict[str, Any], runs: list[tuple[Action, dict[
 async def run_openai_agents(config: dict[str, Any], runs: list[tuple[Action, dict[str, Any]]],
                             seen: Seen) -> list[str]:  # fmt: skip
     from agents import Agent, Runner, set_tracing_disabled
+    from agents.exceptions import MaxTurnsExceeded
     from agents.items import ModelResponse
     from agents.models.interface import Model
     from agents.usage import Usage
@@ -112,11 +114,55 @@ async def run_openai_agents(config: dict[str, Any], runs: list[tuple[Action, dic
     finals = []
     async with server:
         for action, call in runs:
-            agent = Agent(name="refunds", instructions=PROMPT, model=Scripted(call), mcp_servers=[server])
+            if "model_url" in config:
+                agent = _local_model_agent(config, server, seen)
+            else:
+                agent = Agent(name="refunds", instructions=PROMPT, model=Scripted(call), mcp_servers=[server])
             with action:
-                result = await Runner.run(agent, PROMPT)
-            finals.append(str(result.final_output))
+                try:
+                    turns = LOCAL_MODEL_TURNS if "model_url" in config else 10  # 10: the SDK's default
+                    result = await Runner.run(agent, config.get("prompt", PROMPT), max_turns=turns)
+                    finals.append(str(result.final_output))
+                except MaxTurnsExceeded:
+                    finals.append(f"stopped after {LOCAL_MODEL_TURNS} turns")
     return finals
+
+
+def _local_model_agent(config: dict[str, Any], server: Any, seen: Seen) -> Any:
+    """The Agents SDK's own chat-completions model against a local OpenAI-compatible server (llama-cpp-python's,
+    serving SmolLM2-135M): the model writes the tool call itself. Its first turn must call create_refund
+    (tool_choice; the SDK lets it choose freely after that). What the framework sends the model — the tools it
+    offers, the tool results — is read off the requests to the server."""
+    import httpx
+    from agents import Agent, ModelSettings, OpenAIChatCompletionsModel
+    from openai import AsyncOpenAI
+
+    class Recorded(httpx.AsyncHTTPTransport):
+        """Reads each request to the model server, and writes message content as the plain string llama-cpp-python's
+        server requires (OpenAI's API also takes a list of text parts, and null content beside tool calls, which
+        the Agents SDK sends)."""
+
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            body = json.loads(request.content or b"{}")
+            seen.tools.update(tool["function"]["name"] for tool in body.get("tools", []))
+            for message in body.get("messages", []):
+                content = message.get("content")
+                if isinstance(content, list):
+                    message["content"] = "".join(part.get("text", "") for part in content)
+                elif content is None:
+                    message["content"] = ""
+            replies = [m["content"] for m in body.get("messages", []) if m.get("role") == "tool"]
+            if replies:
+                seen.tool_results.append(replies[-1])
+            headers = {k: v for k, v in request.headers.items() if k.lower() != "content-length"}
+            rewritten = httpx.Request(request.method, request.url, headers=headers, json=body)
+            return await super().handle_async_request(rewritten)
+
+    client = AsyncOpenAI(base_url=config["model_url"], api_key="local",
+                         http_client=httpx.AsyncClient(transport=Recorded(), timeout=600))  # fmt: skip
+    model = OpenAIChatCompletionsModel(model="local", openai_client=client)
+    settings = ModelSettings(tool_choice="create_refund", temperature=0.0, max_tokens=96)
+    return Agent(name="refunds", instructions=PROMPT, model=model, model_settings=settings, mcp_servers=[server])
 
 
 async def run_langgraph(config: dict[str, Any], runs: list[tuple[Action, dict[str, Any]]], seen: Seen) -> list[str]:

@@ -88,11 +88,11 @@ def agent_stack(tmp_path_factory: pytest.TempPathFactory, redis_server: Embedded
 
 
 def run_agent(python: Path, agent_stack: AgentStack, tmp_path: Path, framework: str, transport: str,
-              scenarios: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+              scenarios: list[dict[str, Any]], extra: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     config: dict[str, Any] = {
         "framework": framework, "mcp_url": agent_stack.mcp_url, "token": TOKEN, "merchant_id": MERCHANT,
         "agent_id": AGENT, "key_file": str(agent_stack.key_file), "signer": SIGNER, "scenarios": scenarios,
-        "retry": {"first_delay_s": 0.2, "max_delay_s": 1.0, "give_up_after_s": 60},
+        "retry": {"first_delay_s": 0.2, "max_delay_s": 1.0, "give_up_after_s": 60}, **(extra or {}),
     }  # fmt: skip
     if transport == "stdio":
         # Interlock's stdio ingress from this checkout's venv; the agent id comes from the launch config.
@@ -104,7 +104,7 @@ def run_agent(python: Path, agent_stack: AgentStack, tmp_path: Path, framework: 
     # The harness kit and the Interlock vocabulary it signs with, from this checkout; nothing else of Interlock.
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run([str(python), str(HERE / "run_agent.py"), str(config_path)], cwd=REPO, env=env,
-                          capture_output=True, text=True, timeout=150)  # fmt: skip
+                          capture_output=True, text=True, timeout=150 if extra is None else 900)  # fmt: skip
     assert proc.returncode == 0, f"{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-6000:]}\n{agent_stack.logs()}"
     report: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
     return report
