@@ -131,10 +131,7 @@ def _model_scenarios(only: tuple[str, ...], seed: int, work: Path | None, result
                            echo=click.echo, save=save, first_trial=first_trial)  # fmt: skip
     save(runs)
     text = render(runs, scenarios, setting, seed=seed, command=command, elapsed_s=time.monotonic() - started)
-    click.echo(text)
-    if not no_write:
-        write_section("scenarios-model", text, results)
-        click.echo(f"wrote the scenarios-model section of {results}")
+    _publish("scenarios-model", text, results, no_write)
     if work is None:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -160,10 +157,7 @@ def _model_section(paths: tuple[Path, ...], results: Path, no_write: bool) -> No
     commits = sorted({m["commit"] for m in metas})
     text = render(runs, scenarios, setting, seed=metas[0]["seed"], command=command, elapsed_s=elapsed,
                   processes=len(metas), commit=", ".join(commits), missing=missing)  # fmt: skip
-    click.echo(text)
-    if not no_write:
-        write_section("scenarios-model", text, results)
-        click.echo(f"wrote the scenarios-model section of {results}")
+    _publish("scenarios-model", text, results, no_write)
 
 
 @bench_group.command("perf")
@@ -260,10 +254,7 @@ def _perf_profile(calls: int, agents: int, work: Path | None, results: Path, no_
     base = work or Path(tempfile.mkdtemp(prefix="interlock-perf-profile-"))
     report = run_profile(base, calls, agents, echo=click.echo)
     text = render(report, command=f"interlock bench perf --profile {calls} --profile-agents {agents}")
-    click.echo(text)
-    if not no_write:
-        write_section("perf-profile", text, results)
-        click.echo(f"wrote the perf-profile section of {results}")
+    _publish("perf-profile", text, results, no_write)
     if work is None:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -294,12 +285,17 @@ def _perf_shards(shard_counts: tuple[int, ...], concurrencies: tuple[int, ...], 
                f"{','.join(map(str, concurrencies))} --latency-ms {latency_ms} --shard-clients {clients} "
                f"--shard-calls {calls}")  # fmt: skip
     text = render(samples, latency_ms=latency_ms, command=command, load_at_start=load_at_start)
-    click.echo(text)
-    if not no_write:
-        write_section("perf-shards", text, results)
-        click.echo(f"wrote the perf-shards section of {results}")
+    _publish("perf-shards", text, results, no_write)
     if work is None:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _publish(section: str, text: str, results: Path, no_write: bool) -> None:
+    """Print a section's text and, unless --no-write, write it into RESULTS.md."""
+    click.echo(text)
+    if not no_write:
+        write_section(section, text, results)
+        click.echo(f"wrote the {section} section of {results}")
 
 
 def _ints(text: str) -> tuple[int, ...]:
