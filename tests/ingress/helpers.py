@@ -140,7 +140,7 @@ class HttpIngress:
             env=env, cwd=REPO, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=limit_files,
         )  # fmt: skip
 
-    def wait_ready(self, timeout: float = 20.0) -> None:
+    def wait_ready(self, timeout: float = 60.0) -> None:  # start-up: the MCP SDK import alone took 20 s at load 8
         def listening() -> bool:
             if self.proc.poll() is not None:
                 raise AssertionError(f"ingress exited with {self.proc.returncode}:\n{self.log()}")
