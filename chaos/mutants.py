@@ -80,8 +80,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
              '        assignments += ", attempt_seq = attempt_seq"'),
     ), tests=("tests/ledger",)),
     Mutant("I6_chain_not_linked", "I6: a tamper-evident, gapless audit chain", (
-        Edit("ledger/audit.py", "    digest = record_hash(prev_hash, seq, ts, kind, payload)",
-             "    digest = record_hash(GENESIS_HASH, seq, ts, kind, payload)"),
+        Edit("ledger/audit.py", "    digest = _record_hash_of(prev_hash, seq, ts, kind, payload_json)",
+             "    digest = _record_hash_of(GENESIS_HASH, seq, ts, kind, payload_json)"),
     ), tests=("tests/ledger/test_audit.py::test_intact_chain_verifies",)),
     Mutant("record_replayed_id", "the rail worker records only an entity carrying its own stamp", (
         Edit("rail_worker/classify.py", "    if not entity.carries_stamp(sik):", "    if False:"),
