@@ -34,9 +34,10 @@ _JOB_FETCH = frozenset({"HGETALL", "HMGET", "HGET"})
 _DEQUEUE = frozenset({"BLMOVE", "BRPOPLPUSH", "BLPOP"})
 # A connection's own set-up and a script's loading: once per connection or process, not per call.
 _CONNECTION = frozenset({"PING", "INFO", "CLIENT", "SUBSCRIBE", "ECHO", "SELECT", "HELLO", "SCRIPT"})
-_WORKER_KEYS = ("rq:worker:", "rq:workers", "rq:suspended", "rq:clean_registries:", "rq:scheduler")
+_WORKER_KEYS = ("rq:worker:", "rq:workers", "rq:suspended", "rq:clean_registries:", "rq:clean_groups", "rq:groups",
+                "rq:group:", "rq:scheduler")  # fmt: skip
 _MAINTENANCE = ("rq:finished:", "rq:wip:", "rq:ready:", "rq:rl-keys", "rq:scheduled:", "rq:deferred:",
-                "rq:canceled:", "rq:started:")
+                "rq:canceled:", "rq:started:")  # fmt: skip
 _ID = re.compile(r"(?<=[-:_])[0-9a-f]{16,}|(?<=:)[A-Za-z0-9_.-]*\.[0-9a-f]{32}")
 
 
@@ -108,7 +109,7 @@ def hop_of(process: str, command: Command, in_transaction: bool) -> str:
         return BACKGROUND
     if key.startswith(_WORKER_KEYS) or name in _CONNECTION:
         return BACKGROUND
-    if actor == "reconciler" or key.startswith(_MAINTENANCE):
+    if actor == "reconciler" or key.startswith(_MAINTENANCE) or (name == "LRANGE" and key.endswith(":intermediate")):
         return BACKGROUND  # its sweep and RQ's registry maintenance run on a timer, not per call
     if actor == "ingress":
         waits = key.startswith("interlock:outcome:")

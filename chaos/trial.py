@@ -6,6 +6,7 @@ the same call; observe again."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import shutil
 import threading
@@ -25,7 +26,7 @@ from deploy.redis_server import EmbeddedRedis
 from deploy.stack import Actor, Stack, StackError, wait_for
 from ingress.tokens import token_sha256
 from interlock.errors import LedgerError
-from interlock.queues import gates_queue, rail_queue, rq_queue
+from interlock.queues import gates_queue, outcome_key, rail_queue, rq_queue
 from interlock.sik import SETTLEMENT_SUBJECT
 from interlock.tools import PAYOUT_TOOL
 from ledger import audit
@@ -128,9 +129,7 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
             assert stack.redis is not None
             stack.redis = EmbeddedRedis(stack.redis.data_dir, port=stack.redis.port).start()
     else:
-        result.kill_landed = died_at(stack.actors[ACTOR_OF[role]], cell.point)
-        if not result.kill_landed:
-            result.preempted = _preemption(first)
+        result.kill_landed, result.preempted = _until_killed(stack, ACTOR_OF[role], cell.point, url, arguments, first)
     _restart_the_dead(stack, tokens)
     partition = cell.fault == "partition"
     result.after_recovery = _settle_and_observe(stack, control, payment_id, partition, result, "after recovery")
@@ -145,6 +144,38 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
     if not result.kill_landed and result.preempted is None:
         result.violations.append(f"KILL_NOT_LANDED: {cell.point} was reachable and the process did not die there")
     control.close()
+
+
+KILL_ATTEMPTS = 3  # calls made, the first included, to bring a call to the failpoint
+
+
+def _until_killed(stack: Stack, name: str, point: str, url: str, arguments: dict[str, Any],
+                  first: dict[str, Any]) -> tuple[bool, str | None]:  # fmt: skip
+    """Whether actor *name* died at *point*, and if not, what pre-empted the call. The agent does what its answer
+    says: a call that got no answer (the ingress was not reached) or was BLOCKED with RETRY_SAME_CALL (on a loaded
+    machine the gate's payment read can outlast the rail timeout: G2_RAIL_UNAVAILABLE) is made again, up to
+    KILL_ATTEMPTS calls in all, since only a call that reaches the rail worker can reach a rail failpoint."""
+    actor, answer = stack.actors[name], first
+    for attempt in range(1, KILL_ATTEMPTS + 1):
+        refused = _retryable_refusal(answer)
+        deadline = time.monotonic() + 90
+        while refused is None and actor.alive() and time.monotonic() < deadline:
+            time.sleep(0.2)
+            refused = _retryable_refusal(_published_outcome(stack))
+        if not actor.alive() or refused is None:
+            return died_at(actor, point, timeout_s=1), _preemption(answer)
+        if attempt < KILL_ATTEMPTS:
+            answer = asyncio.run(_call(url, arguments))
+    return False, f"every call of {KILL_ATTEMPTS} was refused before the rail ({refused})"
+
+
+def _retryable_refusal(answer: dict[str, Any]) -> str | None:
+    """What refused the call so that the same call should be made again, or None."""
+    if "error" in answer:
+        return f"no answer: {answer['error']}"
+    if answer.get("state") == "BLOCKED" and answer.get("caller_action") == "RETRY_SAME_CALL":
+        return f"BLOCKED {answer.get('reason_code')}"
+    return None
 
 
 def died_at(actor: Actor, point: str, timeout_s: float = 90) -> bool:
@@ -221,6 +252,23 @@ def _preemption(first: dict[str, Any]) -> str | None:
     if first.get("state") == "BLOCKED":
         return f"the gates blocked the call ({first.get('reason_code')}), so the rail was never called"
     return None
+
+
+def _published_outcome(stack: Stack) -> dict[str, Any]:
+    """An Outcome published for a call after the ingress stopped waiting for it (its answer was IN_PROGRESS), taken
+    off its list so it is read once; {} when there is none."""
+    client = redis_lib.Redis.from_url(stack.redis_url or "", socket_connect_timeout=1, decode_responses=True)
+    try:
+        for key in client.scan_iter(match=outcome_key("*")):
+            item = client.rpop(key)
+            if item is not None:
+                outcome: dict[str, Any] = json.loads(item)
+                return outcome
+    except redis_lib.RedisError:
+        pass
+    finally:
+        client.close()
+    return {}
 
 
 def _restart_the_dead(stack: Stack, tokens: Path, *, leave: frozenset[str] = frozenset()) -> int:

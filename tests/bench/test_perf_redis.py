@@ -51,6 +51,13 @@ def test_the_bench_s_trace_list_is_not_charged_to_the_call() -> None:
     assert hop_of("rail", _c("9", "EXISTS", "rq:suspended"), in_transaction=False) == BACKGROUND
 
 
+def test_rq_s_timed_maintenance_is_background_whenever_a_worker_runs_it() -> None:
+    """A worker that starts late on a busy machine runs its first maintenance while the calls are counted."""
+    for command in (_c("5", "SET", "rq:clean_groups", "1", "NX", "EX", "60"), _c("5", "SMEMBERS", "rq:groups"),
+                    _c("5", "LRANGE", "rq:queue:gates:intermediate", "0", "-1")):  # fmt: skip
+        assert hop_of("gate1", command, in_transaction=False) == BACKGROUND, command
+
+
 def test_redis_commands_per_sequential_money_call_stay_within_the_bound(tmp_path: Path) -> None:
     rig = PerfRig(tmp_path, gate_workers=2).start()
     try:

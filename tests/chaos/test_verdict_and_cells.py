@@ -49,3 +49,33 @@ def test_every_kill_point_and_fault_is_covered_or_skipped_with_a_reason() -> Non
     assert len(cells) + len(skipped) == len(KILL_POINTS) * len(FAULTS)
     assert all(reason for _, _, reason in skipped)
     assert len(cells) * 10 >= 500, "the full matrix at 10 trials per cell must reach 500 trials"
+
+
+def test_a_call_refused_before_the_rail_is_made_again_only_when_the_answer_says_so() -> None:
+    from chaos.trial import _retryable_refusal
+
+    blocked = {"state": "BLOCKED", "reason_code": "G2_RAIL_UNAVAILABLE", "caller_action": "RETRY_SAME_CALL"}
+    assert _retryable_refusal(blocked) == "BLOCKED G2_RAIL_UNAVAILABLE"
+    assert _retryable_refusal({"error": "TimeoutError"}) == "no answer: TimeoutError"
+    final = {"state": "BLOCKED", "reason_code": "G3_OVER_LIMIT", "caller_action": "STOP"}
+    assert _retryable_refusal(final) is None
+    assert _retryable_refusal({"state": "IN_PROGRESS", "caller_action": "RETRY_SAME_CALL"}) is None
+    assert _retryable_refusal({}) is None
+
+
+def test_an_outcome_published_after_the_ingress_gave_up_is_read_once(redis_server, redis_client, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from chaos.trial import _published_outcome
+    from deploy.stack import Stack
+    from interlock.messages import CallerAction, Outcome
+    from interlock.outcomes import publish
+
+    stack = Stack(tmp_path, redis_url=redis_server.url)
+    assert _published_outcome(stack) == {}
+    retry = CallerAction.RETRY_SAME_CALL
+    publish(redis_client, Outcome(request_id="r1", state="BLOCKED", sik=None, intent=None,
+                                  reason_code="G2_RAIL_UNAVAILABLE", caller_action=retry))  # fmt: skip
+    seen = _published_outcome(stack)
+    assert (seen["state"], seen["reason_code"], seen["caller_action"]) == ("BLOCKED", "G2_RAIL_UNAVAILABLE",
+                                                                          "RETRY_SAME_CALL")  # fmt: skip
+    assert _published_outcome(stack) == {}
+
