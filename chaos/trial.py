@@ -261,7 +261,7 @@ def _published_outcome(stack: Stack) -> dict[str, Any]:
     try:
         for key in client.scan_iter(match=outcome_key("*")):
             item = client.rpop(key)
-            if item is not None:
+            if isinstance(item, str):
                 outcome: dict[str, Any] = json.loads(item)
                 return outcome
     except redis_lib.RedisError:
