@@ -79,3 +79,15 @@ def test_an_actor_writes_its_profile_when_signalled_and_starts_afresh(tmp_path: 
     finally:
         actor.send_signal(signal.SIGKILL)
         actor.wait(10)
+
+
+def test_the_calibration_measures_each_client_against_a_real_rail_and_redis(rail_sandbox, redis_server) -> None:  # type: ignore[no-untyped-def]
+    from bench.perf_profile import Calibration, _calibration_lines, calibrate
+
+    rail_sandbox.add_payment("pay_calibrate01", 189900)
+    c = calibrate(rail_sandbox.url, rail_sandbox.key_id, rail_sandbox.key_secret, "pay_calibrate01", redis_server.url,
+                  n=20)  # fmt: skip
+    assert c.rail_read_us > 0 and c.stdlib_read_us > 0 and c.redis_get_us > 0
+    text = "\n".join(_calibration_lines(Calibration(700.0, 200.0, 100.0)))
+    assert "| 700 |" in text and "| 200 |" in text and "| 100 |" in text
+    assert "at most about 1.00 ms" in text and "about 1.70 ms in redis-py" in text
