@@ -147,10 +147,15 @@ class HttpIngress:
             with socket.socket() as sock:
                 return sock.connect_ex(("127.0.0.1", self.port)) == 0
 
-        wait_until(listening, timeout=timeout, what=f"ingress on port {self.port}")
+        try:
+            wait_until(listening, timeout=timeout, what=f"ingress on port {self.port}")
+        except BaseException:
+            self.stop()  # a start that failed leaves no process behind (its caller never reaches its own stop)
+            raise
 
     def log(self) -> str:
-        self._log.flush()
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_text()
 
     def stop(self) -> None:
@@ -161,4 +166,5 @@ class HttpIngress:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        self._log.close()
+        if not self._log.closed:
+            self._log.close()
