@@ -86,7 +86,23 @@ class PerfRig:
         stack.wait_for_ingress()
         self.front_url = str(wait_for(lambda: read_json(ready), timeout=60, what="the sandbox MCP front",
                                       actor=front)["url"])  # fmt: skip
+        self._wait_for_gate_workers()
         return self
+
+    def _wait_for_gate_workers(self) -> None:
+        """Until every gate worker has registered with RQ: on a busy machine one can start seconds after the others,
+        and its first jobs (its one-off set-up commands, its first maintenance) would fall inside a measurement."""
+        from rq import Worker
+
+        from interlock.queues import gates_queue, rq_queue
+
+        client = redis.Redis.from_url(self.stack.redis_url or "")
+        try:
+            queue = rq_queue(gates_queue(), client)
+            wait_for(lambda: Worker.count(queue=queue) >= self.stack.gate_workers, timeout=60,
+                     what=f"{self.stack.gate_workers} gate workers registered")  # fmt: skip
+        finally:
+            client.close()
 
     def pids(self) -> dict[str, int]:
         """Every process of the stack by name (actors, the sandbox, redis-server), for CPU accounting."""
