@@ -133,6 +133,7 @@ def render(runs: list[TrialRun], scenarios: list[Scenario], setting: Setting, *,
             if chosen:
                 lines.append(_row(f"{family} {title} / {LABELS[mode]}", chosen, by_id))
     lines += _retry_study(runs)
+    lines += _gated_duplicates(runs)
     modes = [m for m in MODEL_MODES if any(r.verdict.mode == m for r in runs)]
     gated = [m for m in modes if m != "direct"]
     lines += ["", "### Per scenario", "",
@@ -164,6 +165,27 @@ def _answers(runs: list[TrialRun]) -> str:
             state, _, n = part.rpartition("x")
             states[state] += int(n) if n.isdigit() else 1
     return " ".join(f"{s}x{n}" for s, n in sorted(states.items())) or "-"
+
+
+def _gated_duplicates(runs: list[TrialRun]) -> list[str]:
+    """Every gated run the verdict counts as an exactly-once violation, with the calls the model chose, so a reader
+    can tell a retry paid twice (Interlock's guarantee broken) from two calls the model made different."""
+    found = sorted((r for r in runs if r.verdict.mode != "direct" and r.verdict.eo_violation),
+                   key=lambda r: (r.verdict.scenario_id, r.trial, r.verdict.mode))  # fmt: skip
+    lines = ["", "### Gated runs with an exactly-once violation", ""]
+    if not found:
+        return lines + ["None."]
+    lines.append("Each with the calls the model chose, in order (the answers are in the per-scenario table). A call "
+                 "that repeats terms already paid and adds an `interlock_distinct_reason` asks for a second payment "
+                 "by declaration (SPEC §4: the only way to make a second identical one); it is a new intent, not a "
+                 "retry of the first, and only the task binding holds such a call to the ticket's own list.")
+    for r in found:
+        calls = [c.split(" ", 1)[1] if " " in c else c for c in r.transcript.calls]
+        lines += ["", f"* `{r.verdict.scenario_id}` trial {r.trial}, {LABELS[r.verdict.mode]}: "
+                  f"{r.verdict.entities} entities, {r.verdict.duplicates} a duplicate by the scenario's verdict, "
+                  f"{rupees(r.verdict.money_at_risk)} at risk. Calls:"]  # fmt: skip
+        lines += [f"  {n}. `{call}`" for n, call in enumerate(calls, 1)]
+    return lines
 
 
 def _retry_study(runs: list[TrialRun]) -> list[str]:

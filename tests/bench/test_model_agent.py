@@ -278,6 +278,13 @@ def test_the_section_is_labelled_real_model_and_reports_the_retry_study() -> Non
     uneven = render([*runs, again, TrialRun(1, Verdict(**{**verdict.__dict__, "scenario_id": b2.id}), Transcript())],
                     [b1, b2], setting, seed=7, command="test", elapsed_s=1)  # fmt: skip
     assert "trials per scenario: 1 scenarios 1, 1 scenarios 2 (the runs were stopped at the time limit)" in uneven
+    assert "### Gated runs with an exactly-once violation\n\nNone." in text
+    twice = Verdict(**{**verdict.__dict__, "entities": 2, "duplicates": 1, "money_at_risk": 50000,
+                       "eo_violation": True})  # fmt: skip
+    paid = TrialRun(2, twice, Transcript(calls=['0.0 {"name": "create_refund"}', '0.1 {"name": "done"}']))
+    listed = render([*runs, paid], [b1], setting, seed=7, command="test", elapsed_s=1)
+    assert "* `B1_" in listed and "trial 2, gated (task binding off): 2 entities, 1 a duplicate" in listed
+    assert '  1. `{"name": "create_refund"}`\n  2. `{"name": "done"}`' in listed
     partial = render(runs, [b1], setting, seed=7, command="test", elapsed_s=1, missing=["C3_daily_cap"])
     assert "**Not run** (the processes were stopped at the time limit before reaching them): `C3_daily_cap" in partial
 
@@ -289,3 +296,29 @@ def test_saved_runs_load_back_as_they_were(tmp_path: Path) -> None:
     save_runs(tmp_path / "runs.json", [TrialRun(1, verdict, transcript)], {"command": "x"})
     [run], meta = load_runs(tmp_path / "runs.json")
     assert run == TrialRun(1, verdict, transcript) and meta == {"command": "x"}
+
+
+def test_the_section_from_saved_runs_names_each_process_s_trials_and_pace(tmp_path: Path) -> None:
+    import dataclasses
+
+    from click.testing import CliRunner
+
+    from bench.cli import bench_group
+
+    b1 = scenario("B1")
+    verdict = Verdict(b1.id, "B", "gated", False, 50000, 0, 1, 0, 0, False, True, False, False, [5.0], "APPLIEDx1")
+    setting = Setting("SmolLM2-135M-Instruct", "Q4_1 (GGUF)", "llama-cpp-python 0.3.36", "temperature=0.7", 0, 1, 0.3)
+    for trial, seconds in ((1, 8.0), (2, 1.0)):
+        meta = {"setting": dataclasses.asdict(setting), "seed": 7, "elapsed_s": 100.0 * trial, "commit": f"c{trial}",
+                "command": f"interlock bench scenarios --agent model --only B1 --first-trial {trial}"}  # fmt: skip
+        runs = [TrialRun(trial, verdict, Transcript(decisions=4, model_s=4 * seconds))]
+        save_runs(tmp_path / f"t{trial}.json", runs, meta)
+    results = tmp_path / "RESULTS.md"
+    args = ["scenarios", "--agent", "model", "--from-runs", str(tmp_path / "t1.json"), "--from-runs",
+            str(tmp_path / "t2.json"), "--results", str(results)]  # fmt: skip
+    outcome = CliRunner().invoke(bench_group, args)
+    assert outcome.exit_code == 0, outcome.output
+    text = results.read_text(encoding="utf-8")
+    assert "1 scenarios x 3 modes, 2 trial(s) each, 2 processes" in text and "the longest took 200 s" in text
+    assert "(trial 1: 100 s, 8.00 s a decision, at c1)" in text and "(trial 2: 200 s, 1.00 s a decision, at c2)" in text
+    assert "36 s of model time in all, 8 decisions, 4.50 s a decision" in text
