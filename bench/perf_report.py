@@ -323,14 +323,15 @@ def _rail_alone_section(report: PerfReport) -> list[str]:
         "same latency: the **sandbox rail** and a minimal **rail double** (`bench/rail_double.py`: refunds "
         "only, in memory, no journal). Hops p50 / p99 ms from the published Outcomes' traces.",
         "",
-        "| rail | concurrency | calls | applied | calls/s | ceiling concurrency x 1000/latency | queue + admission "
-        "| attempt start → sent | money call round trip | record |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| rail | concurrency | calls | applied | calls/s | ceiling concurrency x 1000/latency | queue `rail` "
+        "| slot wait + hand-off | admission | attempt start → sent | money call round trip | record |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in report.rail_alone:
         ceiling = s.concurrency * 1000 / latency if latency else 0
         lines.append(f"| {s.rail} | {s.concurrency} | {s.calls} | {s.applied} | {s.per_second:.1f} | "
-                     f"{ceiling:.0f} | {_hop(s, 'admitted')} | {_hop(s, 'request_sent')} | "
+                     f"{ceiling:.0f} | {_hop(s, 'rail_dequeued')} | {_hop(s, 'admission_started')} | "
+                     f"{_hop(s, 'admitted')} | {_hop(s, 'request_sent')} | "
                      f"{_hop(s, 'answer_received')} | {_hop(s, 'recorded')} |")  # fmt: skip
     lines += ["", _bottleneck(report.rail_alone, latency)]
     return lines

@@ -16,7 +16,8 @@ from bench.metrics import percentile
 # The stamps of one gated money call, in the order the call passes them.
 STAMPS: tuple[str, ...] = (
     "agent_sent", "ingress_received", "enqueued", "gate_dequeued", "rail_read_done", "decision_enqueued",
-    "admitted", "request_sent", "answer_received", "recorded", "ingress_answered", "agent_got",
+    "rail_dequeued", "admission_started", "admitted", "request_sent", "answer_received", "recorded",
+    "ingress_answered", "agent_got",
 )  # fmt: skip
 # What happens between a stamp and the next one; keyed by the stamp the hop ends at.
 HOP_LABELS: dict[str, str] = {
@@ -25,8 +26,10 @@ HOP_LABELS: dict[str, str] = {
     "gate_dequeued": "queue `gates` (RQ enqueue, worker dequeue and job start)",
     "rail_read_done": "gate: the payment read on the rail, ledger reads",
     "decision_enqueued": "gate: ladder G1-G6, SIK, Decision",
-    "admitted": "queue `rail` (RQ hop) + admission (BEGIN IMMEDIATE, G2/G3 re-check, commit)",
-    "request_sent": "attempt start (IN_FLIGHT commit) + hand-off to a call slot",
+    "rail_dequeued": "queue `rail` (RQ enqueue, rail worker dequeue and job start)",
+    "admission_started": "wait for a call slot, hand-off to its pool thread",
+    "admitted": "admission (BEGIN IMMEDIATE, G2/G3 re-check, group commit)",
+    "request_sent": "attempt start (IN_FLIGHT commit), the request written",
     "answer_received": "the money call on the rail (round trip)",
     "recorded": "record the outcome (fenced commit)",
     "ingress_answered": "publish the Outcome, the ingress's BLPOP wakes",

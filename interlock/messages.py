@@ -27,7 +27,8 @@ class CallerAction(StrEnum):
 
 # Per-hop timestamps (epoch microseconds, time.time_ns() // 1000) carried through the messages of one call, for
 # the performance bench's breakdown: ingress_received, enqueued, gate_dequeued, rail_read_done,
-# decision_enqueued, admitted, request_sent, answer_received, recorded (and ingress_answered at the ingress).
+# decision_enqueued, rail_dequeued, admission_started, admitted, request_sent, answer_received, recorded (and
+# ingress_answered at the ingress).
 Trace = dict[str, int]
 
 

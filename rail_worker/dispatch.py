@@ -99,6 +99,7 @@ class Dispatcher:
         The thread enters the intent's claim *before* admission, so a repeat admitted on another thread a
         moment later waits for this call's recorded answer whichever of the two commits first; it leaves the
         claim as soon as its admission says what it does — the executor of the call, or not."""
+        decision.trace["admission_started"] = trace_now()  # on the thread that admits: a pool thread, or inline
         key = (decision.merchant_id, decision.sik) if decision.sik is not None else None
         entered = key is not None
         if key is not None:

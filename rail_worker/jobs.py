@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 
-from interlock.messages import Decision
+from interlock.messages import Decision, trace_now
 from rail_worker.dispatch import Dispatcher
 
 logger = logging.getLogger(__name__)
@@ -29,7 +29,10 @@ def dispatcher() -> Dispatcher:
 
 
 def handle_decision(decision_json: str) -> str:
-    return dispatcher().handle_decision(Decision.from_json(decision_json))
+    dequeued = trace_now()
+    decision: Decision = Decision.from_json(decision_json)
+    decision.trace["rail_dequeued"] = dequeued
+    return dispatcher().handle_decision(decision)
 
 
 def execute_intent(merchant_id: str, sik: str, request_id: str | None = None) -> str:

@@ -189,3 +189,31 @@ def test_a_waiting_repeat_is_answered_with_its_own_admission_when_the_ledger_can
     assert pool.answers("req-original") == [("APPLIED", False)]
     assert pool.answers("req-repeat") == [("IN_FLIGHT", True)], "still told to repeat the call, not left unanswered"
 
+
+
+def test_the_rail_worker_stamps_its_job_start_the_admitting_thread_and_each_step_of_the_call(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The perf bench's breakdown of the rail hop (bench.perf_trace): queue, call slot and hand-off, admission."""
+    from interlock.messages import trace_now
+    from rail_worker import jobs
+
+    pool = Pool(world, monkeypatch)
+    jobs.install(pool.dispatcher)
+    try:
+        decision = _decision(world, "req-trace")
+        sent = trace_now()
+        pool.done["req-trace"] = threading.Event()
+        assert jobs.handle_decision(decision.model_copy(update={"trace": {"decision_enqueued": sent}}).to_json()) \
+            == dispatch.DISPATCHED
+        assert pool.out.wait(WAIT_S)
+        pool.finish()
+    finally:
+        jobs.install(None)
+    published: list[Outcome] = pool.rt.redis.published  # type: ignore[attr-defined]
+    [outcome] = [o for o in published if o.request_id == "req-trace"]
+    order = ["decision_enqueued", "rail_dequeued", "admission_started", "admitted", "request_sent",
+             "answer_received", "recorded"]  # fmt: skip
+    assert [name for name in order if name in outcome.trace] == order
+    stamps = [outcome.trace[name] for name in order]
+    assert stamps == sorted(stamps), outcome.trace
