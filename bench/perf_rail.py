@@ -25,6 +25,7 @@ from typing import Any
 import redis
 
 from bench.env import AGENT, mandate_data, write_mandate
+from bench.perf_cpu import cpu_seconds
 from bench.perf_trace import HopStat, breakdown
 from deploy.agent_client import SandboxControl
 from deploy.stack import Actor, Stack, read_json, wait_for
@@ -54,10 +55,21 @@ class RailAloneSample:
     seconds: float
     states: dict[str, int] = field(default_factory=dict)
     hops: list[HopStat] = field(default_factory=list)
+    cpu_s: float | None = None  # the rail worker process's CPU (user + system, every thread) from load to settled
 
     @property
     def per_second(self) -> float:
         return self.applied / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def cpu_ms_per_call(self) -> float | None:
+        return self.cpu_s * 1000 / self.applied if self.cpu_s is not None and self.applied else None
+
+    @property
+    def cores(self) -> float | None:
+        """CPUs the rail worker kept busy on average while the batch ran: near 1.0, its interpreter (the GIL) is the
+        limit, whatever the concurrency."""
+        return self.cpu_s / self.seconds if self.cpu_s is not None and self.seconds > 0 else None
 
 
 class LocalPayments:
@@ -160,15 +172,18 @@ class RailAloneRig:
             ledger = open_ledger(ledger_path, readonly=True)
             try:
                 decisions = build_decisions(ledger, load_mandate(self.mandate_path), self.payments(calls))
+                cpu_before = cpu_seconds(actor.pid)
                 started_ms = self._load(client, queue, decisions)
                 states = _wait_settled(ledger, calls, timeout_s, actor)
+                cpu_after = cpu_seconds(actor.pid)
                 last = ledger.execute("SELECT MAX(updated_at) FROM intents WHERE state = 'APPLIED'").fetchone()[0]
             finally:
                 ledger.close()
             seconds = ((last or started_ms) - started_ms) / 1000
             traces = _outcome_traces(client, [d.request_id for d in decisions])
+            cpu = cpu_after - cpu_before if cpu_before is not None and cpu_after is not None else None
             return RailAloneSample(self.rail, concurrency, calls, states.get("APPLIED", 0), seconds, states,
-                                   breakdown(traces))  # fmt: skip
+                                   breakdown(traces), cpu)  # fmt: skip
         finally:
             client.close()
             actor.stop(timeout=60)

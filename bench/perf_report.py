@@ -309,6 +309,10 @@ def _hop(sample: RailAloneSample, end: str) -> str:
     return f"{hop.p50_ms:.1f} / {hop.p99_ms:.1f}" if hop else "-"
 
 
+def _num(value: float | None) -> str:
+    return f"{value:.2f}" if value is not None else "-"
+
+
 def _rail_alone_section(report: PerfReport) -> list[str]:
     if not report.rail_alone:
         return []
@@ -323,14 +327,16 @@ def _rail_alone_section(report: PerfReport) -> list[str]:
         "same latency: the **sandbox rail** and a minimal **rail double** (`bench/rail_double.py`: refunds "
         "only, in memory, no journal). Hops p50 / p99 ms from the published Outcomes' traces.",
         "",
-        "| rail | concurrency | calls | applied | calls/s | ceiling concurrency x 1000/latency | queue `rail` "
-        "| slot wait + hand-off | admission | attempt start → sent | money call round trip | record |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| rail | concurrency | calls | applied | calls/s | ceiling concurrency x 1000/latency | rail worker CPU ms a "
+        "call | CPUs busy | queue `rail` | slot wait + hand-off | admission | attempt start → sent | money call round "
+        "trip | record |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in report.rail_alone:
         ceiling = s.concurrency * 1000 / latency if latency else 0
         lines.append(f"| {s.rail} | {s.concurrency} | {s.calls} | {s.applied} | {s.per_second:.1f} | "
-                     f"{ceiling:.0f} | {_hop(s, 'rail_dequeued')} | {_hop(s, 'admission_started')} | "
+                     f"{ceiling:.0f} | {_num(s.cpu_ms_per_call)} | {_num(s.cores)} | {_hop(s, 'rail_dequeued')} | "
+                     f"{_hop(s, 'admission_started')} | "
                      f"{_hop(s, 'admitted')} | {_hop(s, 'request_sent')} | "
                      f"{_hop(s, 'answer_received')} | {_hop(s, 'recorded')} |")  # fmt: skip
     lines += ["", _bottleneck(report.rail_alone, latency)]
@@ -357,6 +363,10 @@ def _bottleneck(samples: list[RailAloneSample], latency_ms: int) -> str:
         text += (f" Its best against the double, {best.per_second:.1f} calls/s at concurrency {best.concurrency}, is "
                  f"{best.per_second / ceiling:.0%} of the {ceiling:.0f} calls/s that concurrency allows at "
                  f"{latency_ms} ms: what limits it there is {limit}.")  # fmt: skip
+        if best.cores is not None and best.cpu_ms_per_call is not None and best.per_second < 0.8 * ceiling:
+            text += (f" It kept {best.cores:.2f} CPUs busy doing it, {best.cpu_ms_per_call:.2f} ms of CPU a call: one "
+                     f"Python process does its per-call work under one interpreter lock, so "
+                     f"{0.8 * ceiling:.0f} calls/s would need {1000 / (0.8 * ceiling):.2f} ms a call at one CPU.")
     return text
 
 

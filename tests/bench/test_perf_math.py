@@ -86,6 +86,15 @@ def test_rail_alone_sizes_and_the_sandbox_bottleneck_verdict() -> None:
     verdict = _bottleneck(even, 200)
     assert "the sandbox is not the bottleneck" in verdict and "is the concurrency setting" in verdict
     assert RailAloneSample("double", 1, 10, 0, 0.0).per_second == 0.0
+    assert "CPUs busy" not in verdict and RailAloneSample("double", 1, 10, 0, 0.0, cpu_s=1.0).cpu_ms_per_call is None
+
+
+def test_the_rail_worker_s_own_cpu_names_what_limits_it() -> None:
+    busy = RailAloneSample("double", 256, 1000, 1000, 4.0, cpu_s=3.8)
+    assert busy.cpu_ms_per_call == 3.8 and busy.cores == 0.95
+    verdict = _bottleneck([RailAloneSample("sandbox", 256, 1000, 1000, 4.2, cpu_s=3.9), busy], 200)
+    assert "It kept 0.95 CPUs busy doing it, 3.80 ms of CPU a call" in verdict
+    assert "1024 calls/s would need 0.98 ms a call at one CPU" in verdict
 
 
 def test_the_rail_double_answers_a_repeated_key_with_the_original_refund_and_lists_newest_first() -> None:
