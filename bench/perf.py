@@ -55,6 +55,9 @@ class PerfConfig:
     throughput_calls: int = 48  # at least this many per concurrency level at 0 ms
     slow_throughput_calls: int = 16  # ... and at the slow rail
     calls_per_agent: int = 3  # every agent of a throughput run makes at least this many calls
+    # The runs whose CPU is measured (and hops traced) make at least this many: /proc counts CPU in 10 ms ticks, so
+    # 48 calls left each process's figure ±0.2 ms a call and the summary's own-CPU ratio moved ~15% run to run.
+    cpu_calls: int = 400
     rail_concurrency: tuple[int, ...] = (1, 16, 64, 256)
     rail_rounds: int = 4  # the rail worker alone: calls per level = concurrency x rounds (at least rail_min_calls)
     rail_min_calls: int = 10
@@ -180,10 +183,10 @@ def _latency_and_throughput(rig: PerfRig, config: PerfConfig, report: PerfReport
             echo(f"latency {mode:<10} rail {rail_ms:>4} ms: p50 {sample.p50:.1f} p99 {sample.p99:.1f} ms")
         floor = config.throughput_calls if rail_ms == 0 else config.slow_throughput_calls
         for agents in config.concurrency:
-            total = max(config.calls_per_agent * agents, floor)
+            hop_run = agents == HOP_AGENTS[0 if rail_ms == 0 else "slow"]
+            total = max(config.calls_per_agent * agents, floor, config.cpu_calls if hop_run else 0)
             for mode in MODES:
                 rig.take_traces()
-                hop_run = agents == HOP_AGENTS[0 if rail_ms == 0 else "slow"]
                 label = f"{mode}, {rail_ms} ms rail, {agents} agents"
                 results, seconds, cpu = run_agents(rig, mode, agents, total, cpu_label=label if hop_run else None)
                 tput = ThroughputSample(mode, rail_ms, agents, total, sum(c.ok for c in results), seconds)
