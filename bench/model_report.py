@@ -77,8 +77,8 @@ def render(runs: list[TrialRun], scenarios: list[Scenario], setting: Setting, *,
         f"scripted agent's section. Commit `{commit or commit_id()}`, {date}, sandbox fault seed {seed}, "
         f"{len(scenarios)} scenarios x {len(MODEL_MODES)} modes, {_trials(runs, scenarios)}, "
         + (f"wall time {elapsed_s:.0f} s" if processes == 1 else
-           f"{processes} processes, each its own scenarios and trials, two or more side by side at a time (the "
-           f"longest took {elapsed_s:.0f} s)")
+           f"{processes} processes, each its own scenarios and trials, some side by side and some at later commits "
+           f"(the longest took {elapsed_s:.0f} s)")
         + f" ({model_s:.0f} s of model time in all, {decisions} decisions, "
         f"{model_s / decisions if decisions else 0.0:.2f} s a decision, model load {setting.load_s:.1f} s). "
         + (f"Reproduce: {command}; then `interlock bench scenarios --agent model --from-runs` on their "
@@ -182,7 +182,7 @@ def _gated_duplicates(runs: list[TrialRun]) -> list[str]:
     for r in found:
         calls = [c.split(" ", 1)[1] if " " in c else c for c in r.transcript.calls]
         lines += ["", f"* `{r.verdict.scenario_id}` trial {r.trial}, {LABELS[r.verdict.mode]}: "
-                  f"{r.verdict.entities} entities, {r.verdict.duplicates} a duplicate by the scenario's verdict, "
+                  f"{r.verdict.entities} entities, {r.verdict.duplicates} of them duplicates by the verdict, "
                   f"{rupees(r.verdict.money_at_risk)} at risk. Calls:"]  # fmt: skip
         lines += [f"  {n}. `{call}`" for n, call in enumerate(calls, 1)]
     return lines

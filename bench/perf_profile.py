@@ -227,7 +227,11 @@ def run_profile(base: Path, calls: int, agents: int, *, echo: Callable[[str], No
         run_agents(plain, "gated", agents, 40)  # warm-up
         gated, seconds, cpu = run_agents(plain, "gated", agents, calls, cpu_label="gated")
         _, _, direct = run_agents(plain, "direct", agents, calls, cpu_label="direct")
-        calibration = calibrate_rig(plain)
+        try:
+            calibration: Calibration | None = calibrate_rig(plain)
+        except Exception as exc:  # noqa: BLE001 - a check on the profile must not lose the profile
+            echo(f"calibration failed, the section goes without it: {exc}")
+            calibration = None
     finally:
         plain.stop()
     assert cpu is not None and direct is not None
@@ -328,7 +332,8 @@ def _calibration_lines(c: Calibration) -> list[str]:
         f"| one redis-py `GET` round trip (hiredis parser) | {c.redis_get_us:.0f} |",
         "",
         f"A gated refund makes two rail requests (the gate's read, the rail worker's money call), so a leaner HTTP "
-        f"client could save at most about {2 * (c.rail_read_us - c.stdlib_read_us) / 1000:.2f} ms of CPU a call; "
+        f"client could save roughly {2 * (c.rail_read_us - c.stdlib_read_us) / 1000:.2f} ms of CPU a call (less: the "
+        f"first row also builds the Payment model, which any client would); "
         f"its ~17 Redis commands cost about {17 * c.redis_get_us / 1000:.2f} ms in redis-py at this rate. "
         "Where these are smaller than the centres above, the profiler's per-call cost inflates call-heavy Python.",
     ]

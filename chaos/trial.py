@@ -147,34 +147,49 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
 
 
 KILL_ATTEMPTS = 3  # calls made, the first included, to bring a call to the failpoint
+RETRY_PAUSE_S = 1.0  # between a refused call and the agent's repeat: a refusal under load tends to repeat at once
 
 
 def _until_killed(stack: Stack, name: str, point: str, url: str, arguments: dict[str, Any],
                   first: dict[str, Any]) -> tuple[bool, str | None]:  # fmt: skip
     """Whether actor *name* died at *point*, and if not, what pre-empted the call. The agent does what its answer
-    says: a call that got no answer (the ingress was not reached) or was BLOCKED with RETRY_SAME_CALL (on a loaded
-    machine the gate's payment read can outlast the rail timeout: G2_RAIL_UNAVAILABLE) is made again, up to
-    KILL_ATTEMPTS calls in all, since only a call that reaches the rail worker can reach a rail failpoint."""
+    says: a call refused before the rail with RETRY_SAME_CALL (BLOCKED G2_RAIL_UNAVAILABLE when, on a loaded machine,
+    the gate's payment read outlasts the rail timeout; or an ingress error that enqueued nothing) is made again, up to
+    KILL_ATTEMPTS calls in all, since only a call that reaches the rail worker can reach a rail failpoint. Any other
+    answer — IN_PROGRESS, no answer at all (the call may still be on its way), a definite result — is waited on for
+    the kill, and a kill that does not come is not pre-empted unless the gates BLOCKED the call (`_preemption`)."""
     actor, answer = stack.actors[name], first
     for attempt in range(1, KILL_ATTEMPTS + 1):
-        refused = _retryable_refusal(answer)
         deadline = time.monotonic() + 90
-        while refused is None and actor.alive() and time.monotonic() < deadline:
+        while answer.get("state") != "BLOCKED" and actor.alive() and time.monotonic() < deadline:
             time.sleep(0.2)
-            refused = _retryable_refusal(_published_outcome(stack))
-        if not actor.alive() or refused is None:
-            return died_at(actor, point, timeout_s=1), _preemption(answer)
-        if attempt < KILL_ATTEMPTS:
-            answer = asyncio.run(_call(url, arguments))
-    return False, f"every call of {KILL_ATTEMPTS} was refused before the rail ({refused})"
+            published = _published_outcome(stack)  # the call's own answer, after the ingress stopped waiting
+            if published.get("state") == "BLOCKED":
+                answer = published
+        if not actor.alive():
+            return died_at(actor, point, timeout_s=1), None
+        refused = _retryable_refusal(answer)
+        if refused is None:
+            return False, _preemption(answer)
+        if attempt == KILL_ATTEMPTS:
+            landed = died_at(actor, point, timeout_s=5)  # a kill that an earlier call set off may land late
+            return landed, None if landed else f"each of {KILL_ATTEMPTS} calls was refused before the rail ({refused})"
+        time.sleep(RETRY_PAUSE_S)
+        answer = asyncio.run(_call(url, arguments))
+    raise AssertionError("unreachable")
 
 
 def _retryable_refusal(answer: dict[str, Any]) -> str | None:
-    """What refused the call so that the same call should be made again, or None."""
-    if "error" in answer:
-        return f"no answer: {answer['error']}"
-    if answer.get("state") == "BLOCKED" and answer.get("caller_action") == "RETRY_SAME_CALL":
+    """What refused the call before the rail so that the agent makes the same call again, or None: a BLOCKED answer or
+    an ingress error result, either with caller_action RETRY_SAME_CALL. No answer at all is not one: the call may
+    have reached the rail."""
+    if answer.get("caller_action") != "RETRY_SAME_CALL":
+        return None
+    if answer.get("state") == "BLOCKED":
         return f"BLOCKED {answer.get('reason_code')}"
+    error = answer.get("error")
+    if isinstance(error, dict):
+        return f"error {error.get('code')}"
     return None
 
 

@@ -283,7 +283,7 @@ def test_the_section_is_labelled_real_model_and_reports_the_retry_study() -> Non
                        "eo_violation": True})  # fmt: skip
     paid = TrialRun(2, twice, Transcript(calls=['0.0 {"name": "create_refund"}', '0.1 {"name": "done"}']))
     listed = render([*runs, paid], [b1], setting, seed=7, command="test", elapsed_s=1)
-    assert "* `B1_" in listed and "trial 2, gated (task binding off): 2 entities, 1 a duplicate" in listed
+    assert "* `B1_" in listed and "trial 2, gated (task binding off): 2 entities, 1 of them duplicates" in listed
     assert '  1. `{"name": "create_refund"}`\n  2. `{"name": "done"}`' in listed
     partial = render(runs, [b1], setting, seed=7, command="test", elapsed_s=1, missing=["C3_daily_cap"])
     assert "**Not run** (the processes were stopped at the time limit before reaching them): `C3_daily_cap" in partial
@@ -319,6 +319,7 @@ def test_the_section_from_saved_runs_names_each_process_s_trials_and_pace(tmp_pa
     outcome = CliRunner().invoke(bench_group, args)
     assert outcome.exit_code == 0, outcome.output
     text = results.read_text(encoding="utf-8")
-    assert "1 scenarios x 3 modes, 2 trial(s) each, 2 processes" in text and "the longest took 200 s" in text
+    assert "1 scenarios x 3 modes, 2 trial(s) each, 2 processes, each its own" in text
+    assert "the longest took 200 s" in text
     assert "(trial 1: 100 s, 8.00 s a decision, at c1)" in text and "(trial 2: 200 s, 1.00 s a decision, at c2)" in text
     assert "36 s of model time in all, 8 decisions, 4.50 s a decision" in text

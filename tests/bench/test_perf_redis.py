@@ -61,8 +61,9 @@ def test_rq_s_timed_maintenance_is_background_whenever_a_worker_runs_it() -> Non
 def test_redis_commands_per_sequential_money_call_stay_within_the_bound(tmp_path: Path) -> None:
     rig = PerfRig(tmp_path, gate_workers=2).start()
     try:
-        # Warm-up: the first call of each process imports and connects; each gate worker (all registered once the
-        # rig has started) takes its turn at the queue, so each has made its one-off commands before the count.
+        # Warm-up: the first call of each process imports and connects. Every gate worker has registered once the rig
+        # has started; Redis hands a job to the longest-blocked BLMOVE, so sequential calls alternate between the
+        # idle workers and each has made its one-off commands before the count (its maintenance is background).
         run_agents(rig, "gated", 1, 6)
         count = measure_redis(rig, 12)
     finally:
@@ -72,6 +73,6 @@ def test_redis_commands_per_sequential_money_call_stay_within_the_bound(tmp_path
     assert count.hop_total("gate worker: dequeue") >= 12 and count.hop_total("rail worker: dequeue") >= 12
     for hop in ("ingress: enqueue the Proposal", "gate worker: enqueue the Decision", "gate worker: job end",
                 "rail worker: job end", "rail worker: publish the Outcome"):  # fmt: skip
-        assert count.hop_total(hop) >= 6, (hop, count.hops)
+        assert count.hop_total(hop) >= 12, (hop, count.hops)
     assert not [hop for hop in count.hops if hop.endswith(": other")], count.hops
     assert count.per_call <= MAX_COMMANDS_PER_CALL, (count.per_call, count.hops)

@@ -56,7 +56,11 @@ def test_a_call_refused_before_the_rail_is_made_again_only_when_the_answer_says_
 
     blocked = {"state": "BLOCKED", "reason_code": "G2_RAIL_UNAVAILABLE", "caller_action": "RETRY_SAME_CALL"}
     assert _retryable_refusal(blocked) == "BLOCKED G2_RAIL_UNAVAILABLE"
-    assert _retryable_refusal({"error": "TimeoutError"}) == "no answer: TimeoutError"
+    unavailable = {"error": {"code": "REDIS_UNAVAILABLE", "message": "x"}, "caller_action": "RETRY_SAME_CALL"}
+    assert _retryable_refusal(unavailable) == "error REDIS_UNAVAILABLE"
+    # No answer at all may be a call still on its way to the rail: waited on for the kill, never retried.
+    assert _retryable_refusal({"error": "TimeoutError"}) is None
+    assert _retryable_refusal({"error": {"code": "INVALID_INPUT"}, "caller_action": "DO_NOT_RETRY"}) is None
     final = {"state": "BLOCKED", "reason_code": "G3_OVER_LIMIT", "caller_action": "STOP"}
     assert _retryable_refusal(final) is None
     assert _retryable_refusal({"state": "IN_PROGRESS", "caller_action": "RETRY_SAME_CALL"}) is None
@@ -79,3 +83,68 @@ def test_an_outcome_published_after_the_ingress_gave_up_is_read_once(redis_serve
                                                                           "RETRY_SAME_CALL")  # fmt: skip
     assert _published_outcome(stack) == {}
 
+
+
+class _Actor:
+    """A process that dies at its failpoint on the call numbered *dies_on* (never when 0)."""
+
+    def __init__(self, dies_on: int = 0) -> None:
+        self.dies_on, self.calls = dies_on, 1
+
+    def alive(self) -> bool:
+        return not (self.dies_on and self.calls >= self.dies_on)
+
+    def returncode(self) -> int | None:
+        return None if self.alive() else -9
+
+    def log(self) -> str:
+        return "" if self.alive() else "failpoint rail.after_wal_before_call: SIGKILL pid 1"
+
+
+def _kill_wait(monkeypatch, first, answers, actor, published=()):  # type: ignore[no-untyped-def]
+    import itertools
+    import types
+
+    from chaos import trial
+
+    clock = itertools.count(step=5.0)
+    monkeypatch.setattr(trial, "time", types.SimpleNamespace(monotonic=lambda: next(clock), sleep=lambda _: None))
+    def wait_for(predicate, **_):  # type: ignore[no-untyped-def]
+        if not predicate():
+            raise trial.StackError("not within the deadline")
+
+    monkeypatch.setattr(trial, "wait_for", wait_for)
+    late = list(published)
+    monkeypatch.setattr(trial, "_published_outcome", lambda _stack: late.pop(0) if late else {})
+    made: list[int] = []
+
+    async def call(_url, _arguments):  # type: ignore[no-untyped-def]
+        actor.calls += 1
+        made.append(actor.calls)
+        return answers.pop(0)
+
+    monkeypatch.setattr(trial, "_call", call)
+    stack = types.SimpleNamespace(actors={"rail": actor})
+    return trial._until_killed(stack, "rail", "rail.after_wal_before_call", "url", {}, first), made  # type: ignore[arg-type]
+
+
+RETRY = {"state": "BLOCKED", "reason_code": "G2_RAIL_UNAVAILABLE", "caller_action": "RETRY_SAME_CALL"}
+
+
+def test_a_call_that_reached_the_rail_and_did_not_die_there_is_not_excused(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    for first in ({"state": "IN_PROGRESS", "caller_action": "RETRY_SAME_CALL"}, {"error": "TimeoutError"},
+                  {"state": "APPLIED", "caller_action": "STOP"}):  # fmt: skip
+        (landed, preempted), made = _kill_wait(monkeypatch, first, [], _Actor())
+        assert (landed, preempted, made) == (False, None, []), first
+
+
+def test_a_refused_call_is_made_again_until_the_kill_lands_or_the_attempts_run_out(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    (landed, preempted), made = _kill_wait(monkeypatch, {"state": "IN_PROGRESS"}, [{"state": "IN_PROGRESS"}],
+                                           _Actor(dies_on=2), published=[RETRY])  # fmt: skip
+    assert (landed, preempted, made) == (True, None, [2])
+    (landed, preempted), made = _kill_wait(monkeypatch, RETRY, [RETRY, RETRY], _Actor())
+    assert (landed, made) == (False, [2, 3])
+    assert preempted == "each of 3 calls was refused before the rail (BLOCKED G2_RAIL_UNAVAILABLE)"
+    final = {"state": "BLOCKED", "reason_code": "G3_OVER_LIMIT", "caller_action": "STOP"}
+    (landed, preempted), made = _kill_wait(monkeypatch, final, [], _Actor())
+    assert (landed, made) == (False, []) and preempted is not None and "G3_OVER_LIMIT" in preempted
