@@ -115,6 +115,7 @@ class Calibration:
 
 
 CALIBRATION_OPS = 400
+COMMANDS_PER_CALL = 17  # Redis commands per gated money call (RESULTS `perf`, held by tests/bench/test_perf_redis.py)
 
 
 @dataclass
@@ -334,7 +335,8 @@ def _calibration_lines(c: Calibration) -> list[str]:
         f"A gated refund makes two rail requests (the gate's read, the rail worker's money call), so a leaner HTTP "
         f"client could save roughly {2 * (c.rail_read_us - c.stdlib_read_us) / 1000:.2f} ms of CPU a call (less: the "
         f"first row also builds the Payment model, which any client would); "
-        f"its ~17 Redis commands cost about {17 * c.redis_get_us / 1000:.2f} ms in redis-py at this rate. "
+        f"its ~{COMMANDS_PER_CALL} Redis commands cost about {COMMANDS_PER_CALL * c.redis_get_us / 1000:.2f} ms in "
+        "redis-py at this rate. "
         "Where these are smaller than the centres above, the profiler's per-call cost inflates call-heavy Python.",
     ]
 

@@ -159,11 +159,20 @@ def _until_killed(stack: Stack, name: str, point: str, url: str, arguments: dict
     answer — IN_PROGRESS, no answer at all (the call may still be on its way), a definite result — is waited on for
     the kill, and a kill that does not come is not pre-empted unless the gates BLOCKED the call (`_preemption`)."""
     actor, answer = stack.actors[name], first
+    client = redis_lib.Redis.from_url(stack.redis_url or "", socket_connect_timeout=1, decode_responses=True)
+    try:
+        return _wait_or_call_again(actor, point, url, arguments, answer, client)
+    finally:
+        client.close()
+
+
+def _wait_or_call_again(actor: Actor, point: str, url: str, arguments: dict[str, Any], answer: dict[str, Any],
+                        client: redis_lib.Redis) -> tuple[bool, str | None]:  # fmt: skip
     for attempt in range(1, KILL_ATTEMPTS + 1):
         deadline = time.monotonic() + 90
         while answer.get("state") != "BLOCKED" and actor.alive() and time.monotonic() < deadline:
             time.sleep(0.2)
-            published = _published_outcome(stack)  # the call's own answer, after the ingress stopped waiting
+            published = _published_outcome(client)  # the call's own answer, after the ingress stopped waiting
             if published.get("state") == "BLOCKED":
                 answer = published
         if not actor.alive():
@@ -269,10 +278,9 @@ def _preemption(first: dict[str, Any]) -> str | None:
     return None
 
 
-def _published_outcome(stack: Stack) -> dict[str, Any]:
+def _published_outcome(client: redis_lib.Redis) -> dict[str, Any]:
     """An Outcome published for a call after the ingress stopped waiting for it (its answer was IN_PROGRESS), taken
-    off its list so it is read once; {} when there is none."""
-    client = redis_lib.Redis.from_url(stack.redis_url or "", socket_connect_timeout=1, decode_responses=True)
+    off its list so it is read once; {} when there is none (or Redis is down: a Redis kill is a trial of its own)."""
     try:
         for key in client.scan_iter(match=outcome_key("*")):
             item = client.rpop(key)
@@ -281,8 +289,6 @@ def _published_outcome(stack: Stack) -> dict[str, Any]:
                 return outcome
     except redis_lib.RedisError:
         pass
-    finally:
-        client.close()
     return {}
 
 

@@ -67,22 +67,23 @@ def test_a_call_refused_before_the_rail_is_made_again_only_when_the_answer_says_
     assert _retryable_refusal({}) is None
 
 
-def test_an_outcome_published_after_the_ingress_gave_up_is_read_once(redis_server, redis_client, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_an_outcome_published_after_the_ingress_gave_up_is_read_once(redis_server, redis_client) -> None:  # type: ignore[no-untyped-def]
+    import redis
+
     from chaos.trial import _published_outcome
-    from deploy.stack import Stack
     from interlock.messages import CallerAction, Outcome
     from interlock.outcomes import publish
 
-    stack = Stack(tmp_path, redis_url=redis_server.url)
-    assert _published_outcome(stack) == {}
+    client = redis.Redis.from_url(redis_server.url, decode_responses=True)
+    assert _published_outcome(client) == {}
     retry = CallerAction.RETRY_SAME_CALL
     publish(redis_client, Outcome(request_id="r1", state="BLOCKED", sik=None, intent=None,
                                   reason_code="G2_RAIL_UNAVAILABLE", caller_action=retry))  # fmt: skip
-    seen = _published_outcome(stack)
+    seen = _published_outcome(client)
     assert (seen["state"], seen["reason_code"], seen["caller_action"]) == ("BLOCKED", "G2_RAIL_UNAVAILABLE",
                                                                           "RETRY_SAME_CALL")  # fmt: skip
-    assert _published_outcome(stack) == {}
-
+    assert _published_outcome(client) == {}
+    client.close()
 
 
 class _Actor:
@@ -115,7 +116,7 @@ def _kill_wait(monkeypatch, first, answers, actor, published=()):  # type: ignor
 
     monkeypatch.setattr(trial, "wait_for", wait_for)
     late = list(published)
-    monkeypatch.setattr(trial, "_published_outcome", lambda _stack: late.pop(0) if late else {})
+    monkeypatch.setattr(trial, "_published_outcome", lambda _client: late.pop(0) if late else {})
     made: list[int] = []
 
     async def call(_url, _arguments):  # type: ignore[no-untyped-def]
@@ -124,7 +125,7 @@ def _kill_wait(monkeypatch, first, answers, actor, published=()):  # type: ignor
         return answers.pop(0)
 
     monkeypatch.setattr(trial, "_call", call)
-    stack = types.SimpleNamespace(actors={"rail": actor})
+    stack = types.SimpleNamespace(actors={"rail": actor}, redis_url="redis://127.0.0.1:1/0")  # never connected
     return trial._until_killed(stack, "rail", "rail.after_wal_before_call", "url", {}, first), made  # type: ignore[arg-type]
 
 
