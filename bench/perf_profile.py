@@ -45,7 +45,8 @@ CENTRES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("MCP SDK, Starlette, uvicorn, anyio (the protocol layer)",
      ("/mcp/", "/mcp_types/", "/starlette/", "/uvicorn/", "/anyio/", "/sse_starlette/", "/opentelemetry/")),
     ("h11 (HTTP/1.1 parsing, both sides)", ("/h11/",)),
-    ("httpx, httpcore (the rail's HTTP client)", ("/httpx/", "/httpcore/")),
+    ("the rail's HTTP client (rails.wire and http.client; httpx, httpcore)",
+     (f"{REPO}/rails/wire.py", "/http/client.py", "/httpx/", "/httpcore/")),
     ("redis-py", ("/redis/", "/hiredis/")),
     ("RQ (job fetch, restore, worker loop)", ("/rq/",)),
     ("pydantic", ("/pydantic/", "/pydantic_core/")),
@@ -197,7 +198,8 @@ def calibrate_rig(rig: PerfRig) -> Calibration:
 def calibrate(url: str, key_id: str, secret: str, payment: str, redis_url: str,
               n: int = CALIBRATION_OPS) -> Calibration:  # fmt: skip
     """CPU per operation of the clients the profile charges most, each on its own, unprofiled: a payment read on
-    the rail at *url* (which has *payment*) and a GET on the Redis at *redis_url*."""
+    the rail at *url* (which has *payment*) — through the rail client, and as a bare http.client GET for the
+    floor — and a GET on the Redis at *redis_url*."""
     path = f"/v1/payments/{payment}"
     with RazorpayClient(url, key_id, secret) as client:
         rail_us = _cpu_us(lambda: client.fetch_payment(payment), n)
@@ -326,15 +328,15 @@ def _calibration_lines(c: Calibration) -> list[str]:
         "",
         "| operation | CPU µs per operation |",
         "|---|---|",
-        f"| the rail client's payment read (`RazorpayClient.fetch_payment`: httpx, the deadline transport, JSON, "
-        f"the Payment model) | {c.rail_read_us:.0f} |",
+        f"| the rail client's payment read (`RazorpayClient.fetch_payment`: rails.wire with its deadline and send "
+        f"window, JSON, the Payment model) | {c.rail_read_us:.0f} |",
         f"| the same GET with the standard library's `http.client`, kept-alive connection, JSON | "
         f"{c.stdlib_read_us:.0f} |",
         f"| one redis-py `GET` round trip (hiredis parser) | {c.redis_get_us:.0f} |",
         "",
-        f"A gated refund makes two rail requests (the gate's read, the rail worker's money call), so a leaner HTTP "
-        f"client could save roughly {2 * (c.rail_read_us - c.stdlib_read_us) / 1000:.2f} ms of CPU a call (less: the "
-        f"first row also builds the Payment model, which any client would); "
+        f"A gated refund makes two rail requests (the gate's read, the rail worker's money call): the rail client "
+        f"costs {2 * (c.rail_read_us - c.stdlib_read_us) / 1000:.2f} ms of CPU a call above the bare GET (its deadline "
+        f"and send window, the Payment model); "
         f"its ~{COMMANDS_PER_CALL} Redis commands cost about {COMMANDS_PER_CALL * c.redis_get_us / 1000:.2f} ms in "
         "redis-py at this rate. "
         "Where these are smaller than the centres above, the profiler's per-call cost inflates call-heavy Python.",

@@ -12,12 +12,12 @@ about the money, which the rail worker maps to state transitions (SPEC §8):
   send window (rails.deadline.send_window) closed before the request's first byte was written.
 
 Every request has ONE total deadline, `timeout_ms` (INTERLOCK_RAIL_TIMEOUT_MS, shorter than the lease),
-covering the pool wait, connect, the write and the read of the whole response; it is enforced in the
-network layer (rails.deadline), so a rail that trickles its answer a byte at a time cannot outlive it.
-Running out while connecting is NOT_SENT; running out once the request may have left is AMBIGUOUS.
+covering connect, the write and the read of the whole response; it is enforced at the socket (rails.wire),
+so a rail that trickles its answer a byte at a time cannot outlive it. Running out before the first byte
+is NOT_SENT; running out once the request may have left is AMBIGUOUS.
 
-The client never retries, at any layer (I3): httpx's transport retries are pinned to 0 and no
-method loops. A retry is a ledger decision, made only from CONFIRMED_NOT_APPLIED.
+The client never retries, at any layer (I3): the wire writes each request once and no method loops.
+A retry is a ledger decision, made only from CONFIRMED_NOT_APPLIED.
 """
 
 from __future__ import annotations
@@ -29,16 +29,16 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-import httpx
 from pydantic import ValidationError
 
 from interlock import clock
 from interlock.config import Settings
-from interlock.errors import InvalidInput
+from interlock.errors import ConfigError, InvalidInput
 from rails.checks import MAX_PAGE, entity_id, page_args
 from rails.checks import amount as amount_arg
-from rails.deadline import SendWindowClosed, check_send_window, http_transport, total_deadline
+from rails.deadline import SendWindowClosed, check_send_window
 from rails.models import Balance, BankingBalance, FundAccount, Page, Payment, Payout, RailEntity, Refund, Settlement
+from rails.wire import Answer, Lost, NotSent, Wire, encode_json
 
 logger = logging.getLogger(__name__)
 
@@ -89,9 +89,9 @@ class RailError(Exception):
 class RazorpayClient:
     """One rail account: origin URL (the client appends /v1/...), basic-auth key, one total deadline per call.
 
-    *connect_timeout_ms* only caps the connect within that deadline. A *transport* given for tests is used
-    as is: the deadline is then only as good as that transport's own timeouts, and the send window is
-    checked once, before the request is handed to it.
+    *connect_timeout_ms* only caps the connect within that deadline. A *wire* given for tests (anything with
+    `exchange` and `close` like rails.wire.Wire) is used as is: the deadline and the send window are then
+    only as good as that object makes them.
     """
 
     def __init__(
@@ -102,37 +102,31 @@ class RazorpayClient:
         *,
         timeout_ms: int = 10_000,
         connect_timeout_ms: int | None = None,
-        transport: httpx.BaseTransport | None = None,
-        connections: int = 100,
+        wire: Wire | None = None,
     ) -> None:
         origin = base_url.rstrip("/")
         # SPEC §14: the setting is the origin; tolerate a trailing /v1 rather than calling /v1/v1/...
         self.origin = origin[: -len("/v1")] if origin.endswith("/v1") else origin
         self.timeout_s = timeout_ms / 1000
         connect_s = min(connect_timeout_ms if connect_timeout_ms is not None else 5000, timeout_ms) / 1000
-        self._http = httpx.Client(
-            base_url=self.origin,
-            auth=httpx.BasicAuth(key_id, key_secret),
-            # Per-operation ceilings only; the deadline backend clamps each wait to what is left of the total.
-            timeout=httpx.Timeout(self.timeout_s, connect=connect_s),
-            transport=transport or http_transport(connections),
-            follow_redirects=False,
-            headers={"User-Agent": "interlock-rail-client/0.1", "Accept": "application/json"},
-        )
+        self._wire = wire or Wire(self.origin, key_id, key_secret, connect_timeout_s=connect_s,
+                                  user_agent="interlock-rail-client/0.1")  # fmt: skip
 
     @classmethod
     def from_settings(cls, settings: Settings) -> RazorpayClient:
         """Client from INTERLOCK_RAIL_URL / _KEY_ID / _KEY_SECRET / _TIMEOUT_MS; ConfigError names what is missing."""
-        return cls(
-            settings.require("rail_url"),
-            settings.require("rail_key_id"),
-            settings.require("rail_key_secret"),
-            timeout_ms=settings.rail_timeout_ms,
-            connections=max(100, settings.rail_concurrency),
-        )
+        try:
+            return cls(
+                settings.require("rail_url"),
+                settings.require("rail_key_id"),
+                settings.require("rail_key_secret"),
+                timeout_ms=settings.rail_timeout_ms,
+            )
+        except ValueError as exc:
+            raise ConfigError(f"INTERLOCK_RAIL_URL: {exc}", variable="INTERLOCK_RAIL_URL") from exc
 
     def close(self) -> None:
-        self._http.close()
+        self._wire.close()
 
     def __enter__(self) -> RazorpayClient:
         return self
@@ -318,24 +312,27 @@ class RazorpayClient:
         started = clock.monotonic()
         try:
             check_send_window()  # a window already closed stays closed: do not even connect
-            with total_deadline(started + self.timeout_s):
-                response = self._http.request(method, path, json=json, headers=headers, params=params)
+            answer = self._wire.exchange(method, path, deadline=started + self.timeout_s, headers=headers,
+                                         params=params, body=None if json is None else encode_json(json))  # fmt: skip
         except SendWindowClosed as exc:
             # Raised in place of the request's first write (or before connecting): no byte left.
             raise RailError(RailErrorKind.NOT_SENT, str(exc), method=method, path=path) from exc
-        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol) as exc:
-            # Raised before a connection existed, so no byte of the request can have reached the rail.
-            raise RailError(RailErrorKind.NOT_SENT, _describe(exc), method=method, path=path) from exc
-        except httpx.TransportError as exc:
-            # Read/write timeouts (the total deadline included), resets, protocol errors: it may have been applied.
-            raise RailError(RailErrorKind.AMBIGUOUS, _describe(exc), method=method, path=path) from exc
-        elapsed_ms = int((clock.monotonic() - started) * 1000)
-        logger.debug("%s %s -> %s in %s ms", method, path, response.status_code, elapsed_ms)
-        return _classify(response, method, path)
+        except NotSent as exc:
+            # Refused, timed out or out of time before the first byte: nothing can have reached the rail.
+            raise RailError(RailErrorKind.NOT_SENT, str(exc), method=method, path=path) from exc
+        except Lost as exc:
+            # A timeout (the total deadline included), reset or unreadable answer after the first byte.
+            raise RailError(RailErrorKind.AMBIGUOUS, str(exc), method=method, path=path) from exc
+        except ValueError as exc:
+            # The payload cannot be written as JSON (NaN, a non-string key): refused here, nothing left.
+            raise RailError(RailErrorKind.NOT_SENT, f"unencodable request body: {exc}", method=method,
+                            path=path) from exc  # fmt: skip
+        logger.debug("%s %s -> %s in %s ms", method, path, answer.status, int((clock.monotonic() - started) * 1000))
+        return _classify(answer, method, path)
 
 
-def _classify(response: httpx.Response, method: str, path: str) -> dict[str, Any]:
-    status = response.status_code
+def _classify(response: Answer, method: str, path: str) -> dict[str, Any]:
+    status = response.status
     text = response.text
     try:
         body = response.json()
@@ -381,10 +378,6 @@ def _page(model: type[E], body: dict[str, Any], count: int, skip: int, path: str
         raise RailError(RailErrorKind.AMBIGUOUS, "collection without items", method="GET", path=path)
     parsed = [_parse(model, item, "GET", path) for item in items]
     return Page[model](items=parsed, requested_count=count, skip=skip, raw=body)  # type: ignore[valid-type]
-
-
-def _describe(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def _snippet(text: str) -> str:

@@ -22,7 +22,9 @@ STDLIB = "/usr/lib/python3.11"
 
 def test_functions_are_charged_by_the_file_they_live_in() -> None:
     assert centre_of(f"{SITE}/redis/client.py", "Redis.execute_command") == "redis-py"
-    assert centre_of(f"{SITE}/httpcore/_sync/http11.py", "handle_request").startswith("httpx, httpcore")
+    assert centre_of(f"{SITE}/httpcore/_sync/http11.py", "handle_request").startswith("the rail's HTTP client")
+    assert centre_of(f"{REPO}/rails/wire.py", "Wire.exchange").startswith("the rail's HTTP client")
+    assert centre_of(f"{STDLIB}/http/client.py", "HTTPResponse.begin").startswith("the rail's HTTP client")
     assert centre_of(f"{SITE}/mcp/server/runner.py", "serve_one").startswith("MCP SDK")
     assert centre_of(f"{REPO}/ledger/intents.py", "transition").startswith("Interlock: ledger")
     assert centre_of(f"{REPO}/rail_worker/execute.py", "complete") == "Interlock: rail worker"
@@ -90,4 +92,4 @@ def test_the_calibration_measures_each_client_against_a_real_rail_and_redis(rail
     assert c.rail_read_us > 0 and c.stdlib_read_us > 0 and c.redis_get_us > 0
     text = "\n".join(_calibration_lines(Calibration(700.0, 200.0, 100.0)))
     assert "| 700 |" in text and "| 200 |" in text and "| 100 |" in text
-    assert "roughly 1.00 ms" in text and "about 1.70 ms in redis-py" in text
+    assert "costs 1.00 ms of CPU a call above the bare GET" in text and "about 1.70 ms in redis-py" in text

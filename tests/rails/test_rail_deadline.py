@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import time
 
-import httpx
 import pytest
 
-from rails.deadline import SendWindowClosed, http_transport, send_window
+from rails.deadline import SendWindowClosed, send_window
 from rails.razorpay import RailError, RailErrorKind, RazorpayClient
+from rails.wire import Wire, encode_json
 from sandbox.testing import SandboxProcess
 from tests.rails.stub_rail import StubRail
 
@@ -55,16 +55,19 @@ def test_a_closed_send_window_is_not_sent_and_no_byte_reaches_the_rail() -> None
 
 
 def test_the_window_is_checked_at_the_first_write_after_connecting() -> None:
-    # The transport alone, without the client's early check: the connection is made, then the first write
-    # is refused, so the rail sees a connection that carried no byte.
-    with StubRail("answer") as stub, httpx.Client(transport=http_transport(), base_url=stub.url) as http:
+    # The wire alone, without the client's early check: the connection is made, then the first write is
+    # refused, so the rail sees a connection that carried no byte; the next request connects afresh.
+    with StubRail("answer") as stub:
+        wire = Wire(stub.url, "k", "s", connect_timeout_s=1, user_agent="test")
+        path, body = "/v1/payments/pay_STUB00000001/refund", encode_json({"amount": 500})
         with send_window(time.monotonic() - 0.001), pytest.raises(SendWindowClosed):
-            http.post("/v1/payments/pay_STUB00000001/refund", json={"amount": 500})
+            wire.exchange("POST", path, body=body, deadline=time.monotonic() + 5)
         stub.wait_closed()
         assert stub.connections == 1 and stub.bytes_received() == b""
         with send_window(time.monotonic() + 60):
-            assert http.post("/v1/payments/pay_STUB00000001/refund", json={"amount": 500}).json() == {"ok": True}
-        assert b'{"amount":500}' in stub.bytes_received()
+            assert wire.exchange("POST", path, body=body, deadline=time.monotonic() + 5).json() == {"ok": True}
+        wire.close()
+        assert stub.connections == 2 and b'{"amount":500}' in stub.bytes_received()
 
 
 def test_an_open_send_window_lets_the_refund_through(rail: SandboxProcess, client: RazorpayClient, payment,

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-import httpx
+from collections.abc import Callable
+from typing import Any
+
 import pytest
 
 from rails.razorpay import RailError, RailErrorKind, RazorpayClient
+from rails.wire import Answer, Lost
 from sandbox.testing import SandboxProcess, free_port, wait_for
 
 
@@ -111,11 +114,24 @@ def test_nothing_listening_is_not_sent():
 # Pure unit tests of the classifier for bodies the sandbox never sends (a proxy's pages, garbage 2xx).
 
 
-def scripted(status: int, content: bytes, content_type: str = "application/json") -> RazorpayClient:
-    def answer(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(status, content=content, headers={"content-type": content_type})
+class ScriptedWire:
+    """The wire's place in the client, answering every exchange from *answer* (pure classifier tests only)."""
 
-    return RazorpayClient("http://rail.invalid", "k", "s", transport=httpx.MockTransport(answer))
+    def __init__(self, answer: Callable[[str, str], Answer]) -> None:
+        self.answer = answer
+        self.calls: list[tuple[str, str]] = []
+
+    def exchange(self, method: str, path: str, **_: Any) -> Answer:
+        self.calls.append((method, path))
+        return self.answer(method, path)
+
+    def close(self) -> None:
+        pass
+
+
+def scripted(status: int, content: bytes, content_type: str = "application/json") -> RazorpayClient:
+    wire = ScriptedWire(lambda method, path: Answer(status, {"content-type": content_type}, content))
+    return RazorpayClient("http://rail.invalid", "k", "s", wire=wire)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -162,16 +178,14 @@ def test_a_rejection_without_field_is_still_a_rejection():
     assert caught.value.not_found and caught.value.field is None
 
 
-def test_transport_never_retries():
-    calls: list[httpx.Request] = []
+def test_a_lost_answer_is_ambiguous_and_not_retried():
+    def reset(method: str, path: str) -> Answer:
+        raise Lost("ConnectionResetError: connection reset by peer")
 
-    def refuse(request: httpx.Request) -> httpx.Response:
-        calls.append(request)
-        raise httpx.ReadError("connection reset by peer", request=request)
-
-    with RazorpayClient("http://rail.invalid", "k", "s", transport=httpx.MockTransport(refuse)) as client:
+    wire = ScriptedWire(reset)
+    with RazorpayClient("http://rail.invalid", "k", "s", wire=wire) as client:  # type: ignore[arg-type]
         assert kind_of(client.fetch_balance) is RailErrorKind.AMBIGUOUS
-    assert len(calls) == 1
+    assert wire.calls == [("GET", "/v1/balance")]
 
 
 def test_a_hanging_partition_times_out_as_ambiguous(rail: SandboxProcess, payment, sik):

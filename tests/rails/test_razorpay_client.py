@@ -140,3 +140,12 @@ def test_from_settings_names_the_missing_variable(monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv(name, value + ("/v1" if name == "INTERLOCK_RAIL_URL" else ""))
     with RazorpayClient.from_settings(load_settings()) as client:
         assert client.fetch_payment("pay_DEMO0001").id == "pay_DEMO0001"  # a trailing /v1 is tolerated
+
+
+def test_from_settings_names_a_malformed_rail_url(monkeypatch: pytest.MonkeyPatch, rail: SandboxProcess):
+    for name, value in rail.rail_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("INTERLOCK_RAIL_URL", "api.razorpay.com")  # no scheme
+    with pytest.raises(ConfigError) as caught:
+        RazorpayClient.from_settings(load_settings())
+    assert caught.value.variable == "INTERLOCK_RAIL_URL" and "http(s)://host" in str(caught.value)
