@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import base64
 import http.client
-import io
 import json
 import os
+import re
 import select
 import socket
 import ssl
@@ -33,15 +33,26 @@ import threading
 import weakref
 import zlib
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as ResolveTimeout
 from dataclasses import dataclass
+from ipaddress import ip_address
 from typing import Any
 from urllib.parse import urlencode, urlsplit
+
+import certifi
 
 from interlock import clock
 from rails.deadline import admit_first_byte
 
 KEEPALIVE_S = 5.0  # a connection idle longer is not reused (httpx kept the same expiry)
-_MAX_BODY = 16 * 1024 * 1024  # a rail answer larger than this is not a rail answer
+_MAX_BODY = 16 * 1024 * 1024  # a rail answer larger than this (decoded, too) is not a rail answer
+_READ_SIZE = 64 * 1024
+_TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # an HTTP header name (RFC 9110 token)
+_VALUE = re.compile(r"^[\t\x20-\x7e]*$")  # a header value: visible ASCII, spaces and tabs, nothing else
+_TARGET = re.compile(r"^/[\x21-\x7e]*$")  # a request target: no spaces, no control characters
+# Name resolution has no timeout of its own: it runs here, and the call waits for it only as long as its deadline.
+_resolver = ThreadPoolExecutor(max_workers=4, thread_name_prefix="rail-resolve")
 
 
 class WireError(Exception):
@@ -90,12 +101,15 @@ class _Connection:
     def reusable(self) -> bool:
         if self.pid != os.getpid() or clock.monotonic() - self.idle_since > KEEPALIVE_S:
             return False
+        if isinstance(self.sock, ssl.SSLSocket) and self.sock.pending():
+            return False  # decrypted bytes nobody asked for: the connection is out of step
         try:
             # An idle HTTP/1.1 connection has nothing to read; readable means the server closed it (or broke it).
-            readable, _, _ = select.select([self.sock], [], [], 0)
+            poller = select.poll()
+            poller.register(self.sock, select.POLLIN)
+            return not poller.poll(0)
         except (OSError, ValueError):
             return False
-        return not readable
 
     def close(self) -> None:
         try:
@@ -115,17 +129,22 @@ class Wire:
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise ValueError(f"the rail URL must be http(s)://host[:port][/path], got {origin!r}")
         self._prefix = parts.path.rstrip("/")  # a path on the origin goes before every request's (a gateway's)
+        if self._prefix and not _TARGET.match(self._prefix):
+            raise ValueError(f"the rail URL's path may not hold spaces or control characters, got {origin!r}")
         self.https = parts.scheme == "https"
         self.host = parts.hostname
         self.port = parts.port or (443 if self.https else 80)
         self.connect_timeout_s = connect_timeout_s
-        self._tls = (tls or ssl.create_default_context()) if self.https else None
+        # The CA bundle httpx used (certifi), so the client trusts what it trusted before ADR 0031.
+        self._tls = (tls or ssl.create_default_context(cafile=certifi.where())) if self.https else None
         default_port = self.port == (443 if self.https else 80)
-        host_header = self.host if default_port else f"{self.host}:{self.port}"
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        host_header = host if default_port else f"{host}:{self.port}"
         token = base64.b64encode(f"{key_id}:{key_secret}".encode()).decode("ascii")
         self._fixed = (f"Host: {host_header}\r\nUser-Agent: {user_agent}\r\nAccept: application/json\r\n"
                        f"Authorization: Basic {token}\r\n")  # fmt: skip
-        _refuse_line_breaks(self._fixed.replace("\r\n", ""))
+        if not _VALUE.match(user_agent):
+            raise ValueError(f"the user agent must be printable ASCII, got {user_agent!r}")
         self._mine = threading.local()
         self._all: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
@@ -182,24 +201,47 @@ class Wire:
         return conn
 
     def _connect(self, deadline: float) -> socket.socket:
-        """A new socket to the origin (TLS done); NotSent when it cannot be made by the deadline."""
-        left = deadline - clock.monotonic()
-        if left <= 0:
-            raise NotSent("the rail call's total deadline passed before connecting")
-        try:
-            sock = socket.create_connection((self.host, self.port), timeout=min(self.connect_timeout_s, left))
-        except OSError as exc:
-            raise NotSent(_describe(exc)) from exc
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if self._tls is not None:
+        """A new socket to the origin (TLS done); NotSent when it cannot be made by the deadline. Every wait —
+        name resolution, each address's connect, the TLS handshake — gets what is left of the deadline."""
+        addresses = self._resolve(deadline)
+        failure: BaseException | None = None
+        for family, kind, proto, _, address in addresses:
+            left = deadline - clock.monotonic()
+            if left <= 0:
+                break
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(min(self.connect_timeout_s, left))
+                sock.connect(address)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if self._tls is None:
+                    return sock
                 # The handshake is not request bytes: a failure here is still NOT_SENT.
                 sock.settimeout(max(min(self.connect_timeout_s, deadline - clock.monotonic()), 0.001))
-                sock = self._tls.wrap_socket(sock, server_hostname=self.host)
-        except OSError as exc:
-            sock.close()
+                return self._tls.wrap_socket(sock, server_hostname=self.host)
+            except BaseException as exc:
+                sock.close()
+                if not isinstance(exc, (OSError, ValueError)):
+                    raise
+                failure = exc
+        if failure is None:
+            raise NotSent("the rail call's total deadline passed before connecting")
+        raise NotSent(_describe(failure)) from failure
+
+    def _resolve(self, deadline: float) -> list[Any]:
+        try:
+            ip_address(self.host)
+        except ValueError:
+            pass
+        else:  # a literal address: nothing to look up
+            return socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+        lookup = _resolver.submit(socket.getaddrinfo, self.host, self.port, type=socket.SOCK_STREAM)
+        try:
+            return lookup.result(timeout=max(deadline - clock.monotonic(), 0))
+        except ResolveTimeout as exc:
+            raise NotSent(f"resolving {self.host} took longer than the call's deadline") from exc
+        except (OSError, UnicodeError) as exc:
             raise NotSent(_describe(exc)) from exc
-        return sock
 
     def _drop(self, conn: _Connection) -> None:
         conn.close()
@@ -212,76 +254,130 @@ class Wire:
 
     def _request_bytes(self, method: str, path: str, body: bytes | None, headers: Mapping[str, str] | None,
                        params: Mapping[str, Any] | None) -> bytes:  # fmt: skip
+        """The request, whole; NotSent (before anything is connected) for a target or header that cannot be
+        written as one unambiguous HTTP/1.1 request."""
         target = self._prefix + path + (f"?{urlencode(params)}" if params else "")
+        if not _TOKEN.match(method) or not _TARGET.match(target):
+            raise NotSent(f"cannot write {method!r} {target!r} as a request line: nothing was sent")
         lines = [f"{method} {target} HTTP/1.1\r\n", self._fixed]
         for name, value in (headers or {}).items():
-            _refuse_line_breaks(f"{name}{value}")
+            if not _TOKEN.match(name) or not _VALUE.match(value):
+                raise NotSent(f"header {name!r} cannot be written as it is (only printable ASCII): nothing was sent")
             lines.append(f"{name}: {value}\r\n")
         if body is not None:
             lines.append(f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n")
-        _refuse_line_breaks(target)
-        head = "".join(lines).encode("latin-1", errors="strict") + b"\r\n"
+        head = "".join(lines).encode("ascii") + b"\r\n"
         return head + body if body is not None else head
 
 
-def _refuse_line_breaks(text: str) -> None:
-    if "\r" in text or "\n" in text:
-        raise NotSent("a request header or target carries a line break: nothing was written")
-
-
-class _DeadlineReader(io.RawIOBase):
-    """The socket's reads, each waiting at most what is left of the deadline."""
+class _Reader:
+    """The response's bytes from the socket, buffered, each recv given what is left of the deadline. It is what
+    http.client.HTTPResponse reads (readline, read, readinto); one reader serves every response head of one
+    exchange (an informational 1xx, then the final answer), and what it still holds afterwards is out of step."""
 
     def __init__(self, sock: socket.socket, deadline: float) -> None:
         self._sock = sock
         self._deadline = deadline
+        self._buffer = bytearray()
+        self._eof = False
 
-    def readable(self) -> bool:
-        return True
+    def makefile(self, mode: str) -> _Reader:  # HTTPResponse(sock) asks its socket for a file
+        return self
 
-    def readinto(self, buffer: Any) -> int:
+    @property
+    def leftover(self) -> int:
+        return len(self._buffer)
+
+    def _fill(self) -> bool:
+        if self._eof:
+            return False
         left = self._deadline - clock.monotonic()
         if left <= 0:
             raise TimeoutError("the rail call's total deadline has passed")
         self._sock.settimeout(left)
-        return self._sock.recv_into(buffer)
+        chunk = self._sock.recv(_READ_SIZE)
+        if not chunk:
+            self._eof = True
+            return False
+        self._buffer += chunk
+        return True
 
+    def readline(self, limit: int = -1) -> bytes:
+        while True:
+            end = self._buffer.find(b"\n")
+            if end >= 0 and (limit < 0 or end < limit):
+                return self._take(end + 1)
+            if 0 <= limit <= len(self._buffer):
+                return self._take(limit)
+            if not self._fill():
+                return self._take(len(self._buffer))
 
-class _ResponseSource:
-    """What http.client.HTTPResponse reads from: only makefile("rb") is used."""
+    def read(self, amount: int | None = -1) -> bytes:
+        if amount is None or amount < 0:
+            while self._fill():
+                pass
+            return self._take(len(self._buffer))
+        while len(self._buffer) < amount and self._fill():
+            pass
+        return self._take(min(amount, len(self._buffer)))
 
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._reader = _DeadlineReader(sock, deadline)
+    def readinto(self, target: Any) -> int:
+        view = memoryview(target).cast("B")
+        data = self.read(len(view))
+        view[: len(data)] = data
+        return len(data)
 
-    def makefile(self, mode: str) -> io.BufferedReader:
-        return io.BufferedReader(self._reader)
+    def _take(self, count: int) -> bytes:
+        data = bytes(self._buffer[:count])
+        del self._buffer[:count]
+        return data
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass  # the socket belongs to the connection, which decides whether it is kept
 
 
 def _read_response(sock: socket.socket, method: str, deadline: float) -> tuple[Answer, bool]:
-    """The whole response, and whether the connection may carry another request."""
-    response = http.client.HTTPResponse(_ResponseSource(sock, deadline), method=method)  # type: ignore[arg-type]
-    response.begin()
-    declared = response.getheader("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > _MAX_BODY:
-        raise http.client.HTTPException(f"a {declared}-byte answer is larger than any rail answer")
+    """The whole final response (informational 1xx heads skipped), and whether the connection may carry another
+    request: only when the answer was framed, read to its end and nothing past it arrived."""
+    reader = _Reader(sock, deadline)
+    while True:
+        response = http.client.HTTPResponse(reader, method=method)  # type: ignore[arg-type]
+        response.begin()
+        if response.status == 101:
+            raise http.client.HTTPException("the rail switched protocols")
+        if not 100 <= response.status < 200:
+            break  # 1xx: http.client read its head (it has no body); the final answer follows on the same bytes
+    lengths = response.msg.get_all("content-length") or []
+    if len(lengths) > 1:
+        raise http.client.HTTPException(f"{len(lengths)} Content-Length headers: the answer's end is unknown")
+    if response.length is not None and response.length > _MAX_BODY:
+        raise http.client.HTTPException(f"a {response.length}-byte answer is larger than any rail answer")
     raw = response.read(_MAX_BODY + 1)
     if len(raw) > _MAX_BODY:
         raise http.client.HTTPException("the answer is larger than any rail answer")
+    if response.length:  # http.client's read(amount) returns a short body without complaint
+        raise http.client.IncompleteRead(raw, response.length)
     headers = {name.lower(): value for name, value in response.getheaders()}
-    keep = not response.will_close and response.isclosed()
+    pending = sock.pending() if isinstance(sock, ssl.SSLSocket) else 0
+    keep = not response.will_close and response.isclosed() and reader.leftover == 0 and pending == 0
     return Answer(response.status, headers, _decoded(raw, headers.get("content-encoding", ""))), keep
 
 
 def _decoded(raw: bytes, encoding: str) -> bytes:
-    # Nothing asks for compression; a server that sends it anyway is still read.
+    # Nothing asks for compression; a server that sends it anyway is still read, up to the same size.
     encoding = encoding.strip().lower()
     if encoding in ("", "identity"):
         return raw
-    if encoding == "gzip":
-        return zlib.decompress(raw, 16 + zlib.MAX_WBITS)
-    if encoding == "deflate":
-        return zlib.decompress(raw)
-    raise ValueError(f"unreadable content-encoding {encoding!r}")
+    if encoding not in ("gzip", "deflate"):
+        raise ValueError(f"unreadable content-encoding {encoding!r}")
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS)
+    data = inflater.decompress(raw, _MAX_BODY + 1)
+    if len(data) > _MAX_BODY or inflater.unconsumed_tail:
+        raise ValueError("the decompressed answer is larger than any rail answer")
+    return data
 
 
 def _describe(exc: BaseException) -> str:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime
 import gzip
 import http.server
+import re
+import socket
 import ssl
 import threading
 import time
@@ -207,22 +209,118 @@ def test_nothing_listening_is_not_sent_and_a_passed_deadline_sends_nothing(serve
     assert server.requests == []
 
 
-def test_a_server_that_answers_garbage_loses_the_request(server: _Server) -> None:
-    import socket
+class _Scripted:
+    """A raw HTTP/1.1 server: each request it reads (head and Content-Length body) gets the next scripted bytes,
+    on whichever connection it came; a None closes that connection instead."""
 
-    listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
+    def __init__(self, answers: list[bytes | None]) -> None:
+        self.answers = list(answers)
+        self.connections = 0
+        self.requests: list[bytes] = []
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.05)
+        self._stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
 
-    def garbage() -> None:
-        conn, _ = listener.accept()
-        conn.recv(65536)
-        conn.sendall(b"NOT HTTP AT ALL\r\n\r\n")
-        conn.close()
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
 
-    threading.Thread(target=garbage, daemon=True).start()
-    with pytest.raises(Lost):
-        wire_to(f"http://127.0.0.1:{port}").exchange("POST", "/v1/refund", body=b"{}", deadline=soon())
-    listener.close()
+    def close(self) -> None:
+        self._stop.set()
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._listener.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.connections += 1
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        data = b""
+        with conn:
+            while self.answers:
+                head, sep, rest = data.partition(b"\r\n\r\n")
+                length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1)) if b"ength" in head else 0
+                if not sep or len(rest) < length:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    data += chunk
+                    continue
+                self.requests.append(head + sep + rest[:length])
+                data = rest[length:]
+                answer = self.answers.pop(0)
+                if answer is None:
+                    return
+                conn.sendall(answer)
+
+
+def _ok(body: bytes, extra: bytes = b"") -> bytes:
+    return b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n%s\r\n%s" % (
+        len(body), extra, body)
+
+
+@contextmanager
+def scripted(*answers: bytes | None) -> Iterator[_Scripted]:
+    srv = _Scripted(list(answers))
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+def test_an_informational_answer_is_skipped_and_the_final_one_belongs_to_its_request() -> None:
+    early = b"HTTP/1.1 103 Early Hints\r\nLink: </x>; rel=preload\r\n\r\n"
+    with scripted(early + _ok(b'{"for": 1}'), _ok(b'{"for": 2}')) as srv:
+        wire = wire_to(srv.url)
+        assert wire.exchange("POST", "/v1/refund", body=b"{}", deadline=soon()).json() == {"for": 1}
+        assert wire.exchange("GET", "/v1/payments/pay_2", deadline=soon()).json() == {"for": 2}
+        wire.close()
+        assert srv.connections == 1
+
+
+def test_bytes_past_the_answer_put_the_connection_out_of_step_so_it_is_not_reused() -> None:
+    # The stray bytes would be taken as the next request's answer on a reused connection.
+    with scripted(_ok(b'{"for": 1}') + _ok(b'{"stray": true}'), _ok(b'{"for": 2}')) as srv:
+        wire = wire_to(srv.url)
+        assert wire.exchange("GET", "/v1/payments/pay_1", deadline=soon()).json() == {"for": 1}
+        assert wire.exchange("GET", "/v1/payments/pay_2", deadline=soon()).json() == {"for": 2}
+        wire.close()
+        assert srv.connections == 2
+
+
+@pytest.mark.parametrize("answer", [
+    b"NOT HTTP AT ALL\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n" + b'{"id": "rfnd_1"}',  # then the server hangs up
+    _ok(b'{"id": "rfnd_1"}', b"Content-Length: 3\r\n"),  # two lengths: where the answer ends is unknown
+    b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s" % (
+        len(bomb := gzip.compress(b" " * (rails.wire._MAX_BODY + 1))), bomb),
+    b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n",
+], ids=["garbage", "truncated", "two-lengths", "gzip-bomb", "switching"])  # fmt: skip
+def test_an_answer_that_is_not_one_whole_response_loses_the_request(answer: bytes) -> None:
+    with scripted(answer, None) as srv:
+        with pytest.raises(Lost):
+            wire_to(srv.url).exchange("POST", "/v1/refund", body=b"{}", deadline=soon())
+        assert len(srv.requests) == 1
+
+
+def test_a_name_lookup_that_hangs_ends_at_the_deadline_unsent(monkeypatch: pytest.MonkeyPatch) -> None:
+    real, release = socket.getaddrinfo, threading.Event()
+
+    def hanging(*args: object, **kwargs: object) -> object:
+        release.wait(30)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", hanging)
+    try:
+        with pytest.raises(NotSent, match="resolving"):
+            wire_to("http://rail.example:8080").exchange("GET", "/v1/balance", deadline=time.monotonic() + 0.3)
+    finally:
+        release.set()
 
 
 def test_https_verifies_the_server_and_keeps_the_connection(tmp_path: Path) -> None:
