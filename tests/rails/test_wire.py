@@ -244,7 +244,8 @@ class _Scripted:
         with conn:
             while self.answers:
                 head, sep, rest = data.partition(b"\r\n\r\n")
-                length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1)) if b"ength" in head else 0
+                declared = re.search(rb"(?i)content-length: *(\d+)", head)
+                length = int(declared.group(1)) if declared else 0
                 if not sep or len(rest) < length:
                     chunk = conn.recv(65536)
                     if not chunk:
