@@ -57,10 +57,11 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
              "ON CONFLICT (merchant_id, sik) DO UPDATE SET state = 'PROPOSED', updated_at = excluded.updated_at"),
     ), tests=("tests/ledger",)),
     Mutant("I2_commit_before_call", "I2: no money call before its IN_FLIGHT row is committed", (
-        Edit("rail_worker/execute.py", '    failpoint("rail.before_wal")\n',
+        # The admitted intent's request sent from inside the admission's transaction, before its commit.
+        Edit("rail_worker/execute.py", '    failpoint("rail.before_wal")\n    conn.execute("SAVEPOINT attempt_start")\n',
              '    failpoint("rail.before_wal")\n'
-             "    _early = rt.write(lambda conn: intents.require_intent(conn, merchant_id, sik))\n"
-             "    call_rail(rt, _early, rail_request(_early))\n"),
+             "    call_rail(rt, intent, rail_request(intent))\n"
+             '    conn.execute("SAVEPOINT attempt_start")\n'),
     ), tests=("tests/engine/test_concurrency.py::test_two_hundred_refunds_in_flight_together_each_commit_before_"
               "they_leave",)),
     Mutant("I3_timeout_is_a_refusal", "I3: a timeout, reset or 5xx is UNKNOWN, never a definite answer", (

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
 
 from interlock.clock import now_ms
 from interlock.errors import KeyConflict
@@ -55,11 +57,24 @@ _RETRYABLE_REFUSALS = frozenset({
 class Admission:
     outcome: Outcome | None  # what to tell the waiting ingress now (None: execute first, then tell)
     execute: Intent | None  # an AUTHORIZED intent to execute now
+    started: Any = None  # what `then` made of `execute` in the same transaction (None: not started there)
 
 
-def admit(rt: RailRuntime, decision: Decision) -> Admission:
-    """Admit one Decision in its own transaction (grouped with whatever else commits alongside)."""
-    return rt.write(lambda conn: _admit(rt, conn, decision))
+def admit(rt: RailRuntime, decision: Decision, *,
+          then: Callable[[sqlite3.Connection, Intent], Any] | None = None) -> Admission:  # fmt: skip
+    """Admit one Decision in its own transaction (grouped with whatever else commits alongside).
+
+    *then* runs in that same transaction, right after an admission that authorizes an intent to execute now,
+    and what it returns is the Admission's `started`: the rail worker starts the attempt there, so the
+    admission and the IN_FLIGHT row share one commit (ADR 0011)."""
+
+    def write(conn: sqlite3.Connection) -> Admission:
+        admission = _admit(rt, conn, decision)
+        if then is None or admission.execute is None:
+            return admission
+        return replace(admission, started=then(conn, admission.execute))
+
+    return rt.write(write)
 
 
 def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Admission:

@@ -2,9 +2,10 @@
 
 The RQ job runs in the worker's main thread: it takes a call slot and hands its Decision to a pool thread,
 then finishes — the ledger, not the queue, owns the outcome from there. The pool thread admits the
-Decision (a committed transaction through the group-commit writer, which folds the admissions of many
-threads into one commit), starts the attempt (IN_FLIGHT committed), sends the request inside its send
-window (ADR 0005), records the answer (fenced) and publishes the Outcome. At most
+Decision and, when it authorizes a call, starts the attempt in the same transaction (IN_FLIGHT committed
+with the admission, through the group-commit writer, which folds the writes of many threads into one
+commit), sends the request inside its send window (ADR 0005), records the answer (fenced) and publishes
+the Outcome: two commits a call. At most
 INTERLOCK_RAIL_CONCURRENCY calls are out at once; a job waits for a free slot *before* anything of its
 call is written, so no row's lease runs down in a queue. With concurrency 1 everything runs inline in the
 job, as it did before there was a pool.
@@ -27,7 +28,7 @@ from ledger import intents
 from ledger.states import State
 from ledger.views import outcome_from_intent
 from rail_worker.admit import admit
-from rail_worker.execute import Started, begin_attempt, complete
+from rail_worker.execute import Started, begin_attempt, begin_in, complete
 from rail_worker.runtime import RailRuntime
 
 logger = logging.getLogger(__name__)
@@ -106,7 +107,9 @@ class Dispatcher:
             self._enter(key)
         calls = False
         try:
-            admission = admit(self.rt, decision)
+            # The attempt starts in the admission's own transaction: one commit, not two, before the request.
+            admission = admit(self.rt, decision,
+                              then=lambda conn, intent: begin_in(self.rt, conn, intent, request_id=decision.request_id))
             trace: Trace = {**decision.trace, "admitted": trace_now()}
             if admission.execute is None:
                 outcome = admission.outcome
@@ -123,7 +126,7 @@ class Dispatcher:
             entered = False
             self._after_admission(key, executes=landing)
             calls = True
-            self._run(intent.merchant_id, intent.sik, decision.request_id, trace, slot)
+            self._run(intent.merchant_id, intent.sik, decision.request_id, trace, slot, begun=admission.started)
             return "DONE"
         except Exception:
             if slot is None:
@@ -228,10 +231,15 @@ class Dispatcher:
         if self._pool is not None:
             self._pool.shutdown(wait=True)
 
-    def _run(self, merchant_id: str, sik: str, request_id: str | None, trace: Trace, slot: _Slot | None) -> None:
-        """Make the call of an intent whose claim this thread holds as its executor, and give the claim up."""
+    def _run(self, merchant_id: str, sik: str, request_id: str | None, trace: Trace, slot: _Slot | None, *,
+             begun: Started | Outcome | None = None) -> None:  # fmt: skip
+        """Make the call of an intent whose claim this thread holds as its executor, and give the claim up.
+        *begun* is the attempt its admission already started (execute.begin_in); without one it starts here."""
         try:
-            begun = begin_attempt(self.rt, merchant_id, sik, request_id=request_id, trace=trace)
+            if begun is None:
+                begun = begin_attempt(self.rt, merchant_id, sik, request_id=request_id, trace=trace)
+            elif isinstance(begun, Started):
+                begun.trace.update(trace)
             outcome = complete(self.rt, begun) if isinstance(begun, Started) else begun
             self._publish(outcome, trace)
         except Exception:  # noqa: BLE001 - an IN_FLIGHT row left behind is settled by the reconciler, by stamp

@@ -82,6 +82,27 @@ def begin_attempt(rt: RailRuntime, merchant_id: str, sik: str, *, request_id: st
     return begun
 
 
+def begin_in(rt: RailRuntime, conn: sqlite3.Connection, intent: Intent, *,
+             request_id: str | None) -> Started | Outcome | None:  # fmt: skip
+    """`begin_attempt`'s transaction, inside one already open — the admission that has just authorized *intent* —
+    so the two share a commit (ADR 0011). It runs in a savepoint of its own: when it cannot start there (an
+    answer this worker holds is not on disk, or the start failed) it leaves the admission as it was and returns
+    None, and the caller starts the attempt on its own with begin_attempt, in a transaction of its own."""
+    if rt.unrecorded.is_set():
+        return None  # begin_attempt says why, and starts nothing either
+    failpoint("rail.before_wal")
+    conn.execute("SAVEPOINT attempt_start")
+    try:
+        begun = _begin(rt, conn, intent.merchant_id, intent.sik, request_id=request_id)
+    except Exception:  # noqa: BLE001 - the admission stands; begin_attempt tries again in its own transaction
+        conn.execute("ROLLBACK TO attempt_start")
+        conn.execute("RELEASE attempt_start")
+        logger.exception("intent %s: the attempt could not start with its admission", intent.sik)
+        return None
+    conn.execute("RELEASE attempt_start")
+    return begun
+
+
 def _begin(rt: RailRuntime, conn: sqlite3.Connection, merchant_id: str, sik: str, *,
            request_id: str | None) -> Started | Outcome | None:  # fmt: skip
     now = now_ms()  # read under the write lock: a wait for the lock must not age the leases we write
