@@ -58,7 +58,8 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     ), tests=("tests/ledger",)),
     Mutant("I2_commit_before_call", "I2: no money call before its IN_FLIGHT row is committed", (
         # The admitted intent's request sent from inside the admission's transaction, before its commit.
-        Edit("rail_worker/execute.py", '    failpoint("rail.before_wal")\n    conn.execute("SAVEPOINT attempt_start")\n',
+        Edit("rail_worker/execute.py",
+             '    failpoint("rail.before_wal")\n    conn.execute("SAVEPOINT attempt_start")\n',
              '    failpoint("rail.before_wal")\n'
              "    call_rail(rt, intent, rail_request(intent))\n"
              '    conn.execute("SAVEPOINT attempt_start")\n'),
