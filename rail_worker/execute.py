@@ -86,18 +86,23 @@ def begin_in(rt: RailRuntime, conn: sqlite3.Connection, intent: Intent, *,
              request_id: str | None) -> Started | Outcome | None:  # fmt: skip
     """`begin_attempt`'s transaction, inside one already open — the admission that has just authorized *intent* —
     so the two share a commit (ADR 0011). It runs in a savepoint of its own: when it cannot start there (an
-    answer this worker holds is not on disk, or the start failed) it leaves the admission as it was and returns
-    None, and the caller starts the attempt on its own with begin_attempt, in a transaction of its own."""
+    answer this worker holds is not on disk, or the start raised, e.g. StaleLease) it rolls back to that savepoint,
+    the admission commits alone (AUTHORIZED), and it returns None: the caller then starts the attempt with
+    begin_attempt, in a transaction of its own. If SQLite itself rolled the whole transaction back (an I/O
+    error, a full disk), the error goes up and nothing of the admission commits either."""
     if rt.unrecorded.is_set():
         return None  # begin_attempt says why, and starts nothing either
     failpoint("rail.before_wal")
     conn.execute("SAVEPOINT attempt_start")
     try:
         begun = _begin(rt, conn, intent.merchant_id, intent.sik, request_id=request_id)
-    except Exception:  # noqa: BLE001 - the admission stands; begin_attempt tries again in its own transaction
+    except Exception as exc:
+        if not conn.in_transaction:
+            raise  # the whole transaction is gone, the admission with it: the writer reports this error
         conn.execute("ROLLBACK TO attempt_start")
         conn.execute("RELEASE attempt_start")
-        logger.exception("intent %s: the attempt could not start with its admission", intent.sik)
+        logger.warning("intent %s: the attempt did not start with its admission (%s: %s); it starts on its own",
+                       intent.sik, type(exc).__name__, exc)  # fmt: skip
         return None
     conn.execute("RELEASE attempt_start")
     return begun

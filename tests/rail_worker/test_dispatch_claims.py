@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from interlock.messages import Decision, IntentTerms, Outcome, Verdict
+from ledger.db import open_ledger
 from rail_worker import dispatch
 from rail_worker.dispatch import Dispatcher
 from rail_worker.runtime import RailRuntime
@@ -217,3 +218,33 @@ def test_the_rail_worker_stamps_its_job_start_the_admitting_thread_and_each_step
     assert [name for name in order if name in outcome.trace] == order
     stamps = [outcome.trace[name] for name in order]
     assert stamps == sorted(stamps), outcome.trace
+
+
+def test_an_attempt_that_cannot_start_with_its_admission_starts_on_its_own(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The start inside the admission's transaction raises (a lease refused, say): it is rolled back alone, the
+    # admission commits AUTHORIZED, and the pool thread starts the attempt in a transaction of its own.
+    from interlock.errors import StaleLease
+    from rail_worker import execute
+
+    real_begin, calls = execute._begin, []
+
+    def refused_once(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args[3])
+        if len(calls) == 1:
+            raise StaleLease("the lease was refused while the admission was written")
+        return real_begin(*args, **kwargs)
+
+    monkeypatch.setattr(execute, "_begin", refused_once)
+    pool = Pool(world, monkeypatch)
+    world.rail.hold = None
+    pool.submit(_decision(world, "req-original"))
+    assert pool.done["req-original"].wait(WAIT_S)
+    pool.finish()
+    assert calls == [SIK, SIK] and pool.returned["req-original"] == "DONE"
+    assert pool.answers("req-original") == [("APPLIED", False)] and len(world.rail.calls) == 1
+    conn = open_ledger(world.path)
+    attempts = conn.execute("SELECT COUNT(*) FROM intent_attempts WHERE sik = ?", (SIK,)).fetchone()[0]
+    conn.close()
+    assert attempts == 1  # the failed start left nothing behind: one attempt, the one that was sent
