@@ -93,3 +93,5 @@ def test_the_calibration_measures_each_client_against_a_real_rail_and_redis(rail
     text = "\n".join(_calibration_lines(Calibration(700.0, 200.0, 100.0)))
     assert "| 700 |" in text and "| 200 |" in text and "| 100 |" in text
     assert "costs 1.00 ms of CPU a call above the bare GET" in text and "about 1.70 ms in redis-py" in text
+    level = "\n".join(_calibration_lines(Calibration(134.0, 142.0, 40.0)))
+    assert "costs what the bare GET costs" in level and "-0.0" not in level
