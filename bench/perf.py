@@ -31,7 +31,7 @@ from bench.metrics import percentile
 from bench.perf_cpu import CpuSample
 from bench.perf_rail import RAILS, RailAloneSample, run_rail_alone
 from bench.perf_redis import RedisCount, measure_redis
-from bench.perf_rig import MERCHANT, MODES, PERF_ENV, PERF_MANDATE, PerfRig, joined_traces, run_agents
+from bench.perf_rig import MERCHANT, MODES, PERF_ENV, PERF_MANDATE, Call, PerfRig, joined_traces, run_agents
 from bench.perf_trace import Definite, HopStat, breakdown
 from bench.perf_ttd import FAULTS, measure_definite
 from deploy.stack import wait_for
@@ -65,6 +65,7 @@ class PerfConfig:
     definite_faults: tuple[str, ...] = FAULTS
     definite_calls: int = 8  # ambiguous refunds per fault, made concurrently
     redis_calls: int = 50  # sequential gated calls under MONITOR (0: not measured)
+    latency_rounds: int = 10  # the sequential latency runs: the modes take turns, this many times
 
 
 @dataclass
@@ -170,17 +171,36 @@ def measure_decisions(rig: PerfRig, workers: int, proposals: int, payments: list
         client.close()
 
 
+def rounds_of(calls: int, rounds: int) -> list[int]:
+    """*calls* split into at most *rounds* nearly equal turns (none empty)."""
+    turns = max(1, min(rounds, calls))
+    return [calls // turns + (1 if i < calls % turns else 0) for i in range(turns)]
+
+
+def _sequential_latency(rig: PerfRig, config: PerfConfig, report: PerfReport, rail_ms: int, calls: int,
+                        echo: Callable[[str], None]) -> None:  # fmt: skip
+    """One agent's sequential calls in every mode, the modes taking turns (LATENCY_ROUNDS): on a shared machine a
+    burst of load elsewhere then falls on every mode alike, not on whichever ran at that moment."""
+    made: dict[str, list[Call]] = {mode: [] for mode in MODES}
+    rig.take_traces()
+    for turn in rounds_of(calls, config.latency_rounds):
+        for mode in MODES:
+            results, _, _ = run_agents(rig, mode, 1, turn)
+            made[mode].extend(results)
+    traces = rig.take_traces()
+    for mode in MODES:
+        results = made[mode]
+        sample = LatencySample(mode, rail_ms, [c.ms for c in results], sum(not c.ok for c in results))
+        report.latency.append(sample)
+        if mode == "gated":
+            report.hops[f"{rail_ms} ms rail, 1 agent"] = breakdown(joined_traces(results, traces))
+        echo(f"latency {mode:<10} rail {rail_ms:>4} ms: p50 {sample.p50:.1f} p99 {sample.p99:.1f} ms")
+
+
 def _latency_and_throughput(rig: PerfRig, config: PerfConfig, report: PerfReport, echo: Callable[[str], None]) -> None:
     for rail_ms, calls in ((0, config.calls), (config.latency_ms, config.slow_calls)):
         rig.rail_latency(rail_ms)
-        for mode in MODES:
-            rig.take_traces()
-            results, _, _ = run_agents(rig, mode, 1, calls)
-            sample = LatencySample(mode, rail_ms, [c.ms for c in results], sum(not c.ok for c in results))
-            report.latency.append(sample)
-            if mode == "gated":
-                report.hops[f"{rail_ms} ms rail, 1 agent"] = breakdown(joined_traces(results, rig.take_traces()))
-            echo(f"latency {mode:<10} rail {rail_ms:>4} ms: p50 {sample.p50:.1f} p99 {sample.p99:.1f} ms")
+        _sequential_latency(rig, config, report, rail_ms, calls, echo)
         floor = config.throughput_calls if rail_ms == 0 else config.slow_throughput_calls
         for agents in config.concurrency:
             hop_run = agents == HOP_AGENTS[0 if rail_ms == 0 else "slow"]

@@ -133,7 +133,8 @@ def _latency_section(report: PerfReport) -> list[str]:
         "Direct: the REST client straight to the sandbox. Gated: an MCP `create_refund` through the ingress, "
         "gates, ledger and rail worker, answered when the rail worker records the outcome. Rail latency is the "
         "sandbox's `slow` fault (rate 1, scope all: reads and money calls alike), so a gated call pays two rail "
-        "round trips (the gate's payment read and the refund).",
+        "round trips (the gate's payment read and the refund). The three modes take turns, "
+        f"{report.config.latency_rounds} rounds each, so load from elsewhere on a shared machine falls on all alike.",
         "",
         "| rail latency | calls | direct p50 / p99 ms | direct-MCP p50 / p99 ms | gated p50 / p99 ms "
         "| added p50 / p99 ms | gated / direct (p50) | gated / direct-MCP (p50) |",

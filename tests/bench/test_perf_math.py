@@ -159,3 +159,12 @@ def test_a_process_gone_before_the_end_is_left_out() -> None:
     sample = meter.stop()
     assert "short" not in sample.ms_per_call and "bench itself" in sample.ms_per_call
     assert cpu_seconds(short.pid) is None
+
+
+def test_the_sequential_calls_are_split_into_turns_that_lose_none() -> None:
+    from bench.perf import rounds_of
+
+    assert rounds_of(200, 10) == [20] * 10
+    assert rounds_of(30, 10) == [3] * 10
+    assert rounds_of(7, 3) == [3, 2, 2] and sum(rounds_of(7, 3)) == 7
+    assert rounds_of(4, 10) == [1, 1, 1, 1]
