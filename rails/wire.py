@@ -124,7 +124,8 @@ class Wire:
 
     def __init__(self, origin: str, key_id: str, key_secret: str, *, connect_timeout_s: float, user_agent: str,
                  tls: ssl.SSLContext | None = None) -> None:  # fmt: skip
-        """*tls* replaces the system's default verifying context (tests give one that trusts their own CA)."""
+        """*tls* replaces the default verifying context, which trusts certifi's CA bundle (tests give one that trusts
+        their own CA)."""
         parts = urlsplit(origin)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise ValueError(f"the rail URL must be http(s)://host[:port][/path], got {origin!r}")
