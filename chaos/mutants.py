@@ -65,6 +65,15 @@ MUTANTS: dict[str, Mutant] = {m.name: m for m in (
              '    conn.execute("SAVEPOINT attempt_start")\n'),
     ), tests=("tests/engine/test_concurrency.py::test_two_hundred_refunds_in_flight_together_each_commit_before_"
               "they_leave",)),
+    Mutant("I2_commit_before_retry_call", "I2 on an execute job (a retry, a released hold): no money call before "
+           "its IN_FLIGHT row is committed", (
+        # The intent's request sent before begin_attempt's own transaction, while the row is still AUTHORIZED.
+        Edit("rail_worker/execute.py", '    failpoint("rail.before_wal")\n    begun = rt.write(',
+             '    failpoint("rail.before_wal")\n'
+             "    _early = rt.write(lambda conn: intents.require_intent(conn, merchant_id, sik))\n"
+             "    call_rail(rt, _early, rail_request(_early))\n"
+             "    begun = rt.write("),
+    ), tests=("tests/engine/test_concurrency.py::test_a_retried_refund_commits_in_flight_before_it_leaves",)),
     Mutant("I3_timeout_is_a_refusal", "I3: a timeout, reset or 5xx is UNKNOWN, never a definite answer", (
         Edit("rail_worker/classify.py",
              '    else:\n        reason = "RAIL_AMBIGUOUS"\n',

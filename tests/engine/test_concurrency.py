@@ -67,6 +67,30 @@ def test_two_hundred_refunds_in_flight_together_each_commit_before_they_leave(
     assert audit.verify_chain(ledger) is None
 
 
+def test_a_retried_refund_commits_in_flight_before_it_leaves(engine_factory: Callable[..., Engine],
+                                                            tmp_path: Path) -> None:  # fmt: skip
+    # The first call starts its attempt in its admission's transaction; the retry the reconciler authorizes after a
+    # 504 that applied nothing comes as an execute job and starts its attempt on its own (begin_attempt). The
+    # witness checks I2 on both requests as they arrive.
+    engine, witness = _engine(engine_factory, tmp_path, ROOMY)
+    try:
+        pid = engine.payment(10_000)
+        engine.rail.set_faults([{"name": "fail_504", "rate": 1.0}])
+        first = engine.outcome(engine.propose({"payment_id": pid, "amount": 1_000}))
+        assert first.state == "UNKNOWN" and first.sik is not None, first
+        engine.rail.clear_faults()
+        intent = engine.settle(first.sik, {"APPLIED"}, timeout_s=60)
+    finally:
+        witness.__exit__()
+    assert witness.violations == [], witness.violations
+    assert witness.money_calls == 2 and engine.rail.count_stamped(first.sik) == 1
+    conn = engine.ledger()
+    attempts = [row[0] for row in conn.execute(
+        "SELECT outcome FROM intent_attempts WHERE sik = ? ORDER BY attempt_seq", (first.sik,))]  # fmt: skip
+    conn.close()
+    assert attempts == ["AMBIGUOUS", "APPLIED"] and intent.rail_entity_id is not None
+
+
 def test_calls_admitted_together_never_pass_a_window(engine_factory: Callable[..., Engine], tmp_path: Path) -> None:
     mandate = {**ROOMY, "limits.windows": [{"window_ms": DAY, "max_calls": 10}]}
     engine, witness = _engine(engine_factory, tmp_path, mandate, INTERLOCK_RAIL_CONCURRENCY="64")
