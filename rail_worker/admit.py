@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
 
 from interlock.clock import now_ms
 from interlock.errors import KeyConflict
@@ -33,6 +31,7 @@ from ledger.queries import (
 from ledger.states import Event, State
 from ledger.views import outcome_from_intent
 from rail_worker import grace
+from rail_worker.execute import Started, begin_in
 from rail_worker.ownership import SHARD_MAP_STALE, SHARD_NOT_OWNER
 from rail_worker.runtime import RailRuntime
 
@@ -57,22 +56,20 @@ _RETRYABLE_REFUSALS = frozenset({
 class Admission:
     outcome: Outcome | None  # what to tell the waiting ingress now (None: execute first, then tell)
     execute: Intent | None  # an AUTHORIZED intent to execute now
-    started: Any = None  # what `then` made of `execute` in the same transaction (None: not started there)
+    # With rt.start_with_admission: the attempt execute.begin_in started in the same transaction (None: not started)
+    started: Started | Outcome | None = None
 
 
-def admit(rt: RailRuntime, decision: Decision, *,
-          then: Callable[[sqlite3.Connection, Intent], Any] | None = None) -> Admission:  # fmt: skip
-    """Admit one Decision in its own transaction (grouped with whatever else commits alongside).
-
-    *then* runs in that same transaction, right after an admission that authorizes an intent to execute now,
-    and what it returns is the Admission's `started`: the rail worker starts the attempt there, so the
-    admission and the IN_FLIGHT row share one commit (ADR 0011)."""
+def admit(rt: RailRuntime, decision: Decision) -> Admission:
+    """Admit one Decision in its own transaction (grouped with whatever else commits alongside). With
+    `rt.start_with_admission`, an admission that authorizes an intent to execute now starts its attempt in that same
+    transaction, so the admission and the IN_FLIGHT row share one commit (ADR 0011)."""
 
     def write(conn: sqlite3.Connection) -> Admission:
         admission = _admit(rt, conn, decision)
-        if then is None or admission.execute is None:
+        if not rt.start_with_admission or admission.execute is None:
             return admission
-        return replace(admission, started=then(conn, admission.execute))
+        return replace(admission, started=begin_in(rt, conn, admission.execute, request_id=decision.request_id))
 
     return rt.write(write)
 

@@ -28,7 +28,7 @@ from ledger import intents
 from ledger.states import State
 from ledger.views import outcome_from_intent
 from rail_worker.admit import admit
-from rail_worker.execute import Started, begin_attempt, begin_in, complete
+from rail_worker.execute import Started, begin_attempt, complete
 from rail_worker.runtime import RailRuntime
 
 logger = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ class Dispatcher:
         if concurrency < 1:
             raise ValueError("concurrency must be at least 1")
         self.rt = rt
+        rt.start_with_admission = True  # the calls its admissions authorize are made here: one commit, not two
         self.concurrency = concurrency
         self._slots = threading.BoundedSemaphore(concurrency)
         if concurrency == 1:
@@ -107,9 +108,7 @@ class Dispatcher:
             self._enter(key)
         calls = False
         try:
-            # The attempt starts in the admission's own transaction: one commit, not two, before the request.
-            admission = admit(self.rt, decision,
-                              then=lambda conn, intent: begin_in(self.rt, conn, intent, request_id=decision.request_id))
+            admission = admit(self.rt, decision)
             trace: Trace = {**decision.trace, "admitted": trace_now()}
             if admission.execute is None:
                 outcome = admission.outcome

@@ -51,6 +51,9 @@ class RailRuntime:
     writer: LedgerWriter | None = None
     # Which merchants this shard may admit (SPEC §15); built from the settings on first use when not given.
     fence: OwnershipFence | None = None
+    # An admission that authorizes a call also starts its attempt, in the same transaction (ADR 0011): set by the
+    # Dispatcher, which makes the calls its admissions authorize; off for a caller that admits and executes apart.
+    start_with_admission: bool = False
 
     @classmethod
     def build(cls, settings: Settings, redis_client: Redis) -> RailRuntime:

@@ -93,15 +93,15 @@ def _original_admitted_first(monkeypatch: pytest.MonkeyPatch, pool: Pool, repeat
     def entered(sik: str) -> bool:
         return any(key[1] == sik for key in list(pool.dispatcher._calls))
 
-    def admit(rt: RailRuntime, decision: Decision, **started: Any) -> Any:
+    def admit(rt: RailRuntime, decision: Decision) -> Any:
         if decision.request_id == repeat:
             assert original_admitted.wait(WAIT_S)
-            return real_admit(rt, decision, **started)
+            return real_admit(rt, decision)
         deadline = time.monotonic() + WAIT_S
         while not entered(decision.sik or "") and time.monotonic() < deadline:
             time.sleep(0.001)
         try:
-            return real_admit(rt, decision, **started)
+            return real_admit(rt, decision)
         finally:
             original_admitted.set()
 
