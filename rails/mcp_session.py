@@ -62,6 +62,7 @@ from mcp_types import CallToolResult, Implementation, JSONRPCRequest, Tool
 
 from interlock.errors import ConfigError
 from rails.deadline import SendGuard, SendWindowClosed, armed_window, async_http_transport, carried, current_window
+from rails.wire import describe_error
 
 logger = logging.getLogger(__name__)
 
@@ -396,4 +397,4 @@ class UpstreamSession:
 def _describe(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]  # the SDK's task groups wrap the one error that matters
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    return describe_error(exc)

@@ -314,11 +314,8 @@ class RazorpayClient:
             check_send_window()  # a window already closed stays closed: do not even connect
             answer = self._wire.exchange(method, path, deadline=started + self.timeout_s, headers=headers,
                                          params=params, body=None if json is None else encode_json(json))  # fmt: skip
-        except SendWindowClosed as exc:
-            # Raised in place of the request's first write (or before connecting): no byte left.
-            raise RailError(RailErrorKind.NOT_SENT, str(exc), method=method, path=path) from exc
-        except NotSent as exc:
-            # Refused, timed out or out of time before the first byte: nothing can have reached the rail.
+        except (SendWindowClosed, NotSent) as exc:
+            # The window closed, or a refusal, timeout or lack of time before the first byte: no byte left.
             raise RailError(RailErrorKind.NOT_SENT, str(exc), method=method, path=path) from exc
         except Lost as exc:
             # A timeout (the total deadline included), reset or unreadable answer after the first byte.

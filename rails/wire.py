@@ -171,7 +171,7 @@ class Wire:
         except BaseException as exc:
             self._drop(conn)
             if isinstance(exc, (OSError, http.client.HTTPException, ValueError, zlib.error)):
-                raise Lost(_describe(exc)) from exc
+                raise Lost(describe_error(exc)) from exc
             raise
         if keep:
             conn.idle_since = clock.monotonic()
@@ -227,7 +227,7 @@ class Wire:
                 failure = exc
         if failure is None:
             raise NotSent("the rail call's total deadline passed before connecting")
-        raise NotSent(_describe(failure)) from failure
+        raise NotSent(describe_error(failure)) from failure
 
     def _resolve(self, deadline: float) -> list[Any]:
         try:
@@ -242,7 +242,7 @@ class Wire:
         except ResolveTimeout as exc:
             raise NotSent(f"resolving {self.host} took longer than the call's deadline") from exc
         except (OSError, UnicodeError) as exc:
-            raise NotSent(_describe(exc)) from exc
+            raise NotSent(describe_error(exc)) from exc
 
     def _drop(self, conn: _Connection) -> None:
         conn.close()
@@ -381,5 +381,6 @@ def _decoded(raw: bytes, encoding: str) -> bytes:
     return data
 
 
-def _describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
+    """An exception as one line: its type, and its message when it has one."""
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
