@@ -261,7 +261,7 @@ def _lose_the_disk(stack: Stack) -> None:
 def _restore(stack: Stack, replica_url: str) -> str:
     done = subprocess.run(
         [sys.executable, "-m", "interlock.cli", "shards", "restore", "--replica", replica_url, "--ledger",
-         str(stack.ledger_path), "--margin-ms", str(RESTORE_MARGIN_MS)],
+         str(stack.ledger_path), "--margin-ms", str(RESTORE_MARGIN_MS), "--old-machine-fenced"],
         env=stack.base_env(), capture_output=True, text=True, timeout=120, check=False,
     )  # fmt: skip
     if done.returncode != 0:

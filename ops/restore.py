@@ -10,7 +10,13 @@ protocol, run once on the restored file before any rail worker may take its leas
 3. Every intent the replica shows in motion (AUTHORIZED, IN_FLIGHT, RECONCILING) becomes UNKNOWN: the reconciler
    reads its stamp, as after any crash. Nothing restored is ever executed from AUTHORIZED.
 4. The rail's lists — refunds, instant settlements, each payout account's payouts — are paged newest first until
-   they are older than the last commit less a margin. Every entity with our stamp is judged against the ledger:
+   they are older than the last commit less a margin, once at once and once more, finally, no earlier than the
+   restore's start plus the rail's call deadline plus the reconciler's minimum delay. The restore runs only once
+   the old machine is fenced (powered off, or cut off from the rail), so no call of the lost tail left after the
+   restore started; one that left just before may be applied up to its deadline later and listed up to the delay
+   after that (ADR 0010's bound), and the final read sees it. The replica's lease says nothing here: the lost
+   machine may have renewed it after the replica's last commit. Every entity with our stamp is judged against the
+   ledger:
    * a SIK the ledger never saw: recorded as its intent, APPLIED, on the entity's terms (RECOVERED_FROM_RAIL), under
      the merchant and agent it can only belong to — so the agent's repeat (the same SIK) lands on it;
    * a known SIK held, refused or confirmed absent in the replica, on our terms: APPLIED (the tail released or
@@ -28,12 +34,13 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from interlock import clock
 from interlock.canonical import canonical_json, sha256_hex
+from interlock.config import Settings
 from interlock.errors import AuditChainBroken, InterlockError
 from interlock.mandate import Mandate
 from interlock.sik import stamped_owner, stamped_siks
@@ -49,6 +56,9 @@ from rails.models import Page, Payout, Refund, Settlement
 logger = logging.getLogger(__name__)
 
 DEFAULT_MARGIN_MS = 300_000  # the rail's clock against ours, and its created_at in whole seconds
+# Interlock's default call deadline and reconcile delay: what a caller that names no deployment waits for.
+DEFAULT_DEADLINE_S = Settings.model_fields["rail_timeout_ms"].default / 1000
+DEFAULT_MIN_DELAY_S = Settings.model_fields["reconcile_min_delay_ms"].default / 1000
 PAGE = 100
 IN_MOTION = (State.AUTHORIZED, State.IN_FLIGHT, State.RECONCILING)
 # A known intent the lost tail may have moved on to a send: settled by the rail's entity.
@@ -75,6 +85,7 @@ class Report:
     window_from_ms: int
     made_unknown: int = 0
     entities_read: int = 0
+    final_read_after_ms: int = 0  # from the restore's start to the start of its final read of the rail
     recovered: list[dict[str, Any]] = field(default_factory=list)
     settled: list[dict[str, Any]] = field(default_factory=list)
     quarantined: list[dict[str, Any]] = field(default_factory=list)
@@ -82,17 +93,25 @@ class Report:
     def summary(self) -> dict[str, Any]:
         return {"last_seq": self.last_seq, "last_commit_ms": self.last_commit_ms, "window_from_ms": self.window_from_ms,
                 "made_unknown": self.made_unknown, "entities_read": self.entities_read,
+                "final_read_after_ms": self.final_read_after_ms,
                 "recovered": self.recovered, "settled": self.settled, "quarantined": self.quarantined}  # fmt: skip
 
 
 def run(conn: sqlite3.Connection, rail: RailLists, mandates: Sequence[Mandate], *, now: Callable[[], int],
-        actor: str, reread_after_s: float = 0.0, sleep: Callable[[float], None] = time.sleep) -> Report:  # fmt: skip
+        actor: str, deadline_s: float = DEFAULT_DEADLINE_S, reread_after_s: float = DEFAULT_MIN_DELAY_S,
+        sleep: Callable[[float], None] = clock.sleep,
+        monotonic: Callable[[], float] = clock.monotonic) -> Report:  # fmt: skip
     """Steps 3-5 on a ledger `begin` marked restored: returns what it did. Safe to run again after a failure (each
     step is idempotent). A ledger with no unfinished restore is refused: marking a live primary, or an empty file,
     as restored would serve it without its history.
 
-    The rail is read twice, *reread_after_s* apart (the reconciler's minimum delay: how long the design already
-    trusts a rail's lists to lag, ADR 0010): an entity the first read did not list yet is found by the second."""
+    Call it only once the old machine is fenced: it can send nothing from now on. *deadline_s* is the deployment's
+    call deadline (INTERLOCK_RAIL_TIMEOUT_MS) and *reread_after_s* its reconcile delay (INTERLOCK_RECONCILE_MIN_
+    DELAY_MS). The rail is read at once and again, finally, no earlier than now + *deadline_s* + *reread_after_s*
+    on *monotonic* (and at least *reread_after_s* after the first read): a call the lost machine sent just before the
+    fence is applied within its deadline and listed within the delay after, so that read lists it, and the agent's
+    repeat lands on it instead of paying again (ADR 0029, amended; ADR 0010's bound)."""
+    fenced_at = monotonic()
     started = pending(conn)
     if started is None:
         raise RestoreRefused("this ledger carries no unfinished restore (RESTORE_STARTED): a ledger is marked restored "
@@ -103,9 +122,13 @@ def run(conn: sqlite3.Connection, rail: RailLists, mandates: Sequence[Mandate], 
     report = Report(int(started["last_seq"]), int(started["last_commit_ms"]), int(started["window_from_ms"]))
     report.made_unknown = _unsettle(conn, now, actor)
     owners = _owners(mandates)
+    final_read_at = fenced_at + deadline_s + reread_after_s
     for reading in range(2):
         if reading:
-            sleep(reread_after_s)
+            # Whatever the first read took, the final one waits out the lost machine's last call (a pause here only
+            # makes it later, which is safe).
+            sleep(max(reread_after_s, final_read_at - monotonic()))
+            report.final_read_after_ms = round((monotonic() - fenced_at) * 1000)
         for tool, entity in _stamped_since(rail, mandates, report.window_from_ms // 1000):
             report.entities_read += 1
             _judge(conn, tool, entity, owners, report, now, actor)

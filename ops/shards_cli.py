@@ -277,9 +277,19 @@ def apply_command(new_map: Path, current: Path | None) -> None:
 @click.option("--resume", is_flag=True, help="finish a restore already started on --ledger (no Litestream restore)")
 @click.option("--margin-ms", type=click.IntRange(min=0), default=restore.DEFAULT_MARGIN_MS, show_default=True,
               help="how far before the restored ledger's last commit the rail's lists are re-read")
-def restore_command(replica: str | None, ledger_path: Path | None, resume: bool, margin_ms: int) -> None:
+@click.option("--old-machine-fenced", "fenced", is_flag=True,
+              help="state that the lost machine can send nothing more to the rail (powered off, or its rail key "
+                   "revoked); required")  # fmt: skip
+def restore_command(replica: str | None, ledger_path: Path | None, resume: bool, margin_ms: int,
+                    fenced: bool) -> None:  # fmt: skip
     """Restore a shard's ledger from its replica and read the rail for what the lost tail did, before any money
-    moves (ADR 0029). The rail worker refuses the ledger until this has finished."""
+    moves (ADR 0029). The rail worker refuses the ledger until this has finished. The final read of the rail waits
+    the call deadline plus the reconcile delay from the start, for the lost machine's last call to land."""
+    if not fenced:
+        raise ConfigError("--old-machine-fenced is required: restore a shard only once its old machine can send "
+                          "nothing more to the rail (powered off, or cut off from it: a paused machine that wakes "
+                          "up would pay again what the restored shard pays). Fence it, then run the restore with "
+                          "--old-machine-fenced")  # fmt: skip
     settings = load_settings()
     shard_map = load_shard_map(settings.shards) if settings.shards is not None else None
     if ledger_path is None:
@@ -316,7 +326,11 @@ def restore_command(replica: str | None, ledger_path: Path | None, resume: bool,
     conn = open_ledger(ledger_path)
     try:
         with RazorpayClient.from_settings(settings) as rail:
+            click.echo(f"reading the rail now, and finally in {settings.rail_timeout_ms / 1000:g} s (the call "
+                       f"deadline) + {settings.reconcile_min_delay_ms / 1000:g} s (the reconcile delay), when the "
+                       "lost machine's last call has landed")  # fmt: skip
             report = restore.run(conn, rail, mandates, now=now_ms, actor=f"restore@{os.uname().nodename}",
+                                 deadline_s=settings.rail_timeout_ms / 1000,
                                  reread_after_s=settings.reconcile_min_delay_ms / 1000)  # fmt: skip
     finally:
         conn.close()

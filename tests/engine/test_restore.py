@@ -9,6 +9,7 @@ pay again; with it, the repeat lands on the refund the rail re-read recovered.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -26,10 +27,14 @@ from ledger.states import State
 from ops import restore
 from rails.razorpay import RazorpayClient
 from sandbox.testing import SandboxProcess
-from tests.engine.conftest import Engine
+from tests.engine.conftest import FAST, Engine
 from tests.ledger.helpers import put_intent
 from tests.mandates import AGENT, EXAMPLE, MERCHANT, make_mandate
 from tests.procs import wait_until
+
+FAST_DEADLINE_S = int(FAST["INTERLOCK_RAIL_TIMEOUT_MS"]) / 1000
+FAST_DELAY_S = int(FAST["INTERLOCK_RECONCILE_MIN_DELAY_MS"]) / 1000
+NO_WAIT = {"deadline_s": 0.0, "reread_after_s": 0.0}  # a scripted rail, whose lists never lag
 
 
 def _backup(source: Path, out: Path) -> None:
@@ -67,7 +72,8 @@ def test_a_refund_paid_in_the_lost_tail_is_recovered_and_its_repeat_lands_on_it(
         with RazorpayClient(env["INTERLOCK_RAIL_URL"], env["INTERLOCK_RAIL_KEY_ID"],
                             env["INTERLOCK_RAIL_KEY_SECRET"]) as rail:  # fmt: skip
             restore.begin(conn, now=now_ms, actor="test-restore", margin_ms=0)
-            report = restore.run(conn, rail, [load_mandate(EXAMPLE)], now=now_ms, actor="test-restore")
+            report = restore.run(conn, rail, [load_mandate(EXAMPLE)], now=now_ms, actor="test-restore",
+                                 deadline_s=FAST_DEADLINE_S, reread_after_s=FAST_DELAY_S)  # fmt: skip
         ours = [r for r in report.recovered if r["sik"] == lost.sik]
         assert [(r["rail_entity_id"], r["amount_minor"], r["subject"]) for r in ours] == [
             (lost.rail_entity_id, 20_000, payment)]  # fmt: skip
@@ -95,6 +101,59 @@ def test_a_refund_paid_in_the_lost_tail_is_recovered_and_its_repeat_lands_on_it(
         MERCHANT, AGENT)  # fmt: skip
 
 
+def test_a_settlement_in_flight_when_the_machine_is_lost_lands_after_the_first_read_and_is_paid_once(
+    engine_factory, tmp_path: Path, rail_sandbox: SandboxProcess,
+) -> None:
+    """The lost machine's last instant settlement is on its way when the machine is lost (the rail applies it 1.2 s
+    after receiving it, inside the 1.5 s deadline); the restore starts at once. Its first read cannot see it; its
+    final read, a deadline plus the delay after its start, must, so that the agent's repeat lands on it. Instant
+    settlements carry no idempotency key: read too early, the repeat was a second settlement
+    (../shared/repro/restore_reads_before_lost_send_lands.py)."""
+    tool, amount = "create_instant_settlement", 50_000
+    rail_sandbox.set_balance(10_000_000)
+    first_machine = engine_factory()
+    warm = first_machine.outcome(first_machine.propose({"amount": 12_300}, tool=tool))
+    assert warm.state == "APPLIED", warm
+    new_ledger = tmp_path / "stack1" / "ledger.sqlite3"
+    _backup(first_machine.stack.ledger_path, new_ledger)  # the replica stops here
+    rail_sandbox.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1200}}])
+    first_machine.propose({"amount": amount}, tool=tool)
+
+    def in_flight() -> str | None:
+        conn = open_ledger(first_machine.stack.ledger_path, readonly=True)
+        try:
+            row = conn.execute("SELECT sik FROM intents WHERE tool = ? AND amount_minor = ? AND state = 'IN_FLIGHT'",
+                               (tool, amount)).fetchone()  # fmt: skip
+        finally:
+            conn.close()
+        return None if row is None else str(row["sik"])
+
+    lost_sik = wait_until(in_flight, timeout=30, what="the settlement IN_FLIGHT on the first machine")
+    first_machine.stack.kill_all()  # the machine is lost (and so fenced) with the request out
+    rail_sandbox.clear_faults()
+    conn = open_ledger(new_ledger)
+    try:
+        env = rail_sandbox.rail_env()
+        with RazorpayClient(env["INTERLOCK_RAIL_URL"], env["INTERLOCK_RAIL_KEY_ID"],
+                            env["INTERLOCK_RAIL_KEY_SECRET"]) as rail:  # fmt: skip
+            restore.begin(conn, now=now_ms, actor="test-restore")
+            report = restore.run(conn, rail, [load_mandate(EXAMPLE)], now=now_ms, actor="test-restore",
+                                 deadline_s=FAST_DEADLINE_S, reread_after_s=FAST_DELAY_S)  # fmt: skip
+        assert report.final_read_after_ms >= (FAST_DEADLINE_S + FAST_DELAY_S) * 1000
+        assert lost_sik in {r["sik"] for r in report.recovered}, report.summary()  # the rail is shared: others too
+        lease = leases.get_lease(conn, leases.RAIL_WORKER_LEASE)
+    finally:
+        conn.close()
+    assert lease is not None
+    wait_until(lambda: now_ms() > lease.expires_at, timeout=30, what="the lost machine's lease to run out")
+    second_machine: Engine = engine_factory()
+    again = second_machine.outcome(second_machine.propose({"amount": amount}, tool=tool))
+    assert (again.state, again.replayed, again.sik) == ("APPLIED", True, lost_sik), again
+    stamped = [e for e in rail_sandbox.entities("settlement")
+               if (e["entity"].get("notes") or {}).get("interlock_sik") == lost_sik]  # fmt: skip
+    assert [e["entity"]["id"] for e in stamped] == [again.rail_entity_id]
+
+
 def test_a_restore_turns_what_was_in_motion_unknown_and_settles_what_the_tail_sent(tmp_path: Path) -> None:
     """Pure ledger and a rail's lists as data: nothing is executed from a replica's AUTHORIZED or IN_FLIGHT; a held
     call the tail released and sent is settled by the rail's entity; a refused one on other terms goes to a person;
@@ -110,10 +169,11 @@ def test_a_restore_turns_what_was_in_motion_unknown_and_settles_what_the_tail_se
         _refund("rfnd_X", "", "pay_SOMEONEELSE1", 1_000),  # not ours
     ])
     with pytest.raises(restore.RestoreRefused, match="no unfinished restore"):
-        restore.run(conn, rail, [], now=lambda: 2_000, actor="test")  # never on a ledger not marked restored
+        restore.run(conn, rail, [], now=lambda: 2_000, actor="test", **NO_WAIT)  # never on a ledger not marked restored
     restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
     slept: list[float] = []
-    report = restore.run(conn, rail, [], now=lambda: 2_000, actor="test", reread_after_s=1.5, sleep=slept.append)
+    report = restore.run(conn, rail, [], now=lambda: 2_000, actor="test", deadline_s=0, reread_after_s=1.5,
+                         sleep=slept.append, monotonic=lambda: 0.0)  # fmt: skip
     # Read twice, the reconciler's delay apart: what the first read found is not counted again.
     assert slept == [1.5] and report.entities_read == 6
     assert report.made_unknown == 2 and report.recovered == []
@@ -126,7 +186,7 @@ def test_a_restore_turns_what_was_in_motion_unknown_and_settles_what_the_tail_se
     restore.begin(conn, now=lambda: 3_000, actor="test", margin_ms=10_000)
     with pytest.raises(restore.RestoreRefused, match="cannot be told whose it is"):
         restore.run(conn, _Lists([_refund("rfnd_N", "N" * 32, "pay_RESTOREN0001", 1_000)]), [], now=lambda: 3_000,
-                    actor="test")  # fmt: skip
+                    actor="test", **NO_WAIT)  # fmt: skip
     assert marks.pending(conn) is not None  # the rail worker stays refused
     assert audit.verify_chain(conn) is None
     conn.close()
@@ -181,6 +241,49 @@ def _refund(entity_id: str, sik: str, payment_id: str, amount: int, owner: tuple
             "notes": notes, "status": "processed", "created_at": 2}  # fmt: skip
 
 
+class _Landing(_Lists):
+    """A rail on which a refund sent by the lost machine just before it was fenced lands at *lands_at* (seconds on
+    the restore's monotonic clock), and is listed from then on; the restore's sleep moves that clock."""
+
+    def __init__(self, refund: dict, lands_at: float) -> None:
+        super().__init__([])
+        self.later, self.lands_at, self.t, self.reads_at = _Lists([refund]).refunds, lands_at, 100.0, []
+
+    def monotonic(self) -> float:
+        return self.t
+
+    def sleep(self, seconds: float) -> None:
+        self.t += seconds
+
+    def list_refunds(self, *, count: int = 100, skip: int = 0):  # noqa: ANN201
+        from rails.models import Page
+
+        self.reads_at.append(self.t)
+        listed = self.later if self.t >= self.lands_at else []
+        return Page(items=listed[skip:skip + count], requested_count=count, skip=skip)
+
+
+def test_the_final_read_waits_for_a_call_the_lost_machine_sent_just_before_it_was_fenced(tmp_path: Path) -> None:
+    """The restore's final read of the rail (the one after which the shard serves) is no earlier than its start — the
+    old machine is fenced by then, so nothing of it leaves later — plus the call deadline plus the reconcile delay: a
+    settlement or refund sent just before lands up to its deadline later and is listed within the delay after that.
+    Read only the delay apart (as before), the restore finished without it, and the agent's repeat paid again
+    (../shared/repro/restore_reads_before_lost_send_lands.py)."""
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
+    # Sent at the fence (t=100), applied 9.9 s later, listed 1.9 s after that: inside the 10 s + 2 s bound.
+    rail = _Landing(_refund("rfnd_LATE", "L" * 32, "pay_RESTOREL0001", 4_000, (MERCHANT, AGENT)), 100 + 9.9 + 1.9)
+    report = restore.run(conn, rail, [load_mandate(EXAMPLE)], now=lambda: 2_000, actor="test", deadline_s=10,
+                         reread_after_s=2, sleep=rail.sleep, monotonic=rail.monotonic)  # fmt: skip
+    assert rail.reads_at == [100.0, 112.0] and report.final_read_after_ms == 12_000
+    assert [r["rail_entity_id"] for r in report.recovered] == ["rfnd_LATE"]
+    assert intents.require_intent(conn, MERCHANT, "L" * 32).state is State.APPLIED
+    [finished] = [json.loads(r[0]) for r in conn.execute(
+        "SELECT payload_json FROM audit_log WHERE kind = ?", (marks.FINISHED,))]  # fmt: skip
+    assert finished["final_read_after_ms"] == 12_000  # the chain says how long the restore waited
+    conn.close()
+
+
 def test_a_shard_of_several_merchants_records_a_lost_entity_under_the_merchant_and_agent_it_names(
     tmp_path: Path,
 ) -> None:
@@ -192,7 +295,7 @@ def test_a_shard_of_several_merchants_records_a_lost_entity_under_the_merchant_a
     restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
     rail = _Lists([_refund("rfnd_A", "A" * 32, "pay_RESTOREA0001", 1_000, (MERCHANT, AGENT)),
                    _refund("rfnd_B", "B" * 32, "pay_RESTOREB0001", 2_000, ("acc_OTHER000001", "agent_other"))])
-    report = restore.run(conn, rail, mandates, now=lambda: 2_000, actor="test")
+    report = restore.run(conn, rail, mandates, now=lambda: 2_000, actor="test", **NO_WAIT)
     assert sorted((r["merchant_id"], r["rail_entity_id"]) for r in report.recovered) == [
         ("acc_DEMO000001", "rfnd_A"), ("acc_OTHER000001", "rfnd_B")]  # fmt: skip
     mine = intents.require_intent(conn, "acc_OTHER000001", "B" * 32)
@@ -205,9 +308,9 @@ def test_a_shard_of_several_merchants_records_a_lost_entity_under_the_merchant_a
     ]:
         restore.begin(conn, now=lambda: 3_000, actor="test", margin_ms=10_000)
         with pytest.raises(restore.RestoreRefused, match=refusal):
-            restore.run(conn, _Lists([entity]), mandates, now=lambda: 3_000, actor="test")
+            restore.run(conn, _Lists([entity]), mandates, now=lambda: 3_000, actor="test", **NO_WAIT)
         assert marks.pending(conn) is not None  # the rail worker stays refused
-        restore.run(conn, _Lists([]), mandates, now=lambda: 3_000, actor="test")  # the person's --resume, fixed
+        restore.run(conn, _Lists([]), mandates, now=lambda: 3_000, actor="test", **NO_WAIT)  # the --resume, fixed
     assert audit.verify_chain(conn) is None
     conn.close()
 
@@ -240,7 +343,8 @@ def test_shards_restore_restores_the_replica_marks_it_and_reads_the_rail(tmp_pat
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("INTERLOCK_SHARDS", raising=False)
     restored = tmp_path / "machine-b" / "ledger.sqlite3"
-    args = ["shards", "restore", "--replica", replica_url, "--ledger", str(restored), "--margin-ms", "0"]
+    args = ["shards", "restore", "--replica", replica_url, "--ledger", str(restored), "--margin-ms", "0",
+            "--old-machine-fenced"]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     assert "restore finished" in result.output and "1 intents in motion now UNKNOWN" in result.output, result.output
