@@ -63,6 +63,7 @@ class Entry(Protocol):
     kind: str
     id: str
     subject: str
+    target: str
     amount: int
     fees: int
     stamp: str | None
@@ -125,6 +126,10 @@ def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answer
     return found
 
 
+TOOLS = {"refund": "create_refund", "settlement": "create_instant_settlement", "payout": "create_payout"}
+KINDS = {tool: kind for kind, tool in TOOLS.items()}
+
+
 def _signature(entry: Entry) -> tuple[str, str, int]:
     return entry.kind, entry.subject, entry.requested_amount
 
@@ -173,7 +178,9 @@ def _limits(shards: Mapping[str, ShardEvidence], actions: Sequence[ActionLike], 
     for agent, entries in per_agent.items():
         mandate = limits[agent]
         for e in entries:
-            grant = mandate["scope"]["grants"][("create_refund" if e.kind == "refund" else "create_instant_settlement")]
+            grant = mandate["scope"]["grants"].get(TOOLS[e.kind])
+            if grant is None:  # a replaced mandate took the grant away: MANDATE_REPLACED judges what it allowed
+                continue
             value = grant["value"]
             # The range binds what Interlock asked for: a rail that applied other terms under our stamp (less, here)
             # did not make the call out of range, and Interlock QUARANTINES that entity (TERMS_MISMATCH). More than
@@ -192,7 +199,9 @@ def _limits(shards: Mapping[str, ShardEvidence], actions: Sequence[ActionLike], 
             if window.get("max_amount_minor") is not None and total > window["max_amount_minor"]:
                 out.append(Violation("LIMIT", f"{agent}: {total} moved, window allows {window['max_amount_minor']}"))
         budget = mandate["limits"]["fee_budgets"].get("INR")
-        fees = sum(e.fees for e in entries if e.kind == "settlement")
+        # A payout's fee as the rail charged it in the end (none for one queued, cancelled, failed or reversed):
+        # Interlock counts each at its flat fee until the rail says, never less.
+        fees = sum(e.fees for e in entries if e.kind in ("settlement", "payout"))
         if budget is not None and fees > budget["max_fee_minor"]:
             out.append(Violation("LIMIT", f"{agent}: {fees} of fees charged, budget {budget['max_fee_minor']}"))
     return out
@@ -205,7 +214,7 @@ def _owners(actions: Sequence[ActionLike],
     reached: dict[int, set[str]] = defaultdict(set)
     for answer in answers:
         reached[id(answer.action)].add(answer.shard)
-    return {(shard, "refund" if a.tool == "create_refund" else "settlement", a.subject, a.amount): a
+    return {(shard, KINDS[a.tool], a.subject, a.amount): a
             for a in actions for shard in {a.shard} | reached[id(a)]}  # fmt: skip
 
 
@@ -230,7 +239,7 @@ def _ledger_vs_rail(shard: ShardEvidence, rows: list[sqlite3.Row], *, settled: b
         if e is None:
             out.append(Violation("LEDGER_RAIL", f"{shard.name} {r['sik']} APPLIED as {r['rail_entity_id']}, "
                                                 "which the rail never created"))  # fmt: skip
-        elif e.stamp != r["sik"] or e.amount != r["amount_minor"] or e.subject != r["subject_id"]:
+        elif e.stamp != r["sik"] or e.amount != r["amount_minor"] or (e.target or e.subject) != r["subject_id"]:
             out.append(Violation("LEDGER_RAIL", f"{shard.name} {r['sik']} APPLIED as {e.id} on other terms: "
                                                 f"{e.subject} {e.amount} stamped {e.stamp}"))  # fmt: skip
     for e in shard.journal:
@@ -486,6 +495,7 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
     for move in evidence.get("moves", []):
         if move.get("applied_mono_ms") is not None and move["source"] in by_shard:
             found += _moved(by_shard[move["source"]], move)
+    found += _payouts(by_shard, entities, limits, evidence)
     accounts = evidence.get("accounts", {})
     if accounts:
         for shard, e, action in entities:
@@ -495,6 +505,58 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
                                                        f"{accounts.get(shard.name)} for {action.agent}, whose "
                                                        f"mandate names {named}"))  # fmt: skip
     return found
+
+
+def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvidence, Any, Any]],
+             limits: Mapping[str, Mapping[str, Any]], evidence: Mapping[str, Any]) -> list[Violation]:  # fmt: skip
+    """RazorpayX payouts (ADR 0028): to a payee the mandate names, queued only when it says so, refused for the
+    balance only when payouts queued on the rail took the room, withdrawn with a replaced mandate, and raised to a
+    person whenever the money did not reach the payee."""
+    out = []
+    payees, queueing = evidence.get("payees", {}), evidence.get("queueing", {})
+    for shard, e, action in entities:
+        if e.kind != "payout":
+            continue
+        allowed = payees.get(action.agent, {})
+        if e.subject not in allowed.get("contacts", []) and e.target not in allowed.get("fund_accounts", []):
+            out.append(Violation("PAYEE", f"{shard.name}: {e.id} paid {e.target} of {e.subject} for {action.agent}, "
+                                          f"whose mandate names {allowed}"))  # fmt: skip
+        if e.queue_if_low_balance and not queueing.get(action.agent, False):
+            out.append(Violation("QUEUE_FLAG", f"{shard.name}: {e.id} was sent queue_if_low_balance for "
+                                               f"{action.agent}, whose mandate does not queue"))  # fmt: skip
+    if not evidence.get("list_lag_ms"):
+        for name, refusals in evidence.get("payout_refusals", {}).items():
+            for r in refusals:
+                if r["queued"] == 0:
+                    out.append(Violation("PAYOUT_BALANCE", f"{name}: payout {r['stamp']} of {r['amount']} (with its "
+                                                           f"fee {r['cost']}) admitted; the rail had {r['balance']} "
+                                                           "and nothing queued"))  # fmt: skip
+    replaced = {(r["shard"], r["agent"]): r["effective_mono_ms"] for r in evidence.get("replacements", [])
+                if r.get("effective_mono_ms") is not None}  # fmt: skip
+    for shard, e, action in entities:
+        effective = replaced.get((shard.name, action.agent))
+        if e.kind == "payout" and effective is not None and e.sent_mono_ms < effective and (
+                e.statuses[-1][1] == "queued"):  # fmt: skip
+            out.append(Violation("WITHDRAWN", f"{shard.name}: {e.id} of {action.agent} still queued after its "
+                                              "mandate was replaced"))  # fmt: skip
+    for shard in shards.values():
+        raised = _raised(shard.ledger)
+        for e in shard.journal:
+            if e.kind == "payout" and e.statuses[-1][1] in ("failed", "reversed", "cancelled") and (
+                    e.stamp not in raised):  # fmt: skip
+                out.append(Violation("RAISED", f"{shard.name}: payout {e.id} ({e.stamp}) is {e.statuses[-1][1]}, and "
+                                               "no person was told"))  # fmt: skip
+    return out
+
+
+def _raised(path: Path) -> set[str]:
+    """The intents whose rail status asks for a person, or that a person already holds (QUARANTINED)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        raised = {sik for (sik,) in conn.execute("SELECT sik FROM rail_status WHERE attention IS NOT NULL")}
+        return raised | {sik for (sik,) in conn.execute("SELECT sik FROM intents WHERE state = 'QUARANTINED'")}
+    finally:
+        conn.close()
 
 
 def _replaced(r: Mapping[str, Any], items: list[tuple[ShardEvidence, Any, Any]], auth_of: Any) -> list[Violation]:
@@ -507,8 +569,7 @@ def _replaced(r: Mapping[str, Any], items: list[tuple[ShardEvidence, Any, Any]],
         sent = e.sent_mono_ms
         if sent < r["effective_mono_ms"]:
             continue
-        tool = "create_refund" if e.kind == "refund" else "create_instant_settlement"
-        grant = mandate["scope"]["grants"].get(tool)
+        grant = mandate["scope"]["grants"].get(TOOLS[e.kind])
         low, high = (grant["value"]["min_amount_minor"], grant["value"]["max_amount_minor"]) if grant else (0, 0)
         if grant is None or not (low <= e.requested_amount <= high and e.amount <= high):  # as LIMIT judges the range
             out.append(

@@ -19,6 +19,7 @@ scheduler point, so a pause lands before the check that guards the send, as it w
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +29,11 @@ from rails.models import Balance, BankingBalance, FundAccount, Page, Payment, Pa
 from rails.razorpay import RailError, RailErrorKind
 from simulation.scheduler import Scheduler
 
+PAYOUT_FEE, PAYOUT_TAX = 590, 90  # RazorpayX's ₹5 per payout plus 18% GST, debited with the amount
+PAYOUT_TRANSITIONS: dict[str, tuple[str, ...]] = {
+    "queued": ("processing", "cancelled"), "processing": ("processed", "failed", "reversed"),
+    "processed": ("reversed",),
+}
 MONEY_FAULTS = ("ok", "lost_answer", "not_applied", "error_not_applied", "late_apply", "key_forgotten", "other_terms",
                 "replayed_response")
 LIST_MAX = 100
@@ -44,9 +50,6 @@ def settlement_fees(amount: int) -> tuple[int, int]:
     return fee + tax, tax
 
 
-NO_SUCH_URL = "The requested URL was not found on the server."
-
-
 @dataclass
 class JournalEntry:
     """One entity the rail created: what the checker judges Interlock by."""
@@ -61,6 +64,13 @@ class JournalEntry:
     created_ms: int  # the simulated wall clock at which it was applied
     requested_amount: int  # what the request asked for (differs only under the other_terms fault)
     sent_mono_ms: int = 0  # when the request that created it reached the rail, on the simulation's true clock
+    # Where the money went when it is not the subject: a payout's fund account (its subject is the payee, the
+    # fund account's contact). Empty for refunds and settlements.
+    target: str = ""
+    # A payout's statuses as they happened, (simulated mono ms, status), and whether its request asked the rail to
+    # queue it for want of balance.
+    statuses: list[tuple[int, str]] = field(default_factory=list)
+    queue_if_low_balance: bool = False
 
 
 # What a money call did on the rail: the entity (and its journal entry, None when an idempotency key replayed it),
@@ -93,12 +103,18 @@ class FaultPlan:
     # The rail validates a refund's amount before its receipt: a retry of a refund that did apply (its key forgotten)
     # is refused "greater than amount captured" rather than for its reused receipt. Razorpay documents neither order.
     refund_amount_checked_first: bool = False
+    # How often the bank fails or reverses a payout that started, and reverses one it had processed (the money comes
+    # back; a person must be told). The last stays 0 until webhooks are simulated: the poller stops at processed.
+    payout_failed: float = 0.0
+    payout_reversed: float = 0.0
+    payout_reversed_after_processed: float = 0.0
 
 
 class SimRail:
     """One merchant account's rail. `for_caller(name)` gives an actor its own client view (for partitions)."""
 
-    def __init__(self, sched: Scheduler, merchant_id: str, plan: FaultPlan, *, balance: int) -> None:
+    def __init__(self, sched: Scheduler, merchant_id: str, plan: FaultPlan, *, balance: int,
+                 account_number: str = "", banking_balance: int = 0) -> None:  # fmt: skip
         self.sched = sched
         self.merchant_id = merchant_id
         self.plan = plan
@@ -113,6 +129,14 @@ class SimRail:
         # X-Refund-Idempotency key → (refund id, the mono instant the rail forgets it, None: never)
         self.idempotency: dict[str, tuple[str, int | None]] = {}
         self.partitioned_until: dict[str, int] = {}  # caller process → mono ms
+        # RazorpayX: the business account, its payees and payouts, and X-Payout-Idempotency's keys
+        self.account_number = account_number
+        self.banking_balance = banking_balance
+        self.fund_accounts: dict[str, dict[str, Any]] = {}
+        self.payouts: list[dict[str, Any]] = []
+        self.payout_keys: dict[str, tuple[str, dict[str, Any] | RailError]] = {}  # key → (body, first answer)
+        self.payout_keys_busy: set[str] = set()  # received, not applied yet: a request under it is answered 409
+        self.balance_refusals: list[dict[str, Any]] = []  # payouts refused for the balance, with the account then
         self._ids = itertools.count(1)
         self._shown_by = 0  # the instant the entity of the call being applied must be listed by (settlements)
         self._sent_mono_ms = 0  # when the request being applied reached the rail
@@ -167,30 +191,155 @@ class SimRail:
         self._read("settlements.list")
         return self._page(Settlement, self.settlements, count, skip)
 
-    # RazorpayX payouts are not simulated yet (docs/simulation.md): the workload proposes none, and each call is
-    # refused the way a rail without the endpoint refuses, so nothing could count one as made.
+        # -- RazorpayX payouts (SPEC §18), from the account `account_number` -----------------------------------------
+
     def fetch_fund_account(self, fund_account_id: str) -> FundAccount:
-        raise self._no_payouts("/v1/fund_accounts")
+        self._read("fund_account.fetch")
+        raw = self.fund_accounts.get(fund_account_id)
+        if raw is None:
+            raise self._not_found(f"/v1/fund_accounts/{fund_account_id}")
+        return FundAccount.from_raw(dict(raw))
 
     def fetch_banking_balance(self, account_number: str) -> BankingBalance:
-        raise self._no_payouts("/v1/banking_balances")
+        self._read("banking_balance.fetch")
+        self._account(account_number)
+        return BankingBalance.from_raw({"account_number": account_number, "currency": "INR",
+                                        "amount": self.banking_balance})  # fmt: skip
 
     def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
                      count: int = 10, skip: int = 0) -> Page[Payout]:  # fmt: skip
-        raise self._no_payouts("/v1/payouts")
+        self._read("payouts.list")
+        self._account(account_number)
+        rows = [p for p in self.payouts if (reference_id is None or p.get("reference_id") == reference_id)
+                and (status is None or p["status"] == status)]  # fmt: skip
+        return self._page(Payout, rows, count, skip)
 
     def fetch_payout(self, payout_id: str) -> Payout:
-        raise self._no_payouts("/v1/payouts/{id}")
+        self._read("payout.fetch")
+        for raw in self.payouts:
+            if raw["id"] == payout_id:
+                return Payout.from_raw(dict(raw))
+        raise self._not_found(f"/v1/payouts/{payout_id}")
 
-    def create_payout(self, **request: Any) -> Payout:
-        raise self._no_payouts("/v1/payouts")
+    def create_payout(self, *, account_number: str, fund_account_id: str, amount: int, currency: str, mode: str,
+                      purpose: str, queue_if_low_balance: bool, reference_id: str, narration: str | None,
+                      notes: Mapping[str, Any] | None, idempotency_key: str) -> Payout:  # fmt: skip
+        body = {"account_number": account_number, "fund_account_id": fund_account_id, "amount": amount,
+                "currency": currency, "mode": mode, "purpose": purpose, "queue_if_low_balance": queue_if_low_balance,
+                "reference_id": reference_id, "narration": narration, "notes": dict(notes or {})}  # fmt: skip
+        digest = json.dumps(body, sort_keys=True)
+
+        def apply(terms_amount: int, fault: str) -> Applied:
+            # RazorpayX keeps the first answer to a key, a refusal too, and replays it to the same body (SPEC §18).
+            answer = self._payout_answer(body, terms_amount, queue_if_low_balance)
+            self.payout_keys[idempotency_key] = (digest, answer)
+            self.payout_keys_busy.discard(idempotency_key)
+            if isinstance(answer, RailError):
+                return answer
+            return answer, self._journal("payout", answer["id"], self._payee_of(fund_account_id), terms_amount,
+                                         0, notes, amount, target=fund_account_id,
+                                         queue=queue_if_low_balance)  # fmt: skip
+
+        return Payout.from_raw(self._money("payout.create", amount, apply, _stamp(notes),
+                                           key=(idempotency_key, digest)))  # fmt: skip
 
     def cancel_payout(self, payout_id: str) -> Payout:
-        raise self._no_payouts("/v1/payouts/{id}/cancel")
+        """Only a `queued` payout can be cancelled (nothing was debited for it)."""
+        self._read("payout.cancel")
+        raw = next((p for p in self.payouts if p["id"] == payout_id), None)
+        if raw is None:
+            raise self._not_found(f"/v1/payouts/{payout_id}/cancel")
+        if raw["status"] != "queued":
+            raise self._rejected(f"Only queued payouts can be cancelled; this payout is {raw['status']}.",
+                                 "/v1/payouts/cancel")  # fmt: skip
+        self._move_payout(raw, "cancelled")
+        return Payout.from_raw(dict(raw))
 
-    def _no_payouts(self, path: str) -> RailError:
-        return RailError(RailErrorKind.REJECTED, NO_SUCH_URL, method="GET", path=path, http_status=404,
-                         description=NO_SUCH_URL)  # fmt: skip
+    # -- set-up of payees, and the payouts' own life ----------------------------------------------------------
+
+    def add_fund_account(self, fund_account_id: str, contact_id: str, account_type: str) -> None:
+        bank = {"bank_account": {"ifsc": "HDFC0000001", "account_number": "50100000000001"}}
+        details: dict[str, Any] = bank if account_type == "bank_account" else {"vpa": {"address": f"{contact_id}@upi"}}
+        self.fund_accounts[fund_account_id] = {"id": fund_account_id, "entity": "fund_account",
+                                               "contact_id": contact_id, "account_type": account_type,
+                                               "active": True, "created_at": 0, **details}  # fmt: skip
+
+    def _payee_of(self, fund_account_id: str) -> str:
+        return str(self.fund_accounts[fund_account_id]["contact_id"])
+
+    def _account(self, account_number: str) -> None:
+        if account_number != self.account_number:
+            raise self._rejected("The account number is invalid", "/v1/banking_balances")
+
+    def _payout_answer(self, body: Mapping[str, Any], amount: int, queue: bool) -> dict[str, Any] | RailError:
+        """A new payout on *body*'s terms (the amount as applied), or the rail's refusal of it."""
+        fund_account = self.fund_accounts.get(str(body["fund_account_id"]))
+        if fund_account is None or not fund_account["active"]:
+            return self._rejected("Payouts cannot be created on an inactive fund account", "/v1/payouts")
+        cost = amount + PAYOUT_FEE
+        if cost > self.banking_balance and not queue:
+            # What the checker needs to judge the admission's balance re-check: nothing else debits this account,
+            # so such a refusal means a payout was admitted that the balance, less what was in motion, could not
+            # pay — unless payouts queued on the rail took the room (they are not debited until they start).
+            waiting = sum(int(p["amount"]) + PAYOUT_FEE for p in self.payouts if p["status"] == "queued")
+            self.balance_refusals.append({"stamp": _stamp(body["notes"]), "amount": amount, "cost": cost,
+                                          "balance": self.banking_balance, "queued": waiting,
+                                          "mono_ms": self._now()})  # fmt: skip
+            return self._rejected("Your account does not have enough balance to carry out the payout operation.",
+                                  "/v1/payouts")  # fmt: skip
+        raw: dict[str, Any] = {
+            "id": f"pout_{next(self._ids):014d}", "entity": "payout", "fund_account_id": body["fund_account_id"],
+            "amount": amount, "currency": body["currency"], "notes": dict(body["notes"]) or [], "fees": 0, "tax": 0,
+            "status": "queued", "utr": None, "mode": body["mode"], "purpose": body["purpose"],
+            "reference_id": body["reference_id"], "narration": body["narration"],
+            "created_at": self.sched.clock.now_ms() // 1000,
+        }  # fmt: skip
+        self.payouts.append(raw)
+        if cost <= self.banking_balance:
+            self._start_payout(raw)
+        else:
+            self._status_log(raw)
+        return raw
+
+    def _start_payout(self, raw: dict[str, Any]) -> None:
+        """queued -> processing: the amount and the fee leave the balance; the bank answers later."""
+        self.banking_balance -= int(raw["amount"]) + PAYOUT_FEE
+        raw["fees"], raw["tax"] = PAYOUT_FEE, PAYOUT_TAX
+        self._move_payout(raw, "processing")
+        roll, later = self.sched.rng.random(), self.sched.rng.randint(1_000, 20_000)
+        end = ("failed" if roll < self.plan.payout_failed else
+               "reversed" if roll < self.plan.payout_failed + self.plan.payout_reversed else "processed")  # fmt: skip
+        self.sched.at(self._now() + later, lambda: self._bank(raw, end))
+
+    def _bank(self, raw: dict[str, Any], status: str) -> None:
+        if raw["status"] != "processing" and not (raw["status"] == "processed" and status == "reversed"):
+            return
+        self._move_payout(raw, status)
+        if status == "processed" and self.sched.rng.random() < self.plan.payout_reversed_after_processed:
+            self.sched.at(self._now() + self.sched.rng.randint(1_000, 30_000), lambda: self._bank(raw, "reversed"))
+        if status in ("failed", "reversed"):  # the amount and the fee come back, and queued payouts may start
+            self.banking_balance += int(raw["amount"]) + PAYOUT_FEE
+            raw["fees"] = raw["tax"] = 0
+            for queued in [p for p in self.payouts if p["status"] == "queued"]:  # FIFO, one that fits lets the next go
+                if int(queued["amount"]) + PAYOUT_FEE <= self.banking_balance:
+                    self._start_payout(queued)
+
+    def _move_payout(self, raw: dict[str, Any], status: str) -> None:
+        assert status in PAYOUT_TRANSITIONS.get(raw["status"], ()), (raw["status"], status)
+        self.sched.counters.fault(f"payout_{raw['status']}_to_{status}")
+        raw["status"] = status
+        self._status_log(raw)
+
+    def _status_log(self, raw: dict[str, Any]) -> None:
+        entry = next((e for e in self.journal if e.id == raw["id"]), None)  # None while it is being created
+        if entry is not None:
+            entry.statuses.append((self._now(), raw["status"]))
+            entry.fees = int(raw["fees"])
+
+    def _not_found(self, path: str) -> RailError:
+        return RailError(RailErrorKind.REJECTED, "The id provided does not exist", method="GET", path=path,
+                         http_status=400, code="BAD_REQUEST_ERROR",
+                         description="The id provided does not exist")  # fmt: skip
 
     def create_refund(self, payment_id: str, amount: int | None, *, speed: str | None = None,
                       notes: Mapping[str, Any] | None, receipt: str | None,
@@ -273,8 +422,8 @@ class SimRail:
             self.sched.counters.fault("rail_read_error")
             raise RailError(RailErrorKind.AMBIGUOUS, "502 Bad Gateway", method="GET", path=what, http_status=502)
 
-    def _money(self, what: str, amount: int | None,
-               apply: Callable[[int, str], Applied], stamp: str | None) -> dict[str, Any]:  # fmt: skip
+    def _money(self, what: str, amount: int | None, apply: Callable[[int, str], Applied], stamp: str | None, *,
+               key: tuple[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
         self.sched.point(f"rail.{what}.send")
         try:
             check_send_window()  # the last check before the request's first byte
@@ -290,10 +439,24 @@ class SimRail:
         if fault == "error_not_applied":
             raise RailError(RailErrorKind.AMBIGUOUS, "500 Internal Server Error", method="POST", path=what,
                             http_status=500)  # fmt: skip
+        if key is not None:
+            seen = self._keyed(what, *key)
+            if seen is not None:
+                self.sched.point(f"rail.{what}.answer")
+                if isinstance(seen, RailError):
+                    raise seen
+                if fault == "lost_answer":
+                    raise RailError(RailErrorKind.AMBIGUOUS, "504 Gateway Time-out", method="POST", path=what,
+                                    http_status=504)  # fmt: skip
+                return self._deliver(seen, stamp)
+            if fault == "key_forgotten":
+                fault = "ok"  # RazorpayX keeps payout keys (SPEC §18); the design trusts it to
         terms = amount or 0
         if fault == "other_terms" and amount is not None:
             terms = max(amount - 100, 1)  # applied on other terms than asked, with our stamp on it
         if fault == "late_apply":
+            if key is not None:
+                self.payout_keys_busy.add(key[0])
             # The caller's read times out at its deadline; the rail applies the request after that, inside the delay —
             # counted on the rail's clock from when the request arrived, however long the caller itself then stalls.
             deadline = self.sched.clock.mono_ms + self.plan.call_timeout_ms
@@ -308,12 +471,31 @@ class SimRail:
             raise applied
         raw = applied[0]
         if fault == "replayed_response":
-            others = [r for r in (self.refunds if raw.get("entity") == "refund" else self.settlements) if r is not raw]
+            mine = {"refund": self.refunds, "payout": self.payouts}.get(str(raw.get("entity")), self.settlements)
+            others = [r for r in mine if r is not raw]
             if others:
                 return self._deliver(self.sched.rng.choice(others), stamp)  # a 200 carrying someone else's entity
         if fault == "lost_answer":
             raise RailError(RailErrorKind.AMBIGUOUS, "504 Gateway Time-out", method="POST", path=what, http_status=504)
         return self._deliver(raw, stamp)
+
+    def _keyed(self, what: str, key: str, digest: str) -> dict[str, Any] | RailError | None:
+        """X-Payout-Idempotency on receipt: the first answer to the same body again, a 400 naming the key for
+        another body, a 409 while the first request is still being applied; None for a key not seen."""
+        if key in self.payout_keys_busy:
+            self.sched.counters.fault("payout_key_in_progress")
+            return RailError(RailErrorKind.AMBIGUOUS, "409 request with this idempotency key is in progress",
+                             method="POST", path=what, http_status=409)  # fmt: skip
+        first = self.payout_keys.get(key)
+        if first is None:
+            return None
+        if first[0] != digest:
+            self.sched.counters.fault("payout_key_other_body")
+            return RailError(RailErrorKind.AMBIGUOUS, "400 idempotency key used with another request body",
+                             method="POST", path=what, http_status=400, code="BAD_REQUEST_ERROR",
+                             field="X-Payout-Idempotency")  # fmt: skip
+        self.sched.counters.fault("payout_key_replayed")
+        return first[1] if isinstance(first[1], RailError) else dict(first[1])
 
     def _deliver(self, raw: dict[str, Any], stamp: str | None) -> dict[str, Any]:
         """The answer leaves the rail for its caller; one carrying the caller's own stamp is journalled as given."""
@@ -345,10 +527,16 @@ class SimRail:
                          code="BAD_REQUEST_ERROR", description=description)  # fmt: skip
 
     def _journal(self, kind: str, entity_id: str, subject: str, amount: int, fees: int,
-                 notes: Mapping[str, Any] | None, requested: int) -> JournalEntry:  # fmt: skip
+                 notes: Mapping[str, Any] | None, requested: int, *, target: str = "",
+                 queue: bool = False) -> JournalEntry:  # fmt: skip
         entry = JournalEntry(kind, entity_id, self.merchant_id, subject, amount, fees,
                              None if not notes else notes.get("interlock_sik"), self.sched.clock.now_ms(), requested,
-                             self._sent_mono_ms)  # fmt: skip
+                             self._sent_mono_ms, target, queue_if_low_balance=queue)  # fmt: skip
+        if kind == "payout":
+            raw = next(p for p in self.payouts if p["id"] == entity_id)
+            entry.statuses, entry.fees = [(self._now(), "queued")], int(raw["fees"])
+            if raw["status"] != "queued":
+                entry.statuses.append((self._now(), raw["status"]))
         self.journal.append(entry)
         lag = self.sched.rng.randint(0, self.plan.list_lag_ms) if self.plan.list_lag_ms else 0
         if not self.plan.beyond_bounds:

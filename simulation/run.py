@@ -165,7 +165,9 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
             violations = checker.check(evidence, world.actions, world.answers, mandates, settled=settled,
                                        stopped=frozenset(sched.stopped),
                                        set_back_ms=sched.clock.set_back_ms)  # fmt: skip
-            violations += checker.check_workload(evidence, world.actions, world.answers, mandates, extras.evidence())
+            workload = {**extras.evidence(), "list_lag_ms": faults.rail.list_lag_ms,
+                        "payout_refusals": {s.name: list(s.rail.balance_refusals) for s in world.shards.values()}}
+            violations += checker.check_workload(evidence, world.actions, world.answers, mandates, workload)
             if not settled:
                 violations.append(Violation("STEP_BUDGET", f"{max_steps} steps spent before the run settled"))
             edges = Counter(edge for shard in world.shards.values() for edge in _edges(shard.ledger_path))
@@ -194,7 +196,7 @@ def _settled(world: World) -> Callable[[], bool]:
         if world.pending or now - last[0] < 1_000:
             return False
         last[0] = now
-        if not _definite(world):
+        if not _definite(world) or not _payouts_followed(world):
             definite_since[0] = None
             return False
         since = definite_since[0] = now if definite_since[0] is None else definite_since[0]
@@ -216,6 +218,31 @@ def _definite(world: World) -> bool:
             conn.close()
         if open_rows:
             return False
+    return True
+
+
+FOLLOW_WAIT_MS = 600_000  # the lifecycle follower's polls double from 5 s: by then it has read every payout twice
+
+
+def _payouts_followed(world: World) -> bool:
+    """Every payout the bank has finished with for some time: the ones that did not pay (failed, reversed,
+    cancelled) raised to a person in the ledger, or FOLLOW_WAIT_MS gone since, for the checker to name the one
+    never raised (RAISED)."""
+    now = world.sched.clock.mono_ms
+    for shard in world.shards.values():
+        payouts = [e for e in shard.rail.journal if e.kind == "payout"]
+        if not payouts:
+            continue
+        conn = sqlite3.connect(f"file:{shard.ledger_path}?mode=ro", uri=True)
+        try:
+            raised = {sik for (sik,) in conn.execute("SELECT sik FROM rail_status WHERE attention IS NOT NULL")}
+        finally:
+            conn.close()
+        for e in payouts:
+            at, status = e.statuses[-1]
+            if status == "processing" or status in ("failed", "reversed", "cancelled") and e.stamp not in raised and (
+                    now - at < FOLLOW_WAIT_MS):  # fmt: skip
+                return False
     return True
 
 

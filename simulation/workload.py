@@ -29,8 +29,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from interlock.mandate import Mandate, MandateStore, validate_mandate
 from interlock.task import new_task, public_key_b64, sign_task
+from simulation.payouts import SHARE, install_payouts
 from simulation.shard_move import install_move
-from simulation.world import REFUND, SETTLEMENT, World, make_mandate
+from simulation.world import PAYOUT, REFUND, SETTLEMENT, World, make_mandate
 
 SHORT_WINDOW_MS = 30_000
 HOLD_ABOVE_MINOR = 100_000
@@ -41,11 +42,13 @@ TASK_EXPIRES_AT = 2_000_000_000_000
 @dataclass
 class Workload:
     rng: random.Random
+    seed: int = 0
     holds: bool = False
     tasks: bool = False
     replace: bool = False
     account: bool = False
     move: bool = False
+    payouts: bool = False
     # Evidence for the checker, plain data.
     rejected: list[dict[str, str]] = field(default_factory=list)  # holds the operator rejected: shard, merchant, sik
     approved: list[dict[str, str]] = field(default_factory=list)
@@ -54,6 +57,8 @@ class Workload:
     accounts: dict[str, str] = field(default_factory=dict)  # shard -> the rail account its key reaches
     moves: list[dict[str, Any]] = field(default_factory=list)  # merchant, source, target, applied_mono_ms
     operator: Counter[str] = field(default_factory=Counter)  # what the operator did, by outcome
+    payees: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # agent -> contacts, fund_accounts it may pay
+    queueing: dict[str, bool] = field(default_factory=dict)  # agent -> its mandate's queue_if_low_balance
 
     def evidence(self) -> dict[str, Any]:
         return {
@@ -62,10 +67,12 @@ class Workload:
             "replacements": list(self.replacements),
             "accounts": dict(self.accounts),
             "moves": list(self.moves),
+            "payees": dict(self.payees),
+            "queueing": dict(self.queueing),
         }
 
 
-PARTS = ("holds", "tasks", "replace", "account", "move")
+PARTS = ("holds", "tasks", "replace", "account", "move", "payouts")
 
 
 def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: frozenset[str] = frozenset()) -> Workload:
@@ -81,6 +88,9 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: froz
     moved = random.Random(f"move:{seed}").random() < 0.25
     w.move = "move" not in disabled and ("move" in focus or moved and not w.account)
     w.account = w.account and not w.move
+    # Its own generator too: the seeds without payouts run as they did before payouts were simulated.
+    w.payouts = "payouts" not in disabled and ("payouts" in focus or random.Random(f"payouts:{seed}").random() < SHARE)
+    w.seed = seed
     return w
 
 
@@ -88,6 +98,8 @@ def install(world: World, w: Workload) -> None:
     """Shape the world before it starts: mandates, extra agents and actions, and the mid-run replacement."""
     rng = w.rng
     merchants = {m: s.name for s in world.shards.values() for m in s.merchants}
+    if w.payouts:
+        install_payouts(world, w, w.seed)
     if w.account:
         for shard in world.shards.values():
             w.accounts[shard.name] = shard.rail.merchant_id
@@ -98,7 +110,7 @@ def install(world: World, w: Workload) -> None:
                 _edit(
                     mandate,
                     lambda d, a=w.accounts[merchants[mandate.merchant_id]]: (  # type: ignore[misc]
-                        d.update(rail={"account_id": a})
+                        d.update(rail={**(d.get("rail") or {}), "account_id": a})
                     ),
                 ),
             )
@@ -129,7 +141,10 @@ def install(world: World, w: Workload) -> None:
     if w.replace:
         candidates = sorted(a for a in world.mandates if not a.endswith(("x", "hostile")))
         settling = sorted({a.agent for a in world.actions if a.tool == SETTLEMENT} & set(candidates))
-        agent = rng.choice(settling or candidates)  # one whose settlements a withdrawn grant stops
+        paying = sorted(set(w.payees) & set(candidates))
+        # One whose settlements a withdrawn grant stops, or (when payouts run, half the time) one whose payouts may
+        # be waiting queued on the rail: the replacement withdraws them.
+        agent = rng.choice(paying if paying and rng.random() < 0.5 else settling or candidates)
         at = rng.randrange(2_000, 20_000)  # while its calls are on their way
         world.sched.at(at, lambda: _roll_out(world, w, agent))
     if w.move:
@@ -186,6 +201,8 @@ def _roll_out(world: World, w: Workload, agent: str) -> None:
         if withdraw:
             del d["scope"]["grants"][SETTLEMENT]
             d["idempotency"].pop(SETTLEMENT, None)
+            d["scope"]["grants"].pop(PAYOUT, None)
+            d["idempotency"].pop(PAYOUT, None)
 
     new = _edit(old, lower)
     current = shard.mandates.as_dict()

@@ -42,7 +42,8 @@ from rail_worker.lease import Heartbeat, boot
 from rail_worker.ownership import OwnershipFence
 from rail_worker.runtime import RailRuntime
 from reconciler.loop import Reconciler
-from reconciler.worker import SWEEP_INTERVAL_S, _wait_for_hints
+from reconciler.withdrawal import PayoutWithdrawal
+from reconciler.worker import SWEEP_INTERVAL_S, _follow, _follower, _wait_for_hints
 from simulation.ledger import WriteFaults, open_sim_ledger
 from simulation.rail import FaultPlan, SimRail
 from simulation.redis import QueueFaults, SimRedis
@@ -51,10 +52,11 @@ from simulation.scheduler import Killed, Process, Scheduler
 logger = logging.getLogger(__name__)
 
 DAY_MS = 86_400_000
-REFUND, SETTLEMENT = "create_refund", "create_instant_settlement"
+REFUND, SETTLEMENT, PAYOUT = "create_refund", "create_instant_settlement", "create_payout"
 DEFINITE_ACTIONS = frozenset({"DONE", "DO_NOT_RETRY", "ESCALATE_TO_OPERATOR"})
 TIMINGS = {"rail_timeout_ms": 2_000, "lease_ttl_ms": 6_000, "reconcile_min_delay_ms": 1_000,
-           "reconcile_max_passes": 8, "reconcile_max_age_ms": 300_000, "outcome_wait_ms": 4_000}  # fmt: skip
+           "reconcile_max_passes": 8, "reconcile_max_age_ms": 300_000, "outcome_wait_ms": 4_000,
+           "lifecycle_poll_ms": 5_000}  # fmt: skip
 
 
 @dataclass
@@ -71,6 +73,9 @@ class Action:
     # instant (mono ms) before which the agent does not make this call.
     task: dict[str, Any] | None = None
     start_ms: int = 0
+    # A payout's subject is its payee (the contact); each call names one of the contact's fund accounts, drawn
+    # afresh ("the IMPS did not arrive, try their UPI id"): whichever it names, it is the same payout.
+    fund_accounts: tuple[str, ...] = ()
 
 
 @dataclass
@@ -181,7 +186,7 @@ class World:
             client = SimRedis(sched, name, faults.queues)
             faults.rail.call_timeout_ms = settings.rail_timeout_ms
             faults.rail.list_delay_ms = settings.reconcile_min_delay_ms
-            rail = SimRail(sched, f"acct_{name}", faults.rail, balance=50_000_000)
+            rail = SimRail(sched, f"acct_{name}", faults.rail, balance=50_000_000, account_number=account_number(s))
             merchants = [f"acc_M{s}{m}" for m in range(merchants_per_shard)]
             store: dict[str, Mandate] = {}
             for merchant in merchants:
@@ -340,11 +345,18 @@ class World:
             rec = Reconciler(settings=shard.settings, ledger=self._ledger(shard, proc), rail=shard.rail,
                              redis=shard.redis, owner=f"{name}:{shard.name}:{proc.incarnation}",  # type: ignore[arg-type]
                              mandates=shard.mandates, rail_jobs=shard.redis.queue(rail_queue(shard.name)))  # fmt: skip
+            # What the reconciler process runs beside each sweep (reconciler.worker): the lifecycle after APPLIED,
+            # and the cancelling of queued payouts whose mandate was withdrawn.
+            follower = _follower(shard.settings, rec, shard.rail, None)  # type: ignore[arg-type]
+            withdrawal = PayoutWithdrawal(ledger=rec.ledger, rail=shard.rail, mandates=shard.mandates,
+                                          owner=rec.owner)  # fmt: skip
             while True:
                 try:
                     rec.sweep()
                 except Exception:  # noqa: BLE001 - the loop goes on; the next sweep finds the same rows
                     logger.exception("sweep failed")
+                _follow(follower)
+                _follow(withdrawal)
                 try:
                     _wait_for_hints(shard.redis, shard.name, SWEEP_INTERVAL_S * 4)  # type: ignore[arg-type]
                 except redis.RedisError:
@@ -386,6 +398,11 @@ class World:
         arguments: dict[str, Any] = {"amount": action.amount}
         if action.tool == REFUND:
             arguments["payment_id"] = action.subject
+        elif action.tool == PAYOUT:
+            fund_account = self.sched.rng.choice(action.fund_accounts)
+            upi = shard.rail.fund_accounts[fund_account]["account_type"] == "vpa"
+            arguments.update(fund_account_id=fund_account, currency="INR", mode="UPI" if upi else "IMPS",
+                             purpose="vendor bill")  # fmt: skip
         parse_money_call(action.tool, arguments)
         request_id = f"req{self.sched.rng.getrandbits(64):016x}"
         meta = action.task or {}
@@ -449,6 +466,11 @@ class World:
             self.shards[proc.name.rsplit(":", 1)[-1]].redis.flush()
 
 
+def account_number(shard: int) -> str:
+    """The RazorpayX account shard *shard*'s payouts are made from."""
+    return f"7878780{shard:09d}"
+
+
 def make_mandate(merchant: str, agent: str) -> Mandate:
     pins = current_pins()
     data = {
@@ -467,6 +489,7 @@ def make_mandate(merchant: str, agent: str) -> Mandate:
         "idempotency": {"create_instant_settlement": {"window_ms": DAY_MS}},
         "approval": {"approvers": ["ops@example.com"], "hold_above_minor": None, "hold_expiry_ms": DAY_MS},
         "provenance": {"server_id": "interlock-rest",
-                       "pinned_manifests": {t: {"sha256": pins[t]} for t in ("fetch_payment", REFUND, SETTLEMENT)}},
+                       "pinned_manifests": {t: {"sha256": pins[t]} for t in ("fetch_payment", REFUND, SETTLEMENT,
+                                                                             PAYOUT)}},
     }  # fmt: skip
     return validate_mandate(json.loads(json.dumps(data)), source=f"simulated mandate of {agent}")

@@ -1,0 +1,90 @@
+"""The workload's RazorpayX payouts (ADR 0028): payees the mandates name and one they do not, a payee with two
+fund accounts, and a business account whose balance cannot pay for everything asked of it.
+
+Per shard: contact A has a bank account and a UPI id (its mandate names the contact), contact B one bank account
+(named by its fund account id), contact C one the mandates never name. One or two agents of the shard are granted
+payouts: each pays A and B and tries C (which must be refused), and every call to A names one of its two accounts,
+drawn afresh on each repeat, so a payout asked for by bank account and repeated by UPI id is still one payout. The
+banking balance covers only about two thirds of what they ask, with their calls racing, so the admission's re-check
+of the balance decides which go. Some mandates queue a payout the balance cannot pay for yet
+(`queue_if_low_balance`), which the bank starts when money comes back (a payout failed or reversed); the mandate
+replacement of the workload may then withdraw what waits.
+
+What the checker needs is kept as plain data in `Workload.payees` and `Workload.queueing`.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING, Any
+
+from simulation.rail import PAYOUT_FEE
+from simulation.world import DAY_MS, PAYOUT, World, account_number
+
+if TYPE_CHECKING:
+    from simulation.workload import Workload
+
+SHARE = 0.6  # of the seeds run payouts
+BALANCE_SHARE = (0.45, 0.8)  # of what the listed payouts would cost, the business account holds
+
+
+def ids(shard: str) -> dict[str, str]:
+    """The shard's contacts and fund accounts, each id of RazorpayX's shape (cont_ / fa_ and 14 characters)."""
+    tag = shard.upper().rjust(3, "0")
+    return {
+        "A": f"cont_PAYEEA{tag}00000", "A_bank": f"fa_PAYEEABK{tag}000", "A_upi": f"fa_PAYEEAUP{tag}000",
+        "B": f"cont_PAYEEB{tag}00000", "B_bank": f"fa_PAYEEBBK{tag}000",
+        "C": f"cont_PAYEEC{tag}00000", "C_bank": f"fa_PAYEECBK{tag}000",
+    }  # fmt: skip
+
+
+def install_payouts(world: World, w: Workload, seed: int) -> None:
+    """Payees on each shard's rail, payout grants on some mandates, payout actions, and the banking balance."""
+    from simulation.workload import _edit, _set
+
+    rng = random.Random(f"payouts:{seed}")
+    plan = world.faults.rail
+    plan.payout_failed, plan.payout_reversed = rng.choice((0.0, 0.1, 0.3)), rng.choice((0.0, 0.1))
+    used = {a.amount for a in world.actions}
+    for index, shard in enumerate(world.shards.values()):
+        names = ids(shard.name)
+        for contact in ("A", "B", "C"):
+            for kind in ("bank", "upi"):
+                fund_account = names.get(f"{contact}_{kind}")
+                if fund_account is not None:
+                    shard.rail.add_fund_account(fund_account, names[contact],
+                                                "vpa" if kind == "upi" else "bank_account")  # fmt: skip
+        agents = sorted(a for a, m in shard.mandates.as_dict().items()
+                        if m.merchant_id in shard.merchants and not a.endswith(("x", "hostile")))  # fmt: skip
+        chosen = rng.sample(agents, min(len(agents), rng.choice((1, 2))))
+        cost = 0
+        for agent in chosen:
+            queue = rng.random() < 0.3
+            payees = {"contact_ids": [names["A"]], "fund_account_ids": [names["B_bank"]]}
+
+            def grant(d: dict[str, Any], queue: bool = queue, payees: dict[str, Any] = payees,
+                      index: int = index) -> None:  # fmt: skip
+                d["scope"]["grants"][PAYOUT] = {
+                    "reversibility": "irreversible", "payees": payees, "queue_if_low_balance": queue,
+                    "value": {"min_amount_minor": 100, "max_amount_minor": 400_000, "currencies": ["INR"]},
+                }  # fmt: skip
+                d["idempotency"][PAYOUT] = {"window_ms": DAY_MS}
+                d["rail"] = {**(d.get("rail") or {}), "account_number": account_number(index)}
+                d["limits"]["fee_budgets"]["INR"]["max_fee_minor"] += 6 * PAYOUT_FEE
+
+            _set(world, agent, _edit(world.mandates[agent], grant))
+            w.queueing[agent] = queue
+            w.payees[agent] = {"contacts": [names["A"]], "fund_accounts": [names["B_bank"]]}
+            merchant = world.mandates[agent].merchant_id
+            for contact, accounts in (("A", ("A_bank", "A_upi")), ("B", ("B_bank",)), ("A", ("A_bank", "A_upi")),
+                                      ("C", ("C_bank",))):  # fmt: skip
+                amount = 100 * rng.randrange(100, 3_000) + rng.randrange(100)
+                while amount in used:
+                    amount += 1
+                used.add(amount)
+                action = world.add_action(agent, merchant, PAYOUT, amount=amount, shard=shard)
+                action.subject = names[contact]
+                action.fund_accounts = tuple(names[a] for a in accounts)
+                if contact != "C":
+                    cost += amount + PAYOUT_FEE
+        shard.rail.banking_balance = int(cost * rng.uniform(*BALANCE_SHARE))
