@@ -117,6 +117,33 @@ WORKLOAD_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
             "    withdrawn = None")),
 )}  # fmt: skip
 
+# Defects on the payout path (ADR 0028), which the workload's payouts reach (simulation.payouts).
+PAYOUT_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    _m("payee_not_checked", "ADR 0028: a payout goes only to a payee the mandate names, as the rail knows it",
+       Edit("interlock/mandate_model.py",
+            "        return fund_account_id in self.fund_account_ids or contact_id in self.contact_ids",
+            "        return True")),
+    _m("payout_balance_recheck_ok", "ADR 0028: the admission re-asserts amount + fee against the balance less what "
+       "is in motion, under the write lock",
+       Edit("rail_worker/admit.py", "        if terms.amount_minor + payout_fee > decision.rail_basis_minor - others:\n"
+            "            return \"G2_EXCEEDS_PAYOUT_BALANCE\"",
+            "        if False:\n            return \"G2_EXCEEDS_PAYOUT_BALANCE\"")),
+    _m("payout_key_per_attempt", "SPEC §18: every attempt of one payout sends the same X-Payout-Idempotency key",
+       Edit("rail_worker/execute.py",
+            "            \"idempotency_key\": intent.sik if refusals == 0 else f\"{intent.sik}-{refusals}\",",
+            "            \"idempotency_key\": f\"{intent.sik}-{intent.attempt_seq}\",")),
+    _m("payout_queued_whatever_the_mandate", "ADR 0028: queue_if_low_balance is the mandate's, never assumed",
+       Edit("rail_worker/execute.py",
+            "\"queue_if_low_balance\": params.get(\"queue_if_low_balance\") is True,",
+            "\"queue_if_low_balance\": True,")),
+    _m("withdrawal_off", "ADR 0028: a replaced mandate's queued payouts are cancelled on the rail",
+       Edit("reconciler/withdrawal.py", "        now = self.clock()\n        due: list[",
+            "        return 0\n        now = self.clock()\n        due: list[")),
+    _m("payout_failure_not_raised", "ADR 0028 amendment: a payout the bank failed or reversed is raised to a person",
+       Edit("ledger/lifecycle.py", "_PAYOUT_ATTENTIONS = {\"failed\": PAYOUT_FAILED, \"reversed\": PAYOUT_REVERSED,",
+            "_PAYOUT_ATTENTIONS = {\"failed\": None, \"reversed\": None,")),
+)}  # fmt: skip
+
 # Defects no ordering of this deployment can reach, because another layer of the real code stands in front of them
 # in every run: each is covered by the test named, and docs/simulation.md gives the whole argument.
 EQUIVALENT: dict[str, str] = {
@@ -130,7 +157,7 @@ EQUIVALENT: dict[str, str] = {
                        "(tests/rail_worker/test_dispatch_claims.py)",
 }
 
-EVERY: dict[str, Mutant] = {**INVARIANT_MUTANTS, **SEAM_MUTANTS, **WORKLOAD_MUTANTS}  # `--only` runs any of them
+EVERY: dict[str, Mutant] = {**INVARIANT_MUTANTS, **SEAM_MUTANTS, **WORKLOAD_MUTANTS, **PAYOUT_MUTANTS}  # `--only` runs any of them
 ALL: dict[str, Mutant] = {name: m for name, m in EVERY.items() if name not in EQUIVALENT}
 
 
@@ -161,6 +188,14 @@ SEARCHES: dict[str, Search] = {
     # a merchant moved between shards while its calls are on their way (simulation.shard_move)
     "shard_fence_off": Search(200, frozenset({"move"})),
     "move_leaves_intents_behind": Search(200, frozenset({"move"})),
+    # the payout path: payouts in every seed, not six in ten
+    "payee_not_checked": Search(120, frozenset({"payouts"})),
+    "payout_balance_recheck_ok": Search(200, frozenset({"payouts"})),
+    "payout_key_per_attempt": Search(120, frozenset({"payouts"})),
+    "payout_queued_whatever_the_mandate": Search(120, frozenset({"payouts"})),
+    "payout_failure_not_raised": Search(120, frozenset({"payouts"})),
+    # a payout queued for want of balance when its agent's mandate is replaced
+    "withdrawal_off": Search(300, frozenset({"payouts", "replace"})),
 }
 
 

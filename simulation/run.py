@@ -120,7 +120,8 @@ AMBIGUOUS_RETRIES = "ambiguous_retries"
 # The workload's holds decided by the operator and its mid-run mandate replacement (simulation.workload), in every
 # seed instead of a third of them.
 HOLDS, REPLACE = "holds", "replace"
-FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE)
+PAYOUTS = "payouts"  # RazorpayX payouts (simulation.payouts) in every seed, not six in ten
+FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS)
 
 
 def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
@@ -146,7 +147,7 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
                   reconcilers=2 if TWO_RECONCILERS in focus else reconcilers)  # fmt: skip
     sched.before_resume = world.strike
     # Holds, tasks, a replaced mandate, rail accounts, a merchant moved (simulation.workload).
-    extras = plan_workload(seed, disabled, focus & {MOVE, HOLDS, REPLACE})
+    extras = plan_workload(seed, disabled, focus & {MOVE, HOLDS, REPLACE, PAYOUTS})
     install(world, extras)
     try:
         with use_clock(sched.clock):
