@@ -249,7 +249,9 @@ def _first_failing(tree: Path, seeds: range, focus: list[str]) -> tuple[int | No
     if proc.returncode == 1 and last and last.split()[0].isdigit():
         seed, _, violation = last.partition(" ")
         return int(seed), violation
-    error = proc.stderr.strip().splitlines()[-1:] if proc.returncode not in (0, 1) else []
+    # An uncaught exception exits 1 as well (a copy that does not import, a crash in a seed): its last line says
+    # why, so a run that never ran is not read as one that found nothing.
+    error = proc.stderr.strip().splitlines()[-1:] if proc.returncode != 0 else []
     return None, f"not found in {len(seeds)} seeds {' '.join(error)}".strip()
 
 

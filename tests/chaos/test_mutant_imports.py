@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from chaos.mutants import ROOT, Edit, Mutant, _pytest, build
+from simulation.mutants import _first_failing
 
 FUTURE = "from __future__ import annotations\n"
 MARK = "the patched copy was imported"
@@ -38,6 +39,12 @@ def test_a_test_run_on_a_mutant_imports_the_copy_s_module(tmp_path: Path, module
         f"{tests} imported {module} from elsewhere than the copy {patched} (exit {proc.returncode}):\n"
         f"{proc.stdout[-1500:]}{proc.stderr[-500:]}")  # fmt: skip
     assert MARK not in (ROOT / module).read_text(encoding="utf-8")
+
+
+def test_a_simulation_run_on_a_mutant_imports_the_copy_s_module(tmp_path: Path) -> None:
+    tree = build(_raising("reconciler/inbox.py"), tmp_path)
+    seed, why = _first_failing(tree, range(1, 2), [])  # the simulator's subprocess, as simulation.mutants.find runs it
+    assert seed is None and f"{MARK}: {tree / 'reconciler' / 'inbox.py'}" in why, why
 
 
 def test_no_directory_of_tests_is_a_package() -> None:
