@@ -95,23 +95,28 @@ class Receiver:
         try:
             body = await _bounded_body(request)
         except TooLarge:
-            return await self._refuse(413, "body_too_large", f"the body exceeds {MAX_BODY_BYTES} bytes")
-        if not verify(body, request.headers.get(SIGNATURE_HEADER), self.secrets):
-            reason = "signature_missing" if not request.headers.get(SIGNATURE_HEADER) else "signature_mismatch"
-            return await self._refuse(401, reason, "X-Razorpay-Signature does not verify with any configured secret")
-        event_id = request.headers.get(EVENT_ID_HEADER, "")
+            return await run_in_threadpool(self._refuse, 413, "body_too_large",
+                                           f"the body exceeds {MAX_BODY_BYTES} bytes")  # fmt: skip
+        return await run_in_threadpool(self.judge, body, request.headers.get(SIGNATURE_HEADER),
+                                       request.headers.get(EVENT_ID_HEADER, ""))  # fmt: skip
+
+    def judge(self, body: bytes, signature: str | None, event_id: str) -> JSONResponse:
+        """A delivery whose body is read: verified, parsed and stored, or refused with its reason counted. In a
+        worker thread (the inbox is SQLite); the seeded simulation delivers its events here."""
+        if not verify(body, signature, self.secrets):
+            reason = "signature_missing" if not signature else "signature_mismatch"
+            return self._refuse(401, reason, "X-Razorpay-Signature does not verify with any configured secret")
         if not EVENT_ID.match(event_id):
-            return await self._refuse(400, "event_id_missing", "x-razorpay-event-id is missing or malformed")
+            return self._refuse(400, "event_id_missing", "x-razorpay-event-id is missing or malformed")
         event = _event(body)
         if isinstance(event, str):
-            return await self._refuse(400, "malformed_event", event)
+            return self._refuse(400, "malformed_event", event)
         created = event.get("created_at")
+        created = created if isinstance(created, int) and not isinstance(created, bool) else None
         account = event.get("account_id")
         try:
-            stored = await run_in_threadpool(
-                self._store, event_id, body, str(event["event"]), account if isinstance(account, str) else None,
-                created if isinstance(created, int) and not isinstance(created, bool) else None,
-            )  # fmt: skip
+            stored = self._store(event_id, body, str(event["event"]), account if isinstance(account, str) else None,
+                                 created)
         except sqlite3.Error as exc:
             logger.error("webhook %s not stored (%s): answered 503 so that Razorpay delivers it again", event_id, exc)
             return JSONResponse({"error": "not_stored"}, status_code=503, headers={"Retry-After": "5"})
@@ -129,10 +134,10 @@ class Receiver:
             failpoint("webhooks.after_store_before_ack")
             return stored
 
-    async def _refuse(self, status: int, reason: str, detail: str) -> Response:
+    def _refuse(self, status: int, reason: str, detail: str) -> JSONResponse:
         self.refused[reason] += 1
         try:
-            await run_in_threadpool(self._count, reason)
+            self._count(reason)
         except sqlite3.Error as exc:
             logger.warning("refusal %s not counted in the inbox: %s", reason, exc)
         return JSONResponse({"error": reason, "detail": detail}, status_code=status)
