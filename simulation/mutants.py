@@ -157,7 +157,8 @@ EQUIVALENT: dict[str, str] = {
                        "(tests/rail_worker/test_dispatch_claims.py)",
 }
 
-EVERY: dict[str, Mutant] = {**INVARIANT_MUTANTS, **SEAM_MUTANTS, **WORKLOAD_MUTANTS, **PAYOUT_MUTANTS}  # `--only` runs any of them
+# `--only` runs any of them
+EVERY: dict[str, Mutant] = {**INVARIANT_MUTANTS, **SEAM_MUTANTS, **WORKLOAD_MUTANTS, **PAYOUT_MUTANTS}
 ALL: dict[str, Mutant] = {name: m for name, m in EVERY.items() if name not in EQUIVALENT}
 
 

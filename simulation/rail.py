@@ -137,6 +137,8 @@ class SimRail:
         self.payout_keys: dict[str, tuple[str, dict[str, Any] | RailError]] = {}  # key → (body, first answer)
         self.payout_keys_busy: set[str] = set()  # received, not applied yet: a request under it is answered 409
         self.balance_refusals: list[dict[str, Any]] = []  # payouts refused for the balance, with the account then
+        # Told of every entity created and every status it moves to (kind, entity, status): the webhooks.
+        self.events: Callable[[str, dict[str, Any], str], None] = lambda kind, entity, status: None
         self._ids = itertools.count(1)
         self._shown_by = 0  # the instant the entity of the call being applied must be listed by (settlements)
         self._sent_mono_ms = 0  # when the request being applied reached the rail
@@ -295,6 +297,7 @@ class SimRail:
             "created_at": self.sched.clock.now_ms() // 1000,
         }  # fmt: skip
         self.payouts.append(raw)
+        self.events("payout", raw, "queued")
         if cost <= self.banking_balance:
             self._start_payout(raw)
         else:
@@ -329,6 +332,7 @@ class SimRail:
         self.sched.counters.fault(f"payout_{raw['status']}_to_{status}")
         raw["status"] = status
         self._status_log(raw)
+        self.events("payout", raw, status)
 
     def _status_log(self, raw: dict[str, Any]) -> None:
         entry = next((e for e in self.journal if e.id == raw["id"]), None)  # None while it is being created
@@ -368,6 +372,7 @@ class SimRail:
             payment["amount_refunded"] = int(payment["amount_refunded"]) + wanted
             payment["refund_status"] = "full" if payment["amount_refunded"] == payment["amount"] else "partial"
             self.refunds.append(raw)
+            self.events("refund", raw, raw["status"])
             if idempotency_key is not None:
                 ttl = self.plan.idempotency_key_ttl_ms
                 self.idempotency[idempotency_key] = raw["id"], None if ttl is None else self._now() + ttl
@@ -392,6 +397,7 @@ class SimRail:
             }  # fmt: skip
             self.balance -= wanted
             self.settlements.append(raw)
+            self.events("settlement", raw, raw["status"])
             return raw, self._journal("settlement", raw["id"], "balance", wanted, fees, notes, amount or wanted)
 
         return Settlement.from_raw(self._money("settlement.create", amount, apply, _stamp(notes)))

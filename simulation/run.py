@@ -121,7 +121,9 @@ AMBIGUOUS_RETRIES = "ambiguous_retries"
 # seed instead of a third of them.
 HOLDS, REPLACE = "holds", "replace"
 PAYOUTS = "payouts"  # RazorpayX payouts (simulation.payouts) in every seed, not six in ten
-FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS)
+WEBHOOKS = "webhooks"  # webhooks configured and delivered (simulation.webhooks) in every seed, not half
+FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS,
+               WEBHOOKS)
 
 
 def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
@@ -147,7 +149,7 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
                   reconcilers=2 if TWO_RECONCILERS in focus else reconcilers)  # fmt: skip
     sched.before_resume = world.strike
     # Holds, tasks, a replaced mandate, rail accounts, a merchant moved (simulation.workload).
-    extras = plan_workload(seed, disabled, focus & {MOVE, HOLDS, REPLACE, PAYOUTS})
+    extras = plan_workload(seed, disabled, focus & {MOVE, HOLDS, REPLACE, PAYOUTS, WEBHOOKS})
     install(world, extras)
     try:
         with use_clock(sched.clock):

@@ -31,6 +31,7 @@ from interlock.mandate import Mandate, MandateStore, validate_mandate
 from interlock.task import new_task, public_key_b64, sign_task
 from simulation.payouts import SHARE, install_payouts
 from simulation.shard_move import install_move
+from simulation.webhooks import install_webhooks
 from simulation.world import PAYOUT, REFUND, SETTLEMENT, World, make_mandate
 
 SHORT_WINDOW_MS = 30_000
@@ -49,6 +50,7 @@ class Workload:
     account: bool = False
     move: bool = False
     payouts: bool = False
+    webhooks: bool = False
     # Evidence for the checker, plain data.
     rejected: list[dict[str, str]] = field(default_factory=list)  # holds the operator rejected: shard, merchant, sik
     approved: list[dict[str, str]] = field(default_factory=list)
@@ -72,7 +74,7 @@ class Workload:
         }
 
 
-PARTS = ("holds", "tasks", "replace", "account", "move", "payouts")
+PARTS = ("holds", "tasks", "replace", "account", "move", "payouts", "webhooks")
 
 
 def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: frozenset[str] = frozenset()) -> Workload:
@@ -90,6 +92,8 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: froz
     w.account = w.account and not w.move
     # Its own generator too: the seeds without payouts run as they did before payouts were simulated.
     w.payouts = "payouts" not in disabled and ("payouts" in focus or random.Random(f"payouts:{seed}").random() < SHARE)
+    hooked = random.Random(f"webhooks:{seed}").random() < 0.5
+    w.webhooks = "webhooks" not in disabled and ("webhooks" in focus or hooked)
     w.seed = seed
     return w
 
@@ -100,6 +104,8 @@ def install(world: World, w: Workload) -> None:
     merchants = {m: s.name for s in world.shards.values() for m in s.merchants}
     if w.payouts:
         install_payouts(world, w, w.seed)
+    if w.webhooks:
+        install_webhooks(world, w, w.seed)
     if w.account:
         for shard in world.shards.values():
             w.accounts[shard.name] = shard.rail.merchant_id

@@ -33,7 +33,7 @@ from interlock.config import Settings, load_settings
 from interlock.errors import LeaseHeld
 from interlock.mandate import Mandate, MandateStore, validate_mandate
 from interlock.messages import CallerAction, Decision, Proposal
-from interlock.queues import ADMIT_JOB, EXECUTE_JOB, GATE_JOB, gates_queue, rail_queue
+from interlock.queues import ADMIT_JOB, EXECUTE_JOB, GATE_JOB, gates_queue, rail_queue, reconcile_hint_key
 from interlock.task import TASK_META_KEY, TASK_SIG_META_KEY
 from interlock.tools import current_pins
 from ledger.db import open_ledger
@@ -43,11 +43,19 @@ from rail_worker.ownership import OwnershipFence
 from rail_worker.runtime import RailRuntime
 from reconciler.loop import Reconciler
 from reconciler.withdrawal import PayoutWithdrawal
-from reconciler.worker import SWEEP_INTERVAL_S, _follow, _follower, _wait_for_hints
+from reconciler.worker import (
+    SWEEP_INTERVAL_S,
+    _follow,
+    _follower,
+    _inbox_reader,
+    _read_inbox,
+    _wait_for_hints,
+)
 from simulation.ledger import WriteFaults, open_sim_ledger
 from simulation.rail import FaultPlan, SimRail
 from simulation.redis import QueueFaults, SimRedis
 from simulation.scheduler import Killed, Process, Scheduler
+from simulation.webhooks import SimWebhooks
 
 logger = logging.getLogger(__name__)
 
@@ -175,6 +183,7 @@ class World:
         # (simulation.shard_move), once the ingress has loaded the new map.
         self.routing: dict[str, str] = {}
         self.money_calls = 0
+        self.webhooks: dict[str, SimWebhooks] = {}  # shard -> its rail's webhooks, when the seed configures them
         self.payments: dict[str, int] = {}
         self.mandates: dict[str, Mandate] = {}
         rng = sched.rng
@@ -236,6 +245,9 @@ class World:
             self._gate_worker(shard, "gate-b")  # racing gate workers: the admission's re-checks are what holds
             for name in ("reconciler", "reconciler-b")[: self.reconcilers]:
                 self._reconciler(shard, name)  # a second one races the first: each counts by its own clock
+            hooks = self.webhooks.get(shard.name)
+            if hooks is not None:
+                self._supervised(f"webhooks:{shard.name}", hooks.serve)
         for agent in sorted({a.agent for a in self.actions}):
             mine = [i for i, a in enumerate(self.actions) if a.agent == agent]
             proc = self.sched.process(f"agent:{agent}", crashable=False)
@@ -347,18 +359,32 @@ class World:
                              mandates=shard.mandates, rail_jobs=shard.redis.queue(rail_queue(shard.name)))  # fmt: skip
             # What the reconciler process runs beside each sweep (reconciler.worker): the lifecycle after APPLIED,
             # and the cancelling of queued payouts whose mandate was withdrawn.
-            follower = _follower(shard.settings, rec, shard.rail, None)  # type: ignore[arg-type]
+            reader = _inbox_reader(shard.settings, rec)  # the webhook inbox, when the seed configures webhooks
+            if reader is not None:
+                proc.on_crash.append(reader.inbox.close)
+            follower = _follower(shard.settings, rec, shard.rail, reader)  # type: ignore[arg-type]
             withdrawal = PayoutWithdrawal(ledger=rec.ledger, rail=shard.rail, mandates=shard.mandates,
                                           owner=rec.owner)  # fmt: skip
             while True:
+                if reader is not None:
+                    _read_inbox(reader)
                 try:
                     rec.sweep()
                 except Exception:  # noqa: BLE001 - the loop goes on; the next sweep finds the same rows
                     logger.exception("sweep failed")
                 _follow(follower)
                 _follow(withdrawal)
+                wait = SWEEP_INTERVAL_S * 4
+                hooks = self.webhooks.get(shard.name)
+                if reader is not None and hooks is not None:
+                    # Production polls the inbox every WEBHOOK_POLL_S; here the reader wakes as soon as the receiver
+                    # stores an event (or a hint comes), which is the same ordering without a wake-up every 0.1 s.
+                    stored, hint = hooks.stored, reconcile_hint_key(shard.name)
+                    self.sched.wait(lambda: hooks.stored != stored or bool(shard.redis.lists.get(hint)),  # noqa: B023
+                                    int(wait * 1000))  # fmt: skip
+                    wait = 0.0
                 try:
-                    _wait_for_hints(shard.redis, shard.name, SWEEP_INTERVAL_S * 4)  # type: ignore[arg-type]
+                    _wait_for_hints(shard.redis, shard.name, wait)  # type: ignore[arg-type]
                 except redis.RedisError:
                     self.sched.sleep(int(SWEEP_INTERVAL_S * 1000))
 
