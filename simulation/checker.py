@@ -126,6 +126,8 @@ def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answer
     return found
 
 
+# Final statuses in which the money did not reach (or came back from) its payee: each must reach a person.
+NOT_PAID = {"refund": ("failed",), "settlement": ("reversed",), "payout": ("failed", "reversed", "cancelled")}
 TOOLS = {"refund": "create_refund", "settlement": "create_instant_settlement", "payout": "create_payout"}
 KINDS = {tool: kind for kind, tool in TOOLS.items()}
 
@@ -543,10 +545,9 @@ def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvid
                                               "mandate was replaced"))  # fmt: skip
     for shard in shards.values():
         for e in shard.journal:
-            if e.kind == "payout" and e.statuses[-1][1] in ("failed", "reversed", "cancelled") and (
-                    e.stamp not in raised[shard.name]):  # fmt: skip
-                out.append(Violation("RAISED", f"{shard.name}: payout {e.id} ({e.stamp}) is {e.statuses[-1][1]}, and "
-                                               "no person was told"))  # fmt: skip
+            if e.statuses and e.statuses[-1][1] in NOT_PAID.get(e.kind, ()) and e.stamp not in raised[shard.name]:
+                out.append(Violation("RAISED", f"{shard.name}: {e.kind} {e.id} ({e.stamp}) is {e.statuses[-1][1]}, "
+                                               "and no person was told"))  # fmt: skip
     return out
 
 

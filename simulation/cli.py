@@ -15,7 +15,7 @@ import click
 
 from interlock.results import commit_id, write_section
 from ledger.states import TRANSITIONS
-from simulation.run import FAULT_KINDS, SeedResult, quiet_logs, run_seed
+from simulation.run import FAULT_KINDS, MAX_STEPS, SeedResult, quiet_logs, run_seed
 
 HASH_SEED = "0"  # set iteration order is part of a trace: every run of a seed must see the same one
 
@@ -60,7 +60,7 @@ def edge_names() -> list[str]:
 @click.command("simulate")
 @click.option("--seeds", "count", type=int, default=100, show_default=True, help="how many seeds to run")
 @click.option("--seed-start", type=int, default=1, show_default=True, help="the first seed")
-@click.option("--steps", type=int, default=12_000, show_default=True, help="scheduling steps per seed, at most")
+@click.option("--steps", type=int, default=MAX_STEPS, show_default=True, help="scheduling steps per seed, at most")
 @click.option("--jobs", type=int, default=1, show_default=True, help="processes running seeds side by side")
 @click.option("--verbose", is_flag=True, help="for one seed: the actors' logs and the end of its trace")
 @click.option("--mutants", is_flag=True, help="re-introduce each known defect and find it (proof it can fail)")

@@ -92,9 +92,10 @@ class FaultPlan:
     call_timeout_ms: int = 2_000  # the caller's deadline: a read that times out is answered then
     list_delay_ms: int = 1_000
     beyond_bounds: bool = False
-    # A refund is listed this much later than that bound (less than the delay itself). Inside the design:
-    # the reconciler reads a keyed refund early, as soon as the delay after its call's recorded end, because the
-    # retry such a read may authorize carries the same idempotency key and receipt; a refusal of that retry is read
+    # A refund (or payout: both keyed) is listed this much later than that bound (less than the delay itself).
+    # Inside the design: the reconciler reads a keyed refund or payout early, as soon as the delay after its call's
+    # recorded end, because the retry such a read may authorize carries the same idempotency key (and a refund's
+    # receipt); a refusal of that retry is read
     # again, at least one more delay later, before it is believed (rail_worker/classify.py). A refund listed later
     # than both reads is finding F2 (docs/simulation.md).
     refund_list_past_bound_ms: int = 0
@@ -108,6 +109,12 @@ class FaultPlan:
     payout_failed: float = 0.0
     payout_reversed: float = 0.0
     payout_reversed_after_processed: float = 0.0
+    # The bank's word on refunds and instant settlements (SPEC §17): when on, a refund is answered `pending` and later
+    # `processed` or `failed` (the payment's refunded amount given back), a settlement answered `created` and later
+    # `processed`, or `reversed` (what was settled comes back to the balance; the fees do not).
+    bank_lifecycle: bool = False
+    refund_failed: float = 0.0
+    settlement_reversed: float = 0.0
 
 
 class SimRail:
@@ -327,6 +334,29 @@ class SimRail:
                 if int(queued["amount"]) + PAYOUT_FEE <= self.banking_balance:
                     self._start_payout(queued)
 
+    def _bank_later(self, kind: str, raw: dict[str, Any], status: str) -> None:
+        """A refund's or settlement's final status at the bank, 1-20 simulated seconds after it was accepted."""
+
+        def final() -> None:
+            self.sched.counters.fault(f"{kind}_{raw['status']}_to_{status}")
+            if kind == "refund" and status == "failed":
+                payment = self.payments[raw["payment_id"]]
+                payment["amount_refunded"] = int(payment["amount_refunded"]) - int(raw["amount"])
+                payment["refund_status"] = "partial" if payment["amount_refunded"] else None
+            elif kind == "settlement":
+                settled = int(raw["amount_requested"]) - int(raw["fees"])
+                raw["amount_pending"] = 0
+                if status == "reversed":
+                    raw["amount_reversed"] = settled
+                    self.balance += settled
+                else:
+                    raw["amount_settled"] = settled
+            raw["status"] = status
+            self._status_log(raw)
+            self.events(kind, raw, status)
+
+        self.sched.at(self._now() + self.sched.rng.randint(1_000, 20_000), final)
+
     def _move_payout(self, raw: dict[str, Any], status: str) -> None:
         assert status in PAYOUT_TRANSITIONS.get(raw["status"], ()), (raw["status"], status)
         self.sched.counters.fault(f"payout_{raw['status']}_to_{status}")
@@ -338,7 +368,7 @@ class SimRail:
         entry = next((e for e in self.journal if e.id == raw["id"]), None)  # None while it is being created
         if entry is not None:
             entry.statuses.append((self._now(), raw["status"]))
-            entry.fees = int(raw["fees"])
+            entry.fees = int(raw.get("fees") or 0) if entry.kind == "payout" else entry.fees
 
     def _not_found(self, path: str) -> RailError:
         return RailError(RailErrorKind.REJECTED, "The id provided does not exist", method="GET", path=path,
@@ -372,6 +402,10 @@ class SimRail:
             payment["amount_refunded"] = int(payment["amount_refunded"]) + wanted
             payment["refund_status"] = "full" if payment["amount_refunded"] == payment["amount"] else "partial"
             self.refunds.append(raw)
+            if self.plan.bank_lifecycle:
+                raw["status"] = "pending"
+                self._bank_later("refund", raw, "failed" if self.sched.rng.random() < self.plan.refund_failed
+                                 else "processed")  # fmt: skip
             self.events("refund", raw, raw["status"])
             if idempotency_key is not None:
                 ttl = self.plan.idempotency_key_ttl_ms
@@ -397,6 +431,10 @@ class SimRail:
             }  # fmt: skip
             self.balance -= wanted
             self.settlements.append(raw)
+            if self.plan.bank_lifecycle:
+                raw["status"], raw["amount_pending"], raw["amount_settled"] = "created", wanted - fees, 0
+                reversed_ = self.sched.rng.random() < self.plan.settlement_reversed
+                self._bank_later("settlement", raw, "reversed" if reversed_ else "processed")
             self.events("settlement", raw, raw["status"])
             return raw, self._journal("settlement", raw["id"], "balance", wanted, fees, notes, amount or wanted)
 
@@ -543,6 +581,9 @@ class SimRail:
             entry.statuses, entry.fees = [(self._now(), "queued")], int(raw["fees"])
             if raw["status"] != "queued":
                 entry.statuses.append((self._now(), raw["status"]))
+        else:
+            raw = next(r for r in (self.refunds if kind == "refund" else self.settlements) if r["id"] == entity_id)
+            entry.statuses = [(self._now(), raw["status"])]
         self.journal.append(entry)
         lag = self.sched.rng.randint(0, self.plan.list_lag_ms) if self.plan.list_lag_ms else 0
         if not self.plan.beyond_bounds:
@@ -550,7 +591,7 @@ class SimRail:
             # (A refund listed later still cannot be paid twice — its retry carries the same key — but the ledger
             # can then be told "absent" by every pass until its retries run out: see docs/simulation.md.)
             lag = max(0, min(lag, self._shown_by - self.sched.clock.mono_ms))
-        if kind == "refund" and self.plan.refund_list_past_bound_ms:
+        if kind in ("refund", "payout") and self.plan.refund_list_past_bound_ms:  # keyed: its retry is replayed
             lag = max(lag, self._shown_by + self.plan.refund_list_past_bound_ms - self.sched.clock.mono_ms)
         self.visible_at[entity_id] = self.sched.clock.mono_ms + lag
         return entry

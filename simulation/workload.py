@@ -51,6 +51,7 @@ class Workload:
     move: bool = False
     payouts: bool = False
     webhooks: bool = False
+    lifecycle: bool = False
     # Evidence for the checker, plain data.
     rejected: list[dict[str, str]] = field(default_factory=list)  # holds the operator rejected: shard, merchant, sik
     approved: list[dict[str, str]] = field(default_factory=list)
@@ -74,7 +75,7 @@ class Workload:
         }
 
 
-PARTS = ("holds", "tasks", "replace", "account", "move", "payouts", "webhooks")
+PARTS = ("holds", "tasks", "replace", "account", "move", "payouts", "webhooks", "lifecycle")
 
 
 def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: frozenset[str] = frozenset()) -> Workload:
@@ -94,6 +95,8 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: froz
     w.payouts = "payouts" not in disabled and ("payouts" in focus or random.Random(f"payouts:{seed}").random() < SHARE)
     hooked = random.Random(f"webhooks:{seed}").random() < 0.5
     w.webhooks = "webhooks" not in disabled and ("webhooks" in focus or hooked)
+    banked = random.Random(f"lifecycle:{seed}").random() < 0.5
+    w.lifecycle = "lifecycle" not in disabled and ("lifecycle" in focus or banked)
     w.seed = seed
     return w
 
@@ -106,6 +109,11 @@ def install(world: World, w: Workload) -> None:
         install_payouts(world, w, w.seed)
     if w.webhooks:
         install_webhooks(world, w, w.seed)
+    if w.lifecycle:  # the bank's word after the rail accepted: refunds failed, settlements reversed
+        bank = random.Random(f"lifecycle:{w.seed}")
+        plan = world.faults.rail
+        plan.bank_lifecycle = True
+        plan.refund_failed, plan.settlement_reversed = bank.choice((0.1, 0.3)), bank.choice((0.1, 0.3))
     if w.account:
         for shard in world.shards.values():
             w.accounts[shard.name] = shard.rail.merchant_id
