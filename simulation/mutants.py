@@ -144,6 +144,27 @@ PAYOUT_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
             "_PAYOUT_ATTENTIONS = {\"failed\": None, \"reversed\": None,")),
 )}  # fmt: skip
 
+# Defects on the webhook path and the lifecycle after APPLIED (ADR 0027, docs/webhooks.md), which the seeds with
+# webhooks and the bank's lifecycle reach (simulation.webhooks; workload part lifecycle).
+WEBHOOK_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    _m("webhook_signature_unchecked", "SPEC §17: a delivery is stored only when X-Razorpay-Signature verifies",
+       Edit("webhooks/signature.py", "    if not signature:\n        return False", "    return True")),
+    _m("webhook_account_unchecked", "ADR 0027: an event is evidence only where it names the intent's rail account",
+       Edit("reconciler/inbox.py", "        if expected is not None and delivered.account_id != expected:",
+            "        if False:")),
+    _m("sighting_terms_unchecked", "ADR 0016: a sighting settles an intent APPLIED only on the intent's terms",
+       Edit("ledger/intents.py", "    for sighting in sightings.for_intent(conn, merchant_id, sik) if intent.attempt_seq > 0 else ():\n"
+            "        differs = intent.mismatch(sighting.entity)",
+            "    for sighting in sightings.for_intent(conn, merchant_id, sik) if intent.attempt_seq > 0 else ():\n"
+            "        differs = None")),
+    _m("refund_failure_not_raised", "issue 27: a refund the bank failed is raised to a person (REFUND_FAILED)",
+       Edit("ledger/lifecycle.py", "    if tool == REFUND_TOOL and status == \"failed\":\n        return REFUND_FAILED",
+            "    if False:\n        return REFUND_FAILED")),
+    _m("settlement_reversal_not_raised", "issue 27: a settlement the bank reversed is raised (SETTLEMENT_REVERSED)",
+       Edit("ledger/lifecycle.py", "    if tool == SETTLEMENT_TOOL and (status == \"reversed\" or",
+            "    if False and (status == \"reversed\" or")),
+)}  # fmt: skip
+
 # Defects no ordering of this deployment can reach, because another layer of the real code stands in front of them
 # in every run: each is covered by the test named, and docs/simulation.md gives the whole argument.
 EQUIVALENT: dict[str, str] = {
@@ -158,7 +179,8 @@ EQUIVALENT: dict[str, str] = {
 }
 
 # `--only` runs any of them
-EVERY: dict[str, Mutant] = {**INVARIANT_MUTANTS, **SEAM_MUTANTS, **WORKLOAD_MUTANTS, **PAYOUT_MUTANTS}
+EVERY: dict[str, Mutant] = {**INVARIANT_MUTANTS, **SEAM_MUTANTS, **WORKLOAD_MUTANTS, **PAYOUT_MUTANTS,
+                             **WEBHOOK_MUTANTS}
 ALL: dict[str, Mutant] = {name: m for name, m in EVERY.items() if name not in EQUIVALENT}
 
 
@@ -197,6 +219,12 @@ SEARCHES: dict[str, Search] = {
     "payout_key_per_attempt": Search(200, frozenset({"payouts", "ambiguous_retries", "refund_list_late"})),
     "payout_queued_whatever_the_mandate": Search(120, frozenset({"payouts"})),
     "payout_failure_not_raised": Search(120, frozenset({"payouts"})),
+    # webhooks in every seed, forged ones among them; the bank's lifecycle in every seed
+    "webhook_signature_unchecked": Search(120, frozenset({"webhooks"})),
+    "webhook_account_unchecked": Search(200, frozenset({"webhooks", "account"})),
+    "sighting_terms_unchecked": Search(200, frozenset({"webhooks", "rail_money"})),
+    "refund_failure_not_raised": Search(120, frozenset({"lifecycle"})),
+    "settlement_reversal_not_raised": Search(120, frozenset({"lifecycle"})),
     # a payout queued for want of balance when its agent's mandate is replaced
     "withdrawal_off": Search(300, frozenset({"payouts", "replace"})),
 }

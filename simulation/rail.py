@@ -113,6 +113,8 @@ class FaultPlan:
     # `processed` or `failed` (the payment's refunded amount given back), a settlement answered `created` and later
     # `processed`, or `reversed` (what was settled comes back to the balance; the fees do not).
     bank_lifecycle: bool = False
+    # How often a call applied on other terms has its answer lost too (a webhook or the list then tells first).
+    other_terms_answer_lost: float = 0.0
     refund_failed: float = 0.0
     settlement_reversed: float = 0.0
 
@@ -519,7 +521,8 @@ class SimRail:
             others = [r for r in mine if r is not raw]
             if others:
                 return self._deliver(self.sched.rng.choice(others), stamp)  # a 200 carrying someone else's entity
-        if fault == "lost_answer":
+        if fault == "lost_answer" or fault == "other_terms" and self.plan.other_terms_answer_lost and (
+                self.sched.rng.random() < self.plan.other_terms_answer_lost):  # fmt: skip
             raise RailError(RailErrorKind.AMBIGUOUS, "504 Gateway Time-out", method="POST", path=what, http_status=504)
         return self._deliver(raw, stamp)
 

@@ -113,7 +113,8 @@ class SimWebhooks:
         elif kind == "tampered":
             entity["amount"] = int(entity.get("amount") or entity.get("amount_requested") or 0) + 100
             self._queue(event_id, self._body(name, key, entity, self.account_id), _sign(body, SECRET))
-        else:
+        else:  # another account's entity carrying this stamp, signed with the secret both accounts' webhooks use
+            entity["id"] = f"{entity['id']}o"
             other = self._body(name, key, entity, f"{self.account_id}_other")
             self._queue(event_id, other, _sign(other, SECRET))
 
@@ -167,6 +168,7 @@ def install_webhooks(world: World, w: Workload, seed: int) -> None:
     plan = WebhookPlan(on=True, lost=rng.choice((0.0, 0.05, 0.3)), duplicate=rng.choice((0.0, 0.2)),
                        delay_ms=rng.choice((0, 2_000, 30_000)), forged=rng.choice((0.0, 0.1, 0.3)),
                        other_account=w.account)  # fmt: skip
+    world.faults.rail.other_terms_answer_lost = 0.5  # a stamped entity on other terms, seen first by its webhook
     for shard in world.shards.values():
         inbox = shard.ledger_path.parent / f"webhooks-{shard.name}.sqlite3"
         shard.settings = shard.settings.model_copy(update={"webhook_secrets": SECRET, "webhook_inbox": inbox})

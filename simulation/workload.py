@@ -86,10 +86,10 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: froz
     w.holds = (rng.random() < 0.35 or "holds" in focus) and "holds" not in disabled
     w.tasks = rng.random() < 0.5 and "tasks" not in disabled
     w.replace = (rng.random() < 0.4 or "replace" in focus) and "replace" not in disabled
-    w.account = rng.random() < 0.3 and "account" not in disabled
+    w.account = (rng.random() < 0.3 or "account" in focus) and "account" not in disabled
     # Drawn from a generator of its own, so that the seeds without a move run as they did before it existed.
     moved = random.Random(f"move:{seed}").random() < 0.25
-    w.move = "move" not in disabled and ("move" in focus or moved and not w.account)
+    w.move = "move" not in disabled and "account" not in focus and ("move" in focus or moved and not w.account)
     w.account = w.account and not w.move
     # Its own generator too: the seeds without payouts run as they did before payouts were simulated.
     w.payouts = "payouts" not in disabled and ("payouts" in focus or random.Random(f"payouts:{seed}").random() < SHARE)
