@@ -153,10 +153,8 @@ WEBHOOK_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
        Edit("reconciler/inbox.py", "        if expected is not None and delivered.account_id != expected:",
             "        if False:")),
     _m("sighting_terms_unchecked", "ADR 0016: a sighting settles an intent APPLIED only on the intent's terms",
-       Edit("ledger/intents.py", "    for sighting in sightings.for_intent(conn, merchant_id, sik) if intent.attempt_seq > 0 else ():\n"
-            "        differs = intent.mismatch(sighting.entity)",
-            "    for sighting in sightings.for_intent(conn, merchant_id, sik) if intent.attempt_seq > 0 else ():\n"
-            "        differs = None")),
+       Edit("ledger/intents.py", " else ():\n        differs = intent.mismatch(sighting.entity)",
+            " else ():\n        differs = None")),
     _m("refund_failure_not_raised", "issue 27: a refund the bank failed is raised to a person (REFUND_FAILED)",
        Edit("ledger/lifecycle.py", "    if tool == REFUND_TOOL and status == \"failed\":\n        return REFUND_FAILED",
             "    if False:\n        return REFUND_FAILED")),
