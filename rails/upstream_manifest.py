@@ -10,13 +10,13 @@ now, give or take INTERLOCK_UPSTREAM_MANIFEST_TTL_MS (0: fetched for every judge
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterable
 from typing import Protocol, runtime_checkable
 
 import yaml
 from mcp_types import Tool
 
+from interlock import clock
 from interlock.tools import tool_definition_hash
 
 
@@ -68,12 +68,12 @@ class ManifestCache:
 
     def tools(self) -> dict[str, Tool]:
         with self._lock:
-            fresh = self._tools is not None and time.monotonic() - self._fetched_at < self.ttl_s
+            fresh = self._tools is not None and clock.monotonic() - self._fetched_at < self.ttl_s
             if not fresh:
                 self._tools = None
                 listed = self.source.list_tools()
                 self._tools = {tool.name: tool for tool in listed}
-                self._fetched_at = time.monotonic()
+                self._fetched_at = clock.monotonic()
             assert self._tools is not None
             return dict(self._tools)
 

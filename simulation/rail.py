@@ -24,7 +24,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mcp_types import Tool
+
 from rails.deadline import SendWindowClosed, check_send_window
+from rails.mcp_upstream import NO_PAYOUTS
 from rails.models import Balance, BankingBalance, FundAccount, Page, Payment, Payout, Refund, Settlement
 from rails.razorpay import RailError, RailErrorKind
 from simulation.scheduler import Scheduler
@@ -124,6 +127,10 @@ class SimRail:
 
     def __init__(self, sched: Scheduler, merchant_id: str, plan: FaultPlan, *, balance: int,
                  account_number: str = "", banking_balance: int = 0) -> None:  # fmt: skip
+        # Proxy mode (docs/proxy.md): set, the rail is an upstream MCP server serving these tools — a refund is
+        # sent without its idempotency key (the tool has no place for one: the stamp rides in receipt and notes),
+        # and there are no payouts, refused the way rails.mcp_upstream refuses them.
+        self.upstream_tools: list[Tool] | None = None
         self.sched = sched
         self.merchant_id = merchant_id
         self.plan = plan
@@ -190,6 +197,8 @@ class SimRail:
                         code="BAD_REQUEST_ERROR")  # fmt: skip
 
     def fetch_balance(self) -> Balance:
+        if self.upstream_tools is not None and "fetch_balance" not in {t.name for t in self.upstream_tools}:
+            raise self._not_found("fetch_balance")  # razorpay-mcp-server has no balance tool
         self._read("balance.fetch")
         return Balance.from_raw({"balance": self.balance, "currency": "INR"})
 
@@ -204,7 +213,15 @@ class SimRail:
 
         # -- RazorpayX payouts (SPEC §18), from the account `account_number` -----------------------------------------
 
+    def list_tools(self) -> list[Tool]:
+        """The upstream MCP server's manifest (proxy mode only): what G6 judges the mandate's pins against."""
+        self._read("tools.list")
+        if self.upstream_tools is None:
+            raise self._not_found("tools/list")
+        return list(self.upstream_tools)
+
     def fetch_fund_account(self, fund_account_id: str) -> FundAccount:
+        self._no_payouts("fetch_fund_account")
         self._read("fund_account.fetch")
         raw = self.fund_accounts.get(fund_account_id)
         if raw is None:
@@ -212,6 +229,7 @@ class SimRail:
         return FundAccount.from_raw(dict(raw))
 
     def fetch_banking_balance(self, account_number: str) -> BankingBalance:
+        self._no_payouts("fetch_banking_balance")
         self._read("banking_balance.fetch")
         self._account(account_number)
         return BankingBalance.from_raw({"account_number": account_number, "currency": "INR",
@@ -219,6 +237,7 @@ class SimRail:
 
     def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
                      count: int = 10, skip: int = 0) -> Page[Payout]:  # fmt: skip
+        self._no_payouts("list_payouts")
         self._read("payouts.list")
         self._account(account_number)
         rows = [p for p in self.payouts if (reference_id is None or p.get("reference_id") == reference_id)
@@ -226,6 +245,7 @@ class SimRail:
         return self._page(Payout, rows, count, skip)
 
     def fetch_payout(self, payout_id: str) -> Payout:
+        self._no_payouts("fetch_payout")
         self._read("payout.fetch")
         for raw in self.payouts:
             if raw["id"] == payout_id:
@@ -235,6 +255,7 @@ class SimRail:
     def create_payout(self, *, account_number: str, fund_account_id: str, amount: int, currency: str, mode: str,
                       purpose: str, queue_if_low_balance: bool, reference_id: str, narration: str | None,
                       notes: Mapping[str, Any] | None, idempotency_key: str) -> Payout:  # fmt: skip
+        self._no_payouts("create_payout")
         body = {"account_number": account_number, "fund_account_id": fund_account_id, "amount": amount,
                 "currency": currency, "mode": mode, "purpose": purpose, "queue_if_low_balance": queue_if_low_balance,
                 "reference_id": reference_id, "narration": narration, "notes": dict(notes or {})}  # fmt: skip
@@ -256,6 +277,7 @@ class SimRail:
 
     def cancel_payout(self, payout_id: str) -> Payout:
         """Only a `queued` payout can be cancelled (nothing was debited for it)."""
+        self._no_payouts("cancel_payout")
         self._read("payout.cancel")
         raw = next((p for p in self.payouts if p["id"] == payout_id), None)
         if raw is None:
@@ -274,6 +296,11 @@ class SimRail:
         self.fund_accounts[fund_account_id] = {"id": fund_account_id, "entity": "fund_account",
                                                "contact_id": contact_id, "account_type": account_type,
                                                "active": True, "created_at": 0, **details}  # fmt: skip
+
+    def _no_payouts(self, what: str) -> None:
+        if self.upstream_tools is not None:
+            raise RailError(RailErrorKind.REJECTED, NO_PAYOUTS, method="MCP", path=what, http_status=404,
+                            description=NO_PAYOUTS)  # fmt: skip
 
     def _payee_of(self, fund_account_id: str) -> str:
         return str(self.fund_accounts[fund_account_id]["contact_id"])
@@ -380,6 +407,9 @@ class SimRail:
     def create_refund(self, payment_id: str, amount: int | None, *, speed: str | None = None,
                       notes: Mapping[str, Any] | None, receipt: str | None,
                       idempotency_key: str | None) -> Refund:  # fmt: skip
+        if self.upstream_tools is not None:
+            idempotency_key = None  # the upstream's create_refund has no idempotency key (rails.mcp_upstream)
+
         def apply(terms_amount: int, fault: str) -> Applied:
             payment = self.payments.get(payment_id)
             if payment is None:

@@ -124,8 +124,9 @@ PAYOUTS = "payouts"  # RazorpayX payouts (simulation.payouts) in every seed, not
 WEBHOOKS = "webhooks"  # webhooks configured and delivered (simulation.webhooks) in every seed, not half
 LIFECYCLE = "lifecycle"  # refunds failed and settlements reversed at the bank, in every seed, not half
 ACCOUNT = "account"  # every mandate names its rail account (the deployment names its own), in every seed
+UPSTREAM = "upstream"  # one shard's rail an upstream MCP server (proxy mode), in every seed, not a quarter
 FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS,
-               WEBHOOKS, LIFECYCLE, ACCOUNT)
+               WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM)
 
 
 # Scheduling steps a seed may take before it counts as never settling (STEP_BUDGET). Payouts, webhooks and the
@@ -156,7 +157,8 @@ def run_seed(seed: int, *, max_steps: int = MAX_STEPS, keep: Path | None = None,
                   reconcilers=2 if TWO_RECONCILERS in focus else reconcilers)  # fmt: skip
     sched.before_resume = world.strike
     # Holds, tasks, a replaced mandate, rail accounts, a merchant moved (simulation.workload).
-    extras = plan_workload(seed, disabled, focus & {MOVE, HOLDS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT})
+    extras = plan_workload(seed, disabled, focus & {MOVE, HOLDS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT,
+                                                    UPSTREAM})
     install(world, extras)
     try:
         with use_clock(sched.clock):

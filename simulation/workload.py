@@ -31,6 +31,7 @@ from interlock.mandate import Mandate, MandateStore, validate_mandate
 from interlock.task import new_task, public_key_b64, sign_task
 from simulation.payouts import SHARE, install_payouts
 from simulation.shard_move import install_move
+from simulation.upstream import install_upstream
 from simulation.webhooks import install_webhooks
 from simulation.world import PAYOUT, REFUND, SETTLEMENT, World, make_mandate
 
@@ -52,6 +53,7 @@ class Workload:
     payouts: bool = False
     webhooks: bool = False
     lifecycle: bool = False
+    upstream_mcp: bool = False
     # Evidence for the checker, plain data.
     rejected: list[dict[str, str]] = field(default_factory=list)  # holds the operator rejected: shard, merchant, sik
     approved: list[dict[str, str]] = field(default_factory=list)
@@ -62,6 +64,7 @@ class Workload:
     operator: Counter[str] = field(default_factory=Counter)  # what the operator did, by outcome
     payees: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # agent -> contacts, fund_accounts it may pay
     queueing: dict[str, bool] = field(default_factory=dict)  # agent -> its mandate's queue_if_low_balance
+    upstream: dict[str, str] = field(default_factory=dict)  # shard -> the upstream MCP server's profile (proxy mode)
 
     def evidence(self) -> dict[str, Any]:
         return {
@@ -75,7 +78,7 @@ class Workload:
         }
 
 
-PARTS = ("holds", "tasks", "replace", "account", "move", "payouts", "webhooks", "lifecycle")
+PARTS = ("holds", "tasks", "replace", "account", "move", "payouts", "webhooks", "lifecycle", "upstream")
 
 
 def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: frozenset[str] = frozenset()) -> Workload:
@@ -97,6 +100,9 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: froz
     w.webhooks = "webhooks" not in disabled and ("webhooks" in focus or hooked)
     banked = random.Random(f"lifecycle:{seed}").random() < 0.5
     w.lifecycle = "lifecycle" not in disabled and ("lifecycle" in focus or banked)
+    proxied = random.Random(f"upstream:{seed}").random() < 0.25
+    # Not with a merchant moved between shards: a moved merchant's payments are reached from either shard's rail.
+    w.upstream_mcp = "upstream" not in disabled and not w.move and ("upstream" in focus or proxied)
     w.seed = seed
     return w
 
@@ -109,6 +115,8 @@ def install(world: World, w: Workload) -> None:
         install_payouts(world, w, w.seed)
     if w.webhooks:
         install_webhooks(world, w, w.seed)
+    if w.upstream_mcp:
+        install_upstream(world, w, w.seed)  # after the payouts: its agents' payouts are refused, as G2 refuses them
     if w.lifecycle:  # the bank's word after the rail accepted: refunds failed, settlements reversed
         bank = random.Random(f"lifecycle:{w.seed}")
         plan = world.faults.rail

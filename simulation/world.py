@@ -41,6 +41,8 @@ from rail_worker.dispatch import Dispatcher
 from rail_worker.lease import Heartbeat, boot
 from rail_worker.ownership import OwnershipFence
 from rail_worker.runtime import RailRuntime
+from rails.base import RAIL_MCP_UPSTREAM
+from rails.upstream_manifest import ManifestCache
 from reconciler.loop import Reconciler
 from reconciler.withdrawal import PayoutWithdrawal
 from reconciler.worker import (
@@ -278,9 +280,12 @@ class World:
 
     def _gate_worker(self, shard: Shard, name: str) -> None:
         def body(proc: Process) -> None:
+            # Proxy mode: G6 judges the upstream's manifest, as GateRuntime.from_settings arranges it.
+            upstream = (ManifestCache(shard.rail, ttl_ms=shard.settings.upstream_manifest_ttl_ms)
+                        if shard.settings.rail == RAIL_MCP_UPSTREAM else None)  # fmt: skip
             rt = GateRuntime(settings=shard.settings, mandates=shard.mandates, rail=shard.rail,
                              ledger=self._ledger(shard, proc, readonly=True), redis=shard.redis,  # type: ignore[arg-type]
-                             tool_hashes=current_pins(),
+                             tool_hashes=current_pins(), upstream=upstream,
                              rail_queues={shard.name: shard.redis.queue(rail_queue(shard.name))})  # fmt: skip
             queue = shard.redis.queue(gates_queue(shard.name))
             while True:
