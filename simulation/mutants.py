@@ -163,6 +163,14 @@ WEBHOOK_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
             "    if False and (status == \"reversed\" or")),
 )}  # fmt: skip
 
+# A list read that concludes absence before its end (ADR 0004), which the seeds with others' traffic on the account
+# reach (simulation.crowd: an entity of ours behind a page of newer ones).
+LIST_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    _m("absence_on_page_one", "ADR 0004: absence is concluded only from a list paged to its end",
+       Edit("rails/pager.py", "            if page.exhausted:\n                return PageResult(None, pages, exhausted=True",
+            "            if True:\n                return PageResult(None, pages, exhausted=True")),
+)}  # fmt: skip
+
 # Defects no ordering of this deployment can reach, because another layer of the real code stands in front of them
 # in every run: each is covered by the test named, and docs/simulation.md gives the whole argument.
 EQUIVALENT: dict[str, str] = {
@@ -178,7 +186,7 @@ EQUIVALENT: dict[str, str] = {
 
 # `--only` runs any of them
 EVERY: dict[str, Mutant] = {**INVARIANT_MUTANTS, **SEAM_MUTANTS, **WORKLOAD_MUTANTS, **PAYOUT_MUTANTS,
-                             **WEBHOOK_MUTANTS}
+                             **WEBHOOK_MUTANTS, **LIST_MUTANTS}
 ALL: dict[str, Mutant] = {name: m for name, m in EVERY.items() if name not in EQUIVALENT}
 
 
@@ -223,6 +231,8 @@ SEARCHES: dict[str, Search] = {
     "sighting_terms_unchecked": Search(200, frozenset({"webhooks", "rail_money"})),
     "refund_failure_not_raised": Search(120, frozenset({"lifecycle"})),
     "settlement_reversal_not_raised": Search(120, frozenset({"lifecycle"})),
+    # an entity of ours behind a page of others' newer ones, read when its answer was lost
+    "absence_on_page_one": Search(200, frozenset({"crowd", "ambiguous_retries"})),
     # a payout queued for want of balance when its agent's mandate is replaced
     "withdrawal_off": Search(300, frozenset({"payouts", "replace"})),
 }

@@ -137,6 +137,7 @@ class SimRail:
         self.balance = balance
         self.payments: dict[str, dict[str, Any]] = {}
         self.refunds: list[dict[str, Any]] = []  # newest last
+        self.foreign_refunded: dict[str, int] = {}  # payment id -> refunded by others (simulation.crowd)
         self.settlements: list[dict[str, Any]] = []
         self.journal: list[JournalEntry] = []
         # Every stamped answer a money call was given: (stamp, entity id, caller process, its incarnation).
@@ -167,7 +168,33 @@ class SimRail:
                                      "refund_status": None, "notes": [], "created_at": 0}  # fmt: skip
 
     def payment_amounts(self) -> dict[str, int]:
-        return {pid: int(raw["amount"]) for pid, raw in self.payments.items()}
+        """What each payment leaves for Interlock's refunds: captured, less what others refunded on it."""
+        return {pid: int(raw["amount"]) - self.foreign_refunded.get(pid, 0) for pid, raw in self.payments.items()}
+
+    def add_foreign_refund(self, payment_id: str, amount: int) -> None:
+        """Someone else's refund (the dashboard's): unstamped, listed at once, when the payment has room for it."""
+        payment = self.payments[payment_id]
+        if int(payment["amount"]) - int(payment["amount_refunded"]) < amount:
+            return
+        raw = {"id": f"rfnd_{next(self._ids):014d}", "entity": "refund", "amount": amount, "currency": "INR",
+               "payment_id": payment_id, "receipt": None, "notes": [], "status": "processed",
+               "created_at": self.sched.clock.now_ms() // 1000}  # fmt: skip
+        payment["amount_refunded"] = int(payment["amount_refunded"]) + amount
+        self.foreign_refunded[payment_id] = self.foreign_refunded.get(payment_id, 0) + amount
+        self.refunds.append(raw)
+
+    def add_foreign_settlement(self, amount: int) -> None:
+        """Someone else's instant settlement: unstamped, listed at once."""
+        if amount > self.balance:
+            return
+        fees, tax = settlement_fees(amount)
+        self.balance -= amount
+        self.settlements.append({
+            "id": f"setlod_{next(self._ids):014d}", "entity": "settlement.ondemand", "amount_requested": amount,
+            "amount_settled": amount - fees, "amount_pending": 0, "amount_reversed": 0, "fees": fees, "tax": tax,
+            "currency": "INR", "settle_full_balance": False, "status": "processed", "description": None, "notes": [],
+            "created_at": self.sched.clock.now_ms() // 1000,
+        })  # fmt: skip
 
     # -- the Rail protocol -----------------------------------------------------------------------------------
 

@@ -125,8 +125,10 @@ WEBHOOKS = "webhooks"  # webhooks configured and delivered (simulation.webhooks)
 LIFECYCLE = "lifecycle"  # refunds failed and settlements reversed at the bank, in every seed, not half
 ACCOUNT = "account"  # every mandate names its rail account (the deployment names its own), in every seed
 UPSTREAM = "upstream"  # one shard's rail an upstream MCP server (proxy mode), in every seed, not a quarter
+CROWD = "crowd"  # lists longer than a page (simulation.crowd), in every seed, not three in ten
+PARTS = frozenset({MOVE, HOLDS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD})  # the workload's
 FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS,
-               WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM)
+               WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD)
 
 
 # Scheduling steps a seed may take before it counts as never settling (STEP_BUDGET). Payouts, webhooks and the
@@ -157,8 +159,7 @@ def run_seed(seed: int, *, max_steps: int = MAX_STEPS, keep: Path | None = None,
                   reconcilers=2 if TWO_RECONCILERS in focus else reconcilers)  # fmt: skip
     sched.before_resume = world.strike
     # Holds, tasks, a replaced mandate, rail accounts, a merchant moved (simulation.workload).
-    extras = plan_workload(seed, disabled, focus & {MOVE, HOLDS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT,
-                                                    UPSTREAM})
+    extras = plan_workload(seed, disabled, focus & PARTS)
     install(world, extras)
     try:
         with use_clock(sched.clock):

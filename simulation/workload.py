@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from interlock.mandate import Mandate, MandateStore, validate_mandate
 from interlock.task import new_task, public_key_b64, sign_task
+from simulation.crowd import install_crowd
 from simulation.payouts import SHARE, install_payouts
 from simulation.shard_move import install_move
 from simulation.upstream import install_upstream
@@ -36,6 +37,7 @@ from simulation.webhooks import install_webhooks
 from simulation.world import PAYOUT, REFUND, SETTLEMENT, World, make_mandate
 
 SHORT_WINDOW_MS = 30_000
+CROWD_MS = 90_000  # the others' refunds and settlements are spread over the fault phase
 HOLD_ABOVE_MINOR = 100_000
 SIGNER = "harness"
 TASK_EXPIRES_AT = 2_000_000_000_000
@@ -54,6 +56,7 @@ class Workload:
     webhooks: bool = False
     lifecycle: bool = False
     upstream_mcp: bool = False
+    crowd: bool = False
     # Evidence for the checker, plain data.
     rejected: list[dict[str, str]] = field(default_factory=list)  # holds the operator rejected: shard, merchant, sik
     approved: list[dict[str, str]] = field(default_factory=list)
@@ -78,7 +81,7 @@ class Workload:
         }
 
 
-PARTS = ("holds", "tasks", "replace", "account", "move", "payouts", "webhooks", "lifecycle", "upstream")
+PARTS = ("holds", "tasks", "replace", "account", "move", "payouts", "webhooks", "lifecycle", "upstream", "crowd")
 
 
 def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: frozenset[str] = frozenset()) -> Workload:
@@ -103,6 +106,8 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: froz
     proxied = random.Random(f"upstream:{seed}").random() < 0.25
     # Not with a merchant moved between shards: a moved merchant's payments are reached from either shard's rail.
     w.upstream_mcp = "upstream" not in disabled and not w.move and ("upstream" in focus or proxied)
+    crowded = random.Random(f"crowd:{seed}").random() < 0.3
+    w.crowd = "crowd" not in disabled and ("crowd" in focus or crowded)
     w.seed = seed
     return w
 
@@ -171,6 +176,8 @@ def install(world: World, w: Workload) -> None:
         world.sched.at(at, lambda: _roll_out(world, w, agent))
     if w.move:
         install_move(world, w)  # last: no other part picks the moving merchant's agent
+    if w.crowd:  # last: the payments it crowds are the refunds' own
+        install_crowd(world, w.seed, CROWD_MS)
     world.pending = set(range(len(world.actions)))
 
 
