@@ -167,8 +167,9 @@ WEBHOOK_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
 # reach (simulation.crowd: an entity of ours behind a page of newer ones).
 LIST_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     _m("absence_on_page_one", "ADR 0004: absence is concluded only from a list paged to its end",
-       Edit("rails/pager.py", "            if page.exhausted:\n                return PageResult(None, pages, exhausted=True",
-            "            if True:\n                return PageResult(None, pages, exhausted=True")),
+       Edit("rails/pager.py",
+            "            if page.exhausted:\n                return PageResult(None, pages, exhausted=True,",
+            "            if True:\n                return PageResult(None, pages, exhausted=True,")),
 )}  # fmt: skip
 
 # Defects no ordering of this deployment can reach, because another layer of the real code stands in front of them
