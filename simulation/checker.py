@@ -127,7 +127,8 @@ def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answer
 
 
 # Final statuses in which the money did not reach (or came back from) its payee: each must reach a person.
-NOT_PAID = {"refund": ("failed",), "settlement": ("reversed",), "payout": ("failed", "reversed", "cancelled")}
+NOT_PAID = {"refund": ("failed",), "settlement": ("reversed",),
+            "payout": ("failed", "reversed", "cancelled", "rejected")}
 TOOLS = {"refund": "create_refund", "settlement": "create_instant_settlement", "payout": "create_payout"}
 KINDS = {tool: kind for kind, tool in TOOLS.items()}
 
@@ -540,7 +541,7 @@ def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvid
         effective = replaced.get((shard.name, action.agent))
         # Cancelled, or in a person's hands (an attention, or QUARANTINED: stamped on other terms, say).
         if e.kind == "payout" and effective is not None and e.sent_mono_ms < effective and (
-                e.statuses[-1][1] == "queued" and e.stamp not in raised[shard.name]):  # fmt: skip
+                e.statuses[-1][1] in ("queued", "pending") and e.stamp not in raised[shard.name]):  # fmt: skip
             out.append(Violation("WITHDRAWN", f"{shard.name}: {e.id} of {action.agent} still queued after its "
                                               "mandate was replaced"))  # fmt: skip
     for shard in shards.values():

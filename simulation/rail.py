@@ -34,7 +34,8 @@ from simulation.scheduler import Scheduler
 
 PAYOUT_FEE, PAYOUT_TAX = 590, 90  # RazorpayX's ₹5 per payout plus 18% GST, debited with the amount
 PAYOUT_TRANSITIONS: dict[str, tuple[str, ...]] = {
-    "queued": ("processing", "cancelled"), "processing": ("processed", "failed", "reversed"),
+    "pending": ("queued", "rejected", "failed"), "queued": ("processing", "cancelled"),
+    "processing": ("processed", "failed", "reversed"),
     "processed": ("reversed",),
 }
 MONEY_FAULTS = ("ok", "lost_answer", "not_applied", "error_not_applied", "late_apply", "key_forgotten", "other_terms",
@@ -112,6 +113,10 @@ class FaultPlan:
     payout_failed: float = 0.0
     payout_reversed: float = 0.0
     payout_reversed_after_processed: float = 0.0
+    # The RazorpayX account's approval workflow: each payout waits `pending` for the business's approver, who rejects
+    # this share of them (a payout pending is not debited, and cannot be cancelled through the API).
+    payout_approval: bool = False
+    payout_rejected: float = 0.0
     # The bank's word on refunds and instant settlements (SPEC §17): when on, a refund is answered `pending` and later
     # `processed` or `failed` (the payment's refunded amount given back), a settlement answered `created` and later
     # `processed`, or `reversed` (what was settled comes back to the balance; the fees do not).
@@ -154,6 +159,7 @@ class SimRail:
         self.payout_keys: dict[str, tuple[str, dict[str, Any] | RailError]] = {}  # key → (body, first answer)
         self.payout_keys_busy: set[str] = set()  # received, not applied yet: a request under it is answered 409
         self.balance_refusals: list[dict[str, Any]] = []  # payouts refused for the balance, with the account then
+        self._created_statuses: dict[str, list[tuple[int, str]]] = {}  # a payout's statuses before it is journalled
         # Told of every entity created and every status it moves to (kind, entity, status): the webhooks.
         self.events: Callable[[str, dict[str, Any], str], None] = lambda kind, entity, status: None
         self._ids = itertools.count(1)
@@ -346,7 +352,7 @@ class SimRail:
             # What the checker needs to judge the admission's balance re-check: nothing else debits this account,
             # so such a refusal means a payout was admitted that the balance, less what was in motion, could not
             # pay — unless payouts queued on the rail took the room (they are not debited until they start).
-            waiting = sum(int(p["amount"]) + PAYOUT_FEE for p in self.payouts if p["status"] == "queued")
+            waiting = sum(int(p["amount"]) + PAYOUT_FEE for p in self.payouts if p["status"] in ("queued", "pending"))
             self.balance_refusals.append({"stamp": _stamp(body["notes"]), "amount": amount, "cost": cost,
                                           "balance": self.banking_balance, "queued": waiting,
                                           "mono_ms": self._now()})  # fmt: skip
@@ -360,12 +366,30 @@ class SimRail:
             "created_at": self.sched.clock.now_ms() // 1000,
         }  # fmt: skip
         self.payouts.append(raw)
+        if self.plan.payout_approval:  # the account's approval workflow: pending until a person of the business decides
+            raw["status"] = "pending"
+            self._status_log(raw)
+            self.events("payout", raw, "pending")
+            self.sched.at(self._now() + self.sched.rng.randint(1_000, 10_000), lambda: self._approved(raw, queue))
+            return raw
+        self._status_log(raw)
         self.events("payout", raw, "queued")
         if cost <= self.banking_balance:
             self._start_payout(raw)
-        else:
-            self._status_log(raw)
         return raw
+
+    def _approved(self, raw: dict[str, Any], queue: bool) -> None:
+        """The business's approver decides a pending payout: rejected, or it goes on as a new one would."""
+        if raw["status"] != "pending":
+            return
+        cost = int(raw["amount"]) + PAYOUT_FEE
+        if self.sched.rng.random() < self.plan.payout_rejected:
+            self._move_payout(raw, "rejected")
+        elif cost <= self.banking_balance:
+            self._move_payout(raw, "queued")
+            self._start_payout(raw)
+        else:
+            self._move_payout(raw, "queued" if queue else "failed")
 
     def _start_payout(self, raw: dict[str, Any]) -> None:
         """queued -> processing: the amount and the fee leave the balance; the bank answers later."""
@@ -425,6 +449,8 @@ class SimRail:
         if entry is not None:
             entry.statuses.append((self._now(), raw["status"]))
             entry.fees = int(raw.get("fees") or 0) if entry.kind == "payout" else entry.fees
+        else:
+            self._created_statuses.setdefault(raw["id"], []).append((self._now(), raw["status"]))
 
     def _not_found(self, path: str) -> RailError:
         return RailError(RailErrorKind.REJECTED, "The id provided does not exist", method="GET", path=path,
@@ -638,9 +664,8 @@ class SimRail:
                              self._sent_mono_ms, target, queue_if_low_balance=queue)  # fmt: skip
         if kind == "payout":
             raw = next(p for p in self.payouts if p["id"] == entity_id)
-            entry.statuses, entry.fees = [(self._now(), "queued")], int(raw["fees"])
-            if raw["status"] != "queued":
-                entry.statuses.append((self._now(), raw["status"]))
+            entry.statuses = self._created_statuses.pop(entity_id, [(self._now(), raw["status"])])
+            entry.fees = int(raw["fees"])
         else:
             raw = next(r for r in (self.refunds if kind == "refund" else self.settlements) if r["id"] == entity_id)
             entry.statuses = [(self._now(), raw["status"])]

@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 SECRET = "whsec_simulated_0123456789"  # the deployment's: at least 16 characters (webhooks/signature.py)
 FORGER = "whsec_not_ours_987654321"
 PAYLOAD_KEYS = {"refund": "refund", "settlement.ondemand": "settlement.ondemand", "payout": "payout"}
-PAYOUT_EVENTS = {"queued": "payout.queued", "processing": "payout.initiated", "processed": "payout.processed",
-                 "failed": "payout.failed", "reversed": "payout.reversed", "cancelled": "payout.updated"}  # fmt: skip
+PAYOUT_EVENTS = {"pending": "payout.pending", "queued": "payout.queued", "processing": "payout.initiated",
+                 "processed": "payout.processed", "failed": "payout.failed", "reversed": "payout.reversed",
+                 "rejected": "payout.rejected", "cancelled": "payout.updated"}  # fmt: skip
 RETRY_MS = (2_000, 60_000)  # Razorpay's retries of an unanswered delivery: from seconds, backing off
 
 
