@@ -69,7 +69,16 @@ _ADDED_COLUMNS = {
     ("intents", "task_id"): "TEXT", ("intents", "task_digest"): "TEXT", ("intents", "task_ceiling_minor"): "INTEGER",
     ("decisions", "task_id"): "TEXT", ("decisions", "task_digest"): "TEXT",
     ("intents", "task_signer"): "TEXT", ("decisions", "task_signer"): "TEXT",
+    ("rail_sightings", "taken_at"): "INTEGER",
 }  # fmt: skip
+# What an added column holds for the rows already there, written in the transaction that adds it.
+_FILLED_WHEN_ADDED = {
+    # A sighting the lifecycle observed left a history row with its event id: taken. Any other is taken again by
+    # the follower's next step, which changes nothing when it was seen already (the same status adds nothing).
+    ("rail_sightings", "taken_at"): """UPDATE rail_sightings SET taken_at = seen_at WHERE EXISTS (
+        SELECT 1 FROM rail_status_history h WHERE h.merchant_id = rail_sightings.merchant_id
+          AND h.sik = rail_sightings.sik AND h.ref = rail_sightings.ref)""",
+}
 # Indexes over added columns: created after the columns exist (schema.sql runs first, on an old file too).
 _ADDED_INDEXES = (
     # The task ceiling (SPEC §10) sums a task's intents inside the serial admission transaction.
@@ -77,16 +86,26 @@ _ADDED_INDEXES = (
     # per-merchant index it replaces goes.
     "DROP INDEX IF EXISTS intents_by_task",
     "CREATE INDEX IF NOT EXISTS intents_by_signed_task ON intents (task_id, task_signer) WHERE task_id IS NOT NULL",
+    # The lifecycle follower replays, each step, every sighting it has not taken yet (ledger/sightings.untaken).
+    "CREATE INDEX IF NOT EXISTS rail_sightings_untaken ON rail_sightings (seen_at) WHERE taken_at IS NULL",
 )
 
 
 def _add_missing_columns(conn: sqlite3.Connection) -> None:
     for (table, column), kind in _ADDED_COLUMNS.items():
-        present = {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-        if column not in present:
-            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+        if column in _columns(conn, table):
+            continue
+        with transaction(conn):  # the column and what it holds for the rows already there, or neither
+            if column not in _columns(conn, table):  # another process may have added it while we waited
+                conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
+                if (table, column) in _FILLED_WHEN_ADDED:
+                    conn.execute(_FILLED_WHEN_ADDED[(table, column)])
     for statement in _ADDED_INDEXES:
         conn.execute(statement)
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
 @contextmanager

@@ -116,6 +116,8 @@ CREATE TABLE IF NOT EXISTS recon_findings (
 
 -- Stamped rail entities seen outside an attempt's own answer (a signed webhook, SPEC §17): evidence of presence
 -- only (ADR 0027). One row per (source, reference, SIK), the entity as the rail stated it; audit-chained.
+-- taken_at: when the lifecycle follower took it as an observation of the applied intent (reconciler/lifecycle.py),
+-- in that observation's transaction; NULL until then, and a kept sighting not taken yet is taken by a later step.
 CREATE TABLE IF NOT EXISTS rail_sightings (
     merchant_id  TEXT    NOT NULL,
     sik          TEXT    NOT NULL,
@@ -126,6 +128,7 @@ CREATE TABLE IF NOT EXISTS rail_sightings (
     status       TEXT,
     entity_json  TEXT    NOT NULL,
     seen_at      INTEGER NOT NULL,
+    taken_at     INTEGER,
     PRIMARY KEY (source, ref, sik)
 ) STRICT;
 CREATE INDEX IF NOT EXISTS rail_sightings_by_intent ON rail_sightings (merchant_id, sik);

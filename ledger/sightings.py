@@ -5,6 +5,11 @@ with the terms it states. Kept on the ledger with its source and reference (the 
 as the rail stated it, audit-chained, so that whoever is about to send again or to conclude "not applied" reads it
 with the attempts' own answers (`intents.settle_from_evidence`). Nothing reads the absence of a sighting as
 anything: a webhook may be late, dropped or never sent.
+
+A sighting of an applied intent is also an observation of what the bank did with the money since (the lifecycle,
+`reconciler/lifecycle.py`). It is kept in one transaction and taken by the lifecycle in another, so the second can
+fail (a busy ledger, a kill) after the first committed: each sighting says when the lifecycle took it (`taken`), and
+the follower takes every kept sighting it has not taken yet (`untaken`), whatever the entity's status.
 """
 
 from __future__ import annotations
@@ -63,6 +68,31 @@ def for_intent(conn: sqlite3.Connection, merchant_id: str, sik: str) -> list[Sig
         (merchant_id, sik),
     ).fetchall()
     return [Sighting(str(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4], json.loads(r[5]), int(r[6])) for r in rows]
+
+
+def taken(conn: sqlite3.Connection, merchant_id: str, sik: str, refs: list[str], *, now: int) -> None:
+    """Mark these webhook sightings of *sik* taken by the lifecycle, in the transaction of the observation."""
+    require_transaction(conn)
+    conn.executemany("UPDATE rail_sightings SET taken_at = ? WHERE source = ? AND ref = ? AND sik = ? "
+                     "AND merchant_id = ? AND taken_at IS NULL",
+                     [(now, WEBHOOK, ref, sik, merchant_id) for ref in refs])  # fmt: skip
+
+
+def untaken(conn: sqlite3.Connection, *, limit: int = 100) -> list[tuple[str, str, Sighting]]:
+    """Sightings the lifecycle has not taken yet, of APPLIED intents it follows already (a rail_status row; one it
+    does not follow yet takes every sighting when it starts to): (merchant, SIK, sighting), the oldest first."""
+    # CROSS JOIN keeps SQLite to this order: a walk of the few untaken sightings (index rail_sightings_untaken),
+    # each looked up by key, never a walk of every APPLIED intent. It runs every step of the follower.
+    rows = conn.execute(
+        """SELECT s.merchant_id, s.sik, s.source, s.ref, s.event, s.entity_id, s.status, s.entity_json, s.seen_at
+           FROM rail_sightings s CROSS JOIN intents i ON i.merchant_id = s.merchant_id AND i.sik = s.sik
+           WHERE s.taken_at IS NULL AND i.state = 'APPLIED'
+             AND EXISTS (SELECT 1 FROM rail_status r WHERE r.merchant_id = s.merchant_id AND r.sik = s.sik)
+           ORDER BY s.seen_at, s.rowid LIMIT ?""",
+        (limit,),
+    ).fetchall()
+    return [(str(r[0]), str(r[1]), Sighting(str(r[2]), str(r[3]), str(r[4]), str(r[5]), r[6], json.loads(r[7]),
+                                            int(r[8]))) for r in rows]  # fmt: skip
 
 
 def intents_stamped(conn: sqlite3.Connection, sik: str) -> list[tuple[str, str]]:

@@ -95,6 +95,7 @@ class InboxReader:
     account_of: Callable[[Intent], str | None] = lambda intent: None
     clock: Callable[[], int] = now_ms
     # Told of each new sighting (the lifecycle follower, reconciler/lifecycle.py): merchant, SIK, evidence, event id.
+    # Told once, after the sighting's commit: if the telling fails, the follower's own step takes the sighting.
     on_sighting: Callable[[str, str, Evidence, str], object] | None = None
     counts: Counter[str] = field(default_factory=Counter)
     # Intents with a sighting that could not settle them yet (their attempt was out): looked at after each read.

@@ -4,7 +4,9 @@ Run by each shard's reconciler beside the reconcile loop. Every APPLIED refund, 
 is followed from the status the call's own answer showed (and any webhook seen of it), until the rail says a final
 status:
 
-* a webhook of a followed entity (read by `reconciler/inbox.py`) is taken as an observation at once;
+* a webhook of a followed entity (read by `reconciler/inbox.py`) is taken as an observation at once; one kept as a
+  sighting whose observation failed (a busy ledger, a kill between the two commits) is taken by the next step, which
+  replays every sighting not taken yet, final entities' included (`ledger/sightings.py`);
 * a poller fetches each entity not final yet (`GET /v1/refunds/{id}`, `GET /v1/settlements/ondemand/{id}`,
   `GET /v1/payouts/{id}`; which rail method for which tool is one table, `_fetchers`) with a backoff: first after
   `INTERLOCK_LIFECYCLE_POLL_MS` (2 s) without webhooks, after a minute with them (the webhook is expected first:
@@ -46,6 +48,7 @@ MAX_POLL_MS = 3_600_000
 REPLAY_WINDOW_MS = 7 * 86_400_000  # Razorpay replays events up to 7 days back: the backfill looks as far
 UNTRACKED_RETRY_MS = 5_000
 POLLS_PER_STEP = 50
+SIGHTINGS_PER_STEP = 100
 
 
 class EntityReader(Protocol):
@@ -99,6 +102,7 @@ class LifecycleFollower:
         many observations changed a status."""
         now = self.clock()
         changed = self._track_new(now)
+        changed += self._take_untaken()
         self._watch_silence(now)
         for row in lifecycle.due(self.ledger, now, limit=POLLS_PER_STEP):
             changed += self._poll(row.merchant_id, row.sik, row.tool, row.entity_id, polls=row.polls)
@@ -127,10 +131,9 @@ class LifecycleFollower:
                 or not lifecycle.follows(intent.tool):  # fmt: skip
             return 0
         entity_of_intent = intent.rail_entity_id
-        seen = self._answer(intent) + [
-            (s.status, s.entity, sightings.WEBHOOK, s.ref) for s in sightings.for_intent(self.ledger, merchant_id, sik)
-            if s.status is not None
-        ]  # fmt: skip
+        kept = sightings.for_intent(self.ledger, merchant_id, sik)
+        seen = self._answer(intent) + [(s.status, s.entity, sightings.WEBHOOK, s.ref) for s in kept
+                                       if s.status is not None]  # fmt: skip
         if not seen:
             return self._poll(merchant_id, sik, intent.tool, intent.rail_entity_id, polls=0)
         changed = 0
@@ -139,6 +142,7 @@ class LifecycleFollower:
             for status, entity, source, ref in seen:
                 entity_id = entity["id"] if isinstance(entity.get("id"), str) else entity_of_intent
                 changed += self._take(intent, entity_id, status, entity, source, ref, now)
+            sightings.taken(self.ledger, merchant_id, sik, [s.ref for s in kept], now=now)
         self._expect(now)
         return changed
 
@@ -162,13 +166,31 @@ class LifecycleFollower:
                 ref: str) -> int:  # fmt: skip
         """A webhook showed an entity stamped for this intent (the inbox reader kept it as a sighting)."""
         self._heard()
+        return self._take_sighting(merchant_id, sik, entity_id=entity_id, status=status, entity=entity, ref=ref)
+
+    def _take_sighting(self, merchant_id: str, sik: str, *, entity_id: str, status: str | None,
+                       entity: dict[str, Any], ref: str) -> int:  # fmt: skip
         intent = get_intent(self.ledger, merchant_id, sik)
-        if intent is None or intent.state is not State.APPLIED or status is None or not lifecycle.follows(intent.tool):
-            return 0
+        if intent is None or intent.state is not State.APPLIED or not lifecycle.follows(intent.tool):
+            return 0  # not applied (yet): when it is, track() takes every sighting kept of it
         if lifecycle.current(self.ledger, merchant_id, sik) is None:
             return self.track(merchant_id, sik)  # its answer first, then every sighting, this one included
         with transaction(self.ledger):
-            return self._take(intent, entity_id, status, entity, sightings.WEBHOOK, ref, self.clock())
+            now = self.clock()
+            changed = 0 if status is None else self._take(intent, entity_id, status, entity, sightings.WEBHOOK,
+                                                          ref, now)  # fmt: skip
+            sightings.taken(self.ledger, merchant_id, sik, [ref], now=now)
+        return changed
+
+    def _take_untaken(self) -> int:
+        """Take every sighting kept but not taken: its observation failed after the sighting was committed (a busy
+        ledger, a kill between the two), and the inbox reader does not tell of a sighting it kept before. A final
+        entity's too: a processed payout's reversal comes only this way (the poller fetches it no more)."""
+        changed = 0
+        for merchant_id, sik, seen in sightings.untaken(self.ledger, limit=SIGHTINGS_PER_STEP):
+            changed += self._take_sighting(merchant_id, sik, entity_id=seen.entity_id, status=seen.status,
+                                           entity=seen.entity, ref=seen.ref)  # fmt: skip
+        return changed
 
     def _heard(self) -> None:
         self._waiting_since = None

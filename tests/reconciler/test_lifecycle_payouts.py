@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from interlock.sik import receipt_for, stamp_notes
-from ledger import intents, lifecycle, webhook_inbox
-from ledger.db import transaction
+from ledger import intents, lifecycle, sightings, webhook_inbox
+from ledger.db import open_ledger, transaction
 from ledger.queries import PAYOUT_TOOL
 from ledger.states import Event
 from rails.models import Payout, Refund, Settlement
@@ -140,6 +140,80 @@ def test_a_processed_payout_reversed_later_is_taken_and_raised(ledger, inbox, cl
     assert f.counts["attention:PAYOUT_REVERSED"] == 1
     assert any("ATTENTION PAYOUT_REVERSED" in r.getMessage() for r in caplog.records)
     assert intents.require_intent(ledger, M, SIK).state.value == "APPLIED"
+
+
+def test_a_payout_reversed_webhook_whose_observation_met_a_busy_ledger_is_taken_by_the_next_step(
+        ledger, ledger_path, inbox, clock) -> None:  # fmt: skip
+    """A webhook sighting is taken by the lifecycle at least once: the sighting commits in one transaction and its
+    observation in another, and when the second fails (here the ledger is held by another writer past the
+    busy timeout) the sighting, kept already, is taken by a later step — although the payout is final and the
+    poller fetches it no more, and the reader, reading the event again, finds it kept and tells no one."""
+    rail = Rail()
+    applied(ledger, payout("processing"), now=clock.ms)
+    f = follower(ledger, rail, clock, webhooks=True)
+    other_writer = sqlite3.connect(ledger_path, isolation_level=None)
+
+    def held_by_another_writer(merchant_id: str, sik: str, seen: Any, ref: str) -> int:
+        ledger.execute("PRAGMA busy_timeout = 50")
+        other_writer.execute("BEGIN IMMEDIATE")  # e.g. the rail worker's group commit
+        return f.sighted(merchant_id, sik, entity_id=seen.entity_id, status=seen.status, entity=seen.entity, ref=ref)
+
+    reader = reader_telling(f, ledger, inbox, clock)
+    deliver(inbox, "evt_p", "payout.processed", payout("processed"))
+    reader.read()
+    assert followed(ledger) == ("processed", True, None)
+    clock.ms += 3 * 86_400_000
+    deliver(inbox, "evt_r", "payout.reversed", payout("reversed"))
+    reader.on_sighting = held_by_another_writer
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        reader.read()
+    other_writer.execute("ROLLBACK")
+    ledger.execute("PRAGMA busy_timeout = 10000")
+    assert [s.status for s in sightings.for_intent(ledger, M, SIK)] == ["processed", "reversed"], "kept already"
+    assert followed(ledger) == ("processed", True, None)
+    reader.on_sighting = None
+    reader.read()  # the event again: kept already, nobody told
+    assert f.step() == 1
+    assert followed(ledger) == ("reversed", True, lifecycle.PAYOUT_REVERSED)
+    assert [r.attention for r in lifecycle.needs_attention(ledger)] == [lifecycle.PAYOUT_REVERSED]
+    assert f.counts["attention:PAYOUT_REVERSED"] == 1
+    assert f.step() == 0 and [h["status"] for h in lifecycle.history(ledger, M, SIK)] == \
+        ["processing", "processed", "reversed"], "taken once"  # fmt: skip
+
+
+def test_a_payout_reversed_webhook_kept_before_a_kill_is_taken_after_the_restart(ledger_path, clock,
+                                                                                 tmp_path) -> None:  # fmt: skip
+    """The reconciler killed between the sighting's commit and its observation's: a restarted reader reads the
+    event again and finds it kept; the restarted follower's first step takes it."""
+    rail = Rail()
+    ledger = open_ledger(ledger_path)
+    inbox = webhook_inbox.open_inbox(tmp_path / "webhooks.sqlite3")
+    applied(ledger, payout("processed"), now=clock.ms)
+    f = follower(ledger, rail, clock, webhooks=True)
+    f.step()
+    assert followed(ledger) == ("processed", True, None)
+
+    def killed(merchant_id: str, sik: str, seen: Any, ref: str) -> None:
+        raise KeyboardInterrupt("SIGKILL between the sighting's commit and the follower's")
+
+    reader = reader_telling(f, ledger, inbox, clock)
+    reader.on_sighting = killed
+    deliver(inbox, "evt_r", "payout.reversed", payout("reversed"))
+    with pytest.raises(KeyboardInterrupt):
+        reader.read()
+    ledger.close()
+    inbox.close()
+    ledger = open_ledger(ledger_path)
+    inbox = webhook_inbox.open_inbox(tmp_path / "webhooks.sqlite3")
+    f = follower(ledger, rail, clock, webhooks=True)
+    reader_telling(f, ledger, inbox, clock).read()
+    assert followed(ledger) == ("processed", True, None), "kept already: the reader tells no one"
+    clock.ms += 1000
+    assert f.step() == 1
+    assert followed(ledger) == ("reversed", True, lifecycle.PAYOUT_REVERSED)
+    assert rail.fetches == [], "taken from the ledger, not fetched"
+    ledger.close()
+    inbox.close()
 
 
 def test_a_payout_failed_after_processed_is_a_conflict_for_a_person(ledger, inbox, clock) -> None:
