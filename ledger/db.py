@@ -9,11 +9,12 @@ race-free across processes.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 
+from interlock.clock import now_ms
 from interlock.errors import LedgerError
 
 BUSY_TIMEOUT_MS = 10_000
@@ -56,6 +57,7 @@ def open_ledger(path: str | Path, *, readonly: bool = False,
     if not readonly:
         conn.executescript(schema_sql())
         _add_missing_columns(conn)
+        _fill_once(conn)
     elif conn.execute("SELECT COUNT(*) FROM sqlite_master WHERE name IN ('intents', 'audit_head', 'leases')"
                       ).fetchone()[0] < 3:  # fmt: skip
         conn.close()
@@ -102,6 +104,35 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
                     conn.execute(_FILLED_WHEN_ADDED[(table, column)])
     for statement in _ADDED_INDEXES:
         conn.execute(statement)
+
+
+# Rows a table added after the first release starts with, implied by what an older ledger already holds; each fill
+# runs once. `PRAGMA user_version` counts the fills done, moved in the transaction that does each (schema.sql
+# creates the table on its own first, so the table's presence cannot say whether its fill was done).
+_FILLS: tuple[tuple[str, Callable[[], dict[str, int]]], ...] = (
+    # 1: the APPLIED intents the lifecycle follower does not follow yet. Those of the last 7 days: what it looked for
+    # at its start before rail_status_owed existed; an older one was not followed then, and following it now would
+    # fetch it from the rail for nothing.
+    ("""INSERT OR IGNORE INTO rail_status_owed (merchant_id, sik)
+        SELECT i.merchant_id, i.sik FROM intents i WHERE i.state = 'APPLIED' AND i.updated_at >= :since
+          AND NOT EXISTS (SELECT 1 FROM rail_status s WHERE s.merchant_id = i.merchant_id AND s.sik = i.sik)
+        ORDER BY i.updated_at""", lambda: {"since": now_ms() - 7 * 86_400_000}),
+)  # fmt: skip
+
+
+def _fill_once(conn: sqlite3.Connection) -> None:
+    for done, (statement, params) in enumerate(_FILLS):
+        if _fills_done(conn) > done:
+            continue
+        with transaction(conn):
+            if _fills_done(conn) > done:  # another process did it while we waited
+                continue
+            conn.execute(statement, params())
+            conn.execute(f"PRAGMA user_version = {done + 1}")
+
+
+def _fills_done(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("PRAGMA user_version").fetchone()[0])
 
 
 def _columns(conn: sqlite3.Connection, table: str) -> set[str]:

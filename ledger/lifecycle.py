@@ -216,6 +216,8 @@ def observe(conn: sqlite3.Connection, *, merchant_id: str, sik: str, tool: str, 
         (merchant_id, sik, tool, entity_id, status, int(final), attention, _dump(amounts), source, now,
          None if final else next_poll_at),
     )  # fmt: skip
+    if was is None:
+        drop_owed(conn, merchant_id, sik)  # followed from now on
     _audit(conn, merchant_id, sik, tool, entity_id, status=status, previous=None if was is None else was.status,
            final=final, attention=attention, source=source, ref=ref, amounts=amounts, now=now, actor=actor)
     return current(conn, merchant_id, sik)
@@ -320,18 +322,20 @@ def poll_soon(conn: sqlite3.Connection, *, since: int, at: int) -> int:
     return cur.rowcount
 
 
-def untracked(conn: sqlite3.Connection, *, since: int, limit: int = 500) -> list[tuple[str, str, int]]:
-    """APPLIED intents, changed at or after *since*, that the lifecycle does not follow yet: (merchant, SIK,
-    updated_at), oldest first."""
-    marks = ", ".join("?" for _ in _RANKS)
-    rows = conn.execute(
-        f"""SELECT i.merchant_id, i.sik, i.updated_at FROM intents i
-            WHERE i.state = 'APPLIED' AND i.updated_at >= ? AND i.rail_entity_id IS NOT NULL AND i.tool IN ({marks})
-              AND NOT EXISTS (SELECT 1 FROM rail_status s WHERE s.merchant_id = i.merchant_id AND s.sik = i.sik)
-            ORDER BY i.updated_at LIMIT ?""",
-        (since, *_RANKS, limit),
-    ).fetchall()  # fmt: skip
-    return [(str(r[0]), str(r[1]), int(r[2])) for r in rows]
+def untracked(conn: sqlite3.Connection, *, after: int = 0, limit: int = 500) -> list[tuple[int, str, str]]:
+    """APPLIED intents the lifecycle does not follow yet: (position, merchant, SIK), from the one after *after*, the
+    oldest first. They are owed a rail_status row from the transaction that made them APPLIED (rail_status_owed, by a
+    trigger), so none is missed whatever the clock of the actor that applied it (an updated_at below one already
+    seen is no reason to be passed over)."""
+    rows = conn.execute("SELECT rowid, merchant_id, sik FROM rail_status_owed WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                        (after, limit)).fetchall()  # fmt: skip
+    return [(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+
+def drop_owed(conn: sqlite3.Connection, merchant_id: str, sik: str) -> None:
+    """The intent is owed no rail_status row any more: followed from now on, or nothing the lifecycle can follow."""
+    require_transaction(conn)
+    conn.execute("DELETE FROM rail_status_owed WHERE merchant_id = ? AND sik = ?", (merchant_id, sik))
 
 
 def needs_attention(conn: sqlite3.Connection, *, limit: int = 200) -> list[RailStatus]:

@@ -156,6 +156,23 @@ CREATE TABLE IF NOT EXISTS rail_status (
 CREATE INDEX IF NOT EXISTS rail_status_due ON rail_status (final, next_poll_at);
 CREATE INDEX IF NOT EXISTS rail_status_attention ON rail_status (attention) WHERE attention IS NOT NULL;
 
+-- APPLIED intents owed a rail_status row: what the lifecycle follower is to start following (reconciler/lifecycle.py).
+-- A row is added by the trigger below in the transaction that makes the intent APPLIED, whichever actor commits it
+-- and whatever its clock says, and removed in the transaction that writes the intent's first rail_status row (or by
+-- the follower, for an intent it cannot follow). The follower reads it by rowid, a page a step, the oldest first.
+CREATE TABLE IF NOT EXISTS rail_status_owed (
+    merchant_id  TEXT    NOT NULL,
+    sik          TEXT    NOT NULL,
+    PRIMARY KEY (merchant_id, sik)
+) STRICT;
+
+CREATE TRIGGER IF NOT EXISTS intents_applied_owe_rail_status
+AFTER UPDATE OF state ON intents
+WHEN NEW.state = 'APPLIED' AND OLD.state IS NOT 'APPLIED'
+BEGIN
+    INSERT OR IGNORE INTO rail_status_owed (merchant_id, sik) VALUES (NEW.merchant_id, NEW.sik);
+END;
+
 -- An operator's acknowledgement of an attention (issue 27; docs/webhooks.md): a person has taken it in hand, so it
 -- no longer counts as waiting for one (the metric, `interlock status`, the console list). Keyed by the attention it
 -- acknowledges: a new attention on the same intent (a conflicting final status after a failed refund) is raised

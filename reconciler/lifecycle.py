@@ -48,6 +48,7 @@ MAX_POLL_MS = 3_600_000
 REPLAY_WINDOW_MS = 7 * 86_400_000  # Razorpay replays events up to 7 days back: the backfill looks as far
 UNTRACKED_RETRY_MS = 5_000
 POLLS_PER_STEP = 50
+UNTRACKED_PER_STEP = 500
 SIGHTINGS_PER_STEP = 100
 
 
@@ -90,7 +91,9 @@ class LifecycleFollower:
     counts: Counter[str] = field(default_factory=Counter)
     # The earliest money call followed since the last webhook: the one a silent stream has not told us of.
     _waiting_since: int | None = None
-    _since: int | None = None  # APPLIED intents changed at or after this are looked for (moves forward)
+    # Where the next step reads the APPLIED intents not followed yet (a position in ledger/lifecycle.untracked,
+    # commit order, not a time): past the last page read, or from the oldest again after a short page.
+    _since: int = 0
     _retry: dict[tuple[str, str], int] = field(default_factory=dict)  # untracked intents whose fetch failed
     _fetch: dict[str, Fetch] = field(init=False)
 
@@ -111,24 +114,24 @@ class LifecycleFollower:
     # -- the start: the call's own answer -----------------------------------------------------------
 
     def _track_new(self, now: int) -> int:
-        since = self._since if self._since is not None else now - REPLAY_WINDOW_MS
+        """Start following the intents made APPLIED since, by whichever actor (ledger/lifecycle.untracked): a page a
+        step, so a long list (a backlog, intents whose first fetch keeps failing) is worked through, none starved."""
+        found = lifecycle.untracked(self.ledger, after=self._since, limit=UNTRACKED_PER_STEP)
+        self._since = found[-1][0] if len(found) == UNTRACKED_PER_STEP else 0
         changed = 0
-        found = lifecycle.untracked(self.ledger, since=since)
-        for merchant_id, sik, _ in found:
+        for _, merchant_id, sik in found:
             if self._retry.get((merchant_id, sik), 0) > now:
                 continue
             changed += self.track(merchant_id, sik)
-        if found and not any(self._retry.get((m, s), 0) > now for m, s, _ in found):
-            self._since = max(at for *_, at in found)  # a row changed at the same ms is looked at again: harmless
-        elif self._since is None:
-            self._since = since
         return changed
 
     def track(self, merchant_id: str, sik: str) -> int:
         """Start following an APPLIED intent: from its answer's status and every webhook kept of it, else a fetch."""
         intent = get_intent(self.ledger, merchant_id, sik)
         if intent is None or intent.state is not State.APPLIED or intent.rail_entity_id is None \
-                or not lifecycle.follows(intent.tool):  # fmt: skip
+                or not lifecycle.follows(intent.tool) or lifecycle.current(self.ledger, merchant_id, sik) is not None:
+            with transaction(self.ledger):  # nothing to follow, or followed already (by another reconciler)
+                lifecycle.drop_owed(self.ledger, merchant_id, sik)
             return 0
         entity_of_intent = intent.rail_entity_id
         kept = sightings.for_intent(self.ledger, merchant_id, sik)

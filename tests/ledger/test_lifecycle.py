@@ -126,6 +126,19 @@ def test_the_backfill_brings_every_fetch_not_final_forward(ledger) -> None:
 
 def test_an_applied_intent_not_followed_yet_is_found_once(ledger) -> None:
     ledger.execute("UPDATE intents SET rail_entity_id = 'rfnd_L1' WHERE sik = ?", (SIK,))
-    assert [s for _, s, _ in lifecycle.untracked(ledger, since=0)] == [SIK]
+    assert [s for _, _, s in lifecycle.untracked(ledger)] == [SIK]
     see(ledger, "pending")
-    assert lifecycle.untracked(ledger, since=0) == []
+    assert lifecycle.untracked(ledger) == []
+
+
+def test_intents_are_owed_a_rail_status_in_the_order_they_were_applied_whatever_their_stamps(ledger) -> None:
+    """Owed from the transaction that makes the intent APPLIED (a trigger, whoever writes it), so a later commit
+    with an earlier updated_at is found after the earlier commit, never lost behind it."""
+    later, earlier = "M" * 32, "N" * 32
+    put_intent(ledger, later, "APPLIED", amount=5000, now=5_000)
+    put_intent(ledger, earlier, "APPLIED", amount=5000, now=3_500)
+    put_intent(ledger, "O" * 32, "UNKNOWN", amount=5000, now=6_000)
+    owed = lifecycle.untracked(ledger)
+    assert [s for _, _, s in owed] == [SIK, later, earlier]
+    assert [s for _, _, s in lifecycle.untracked(ledger, after=owed[1][0])] == [earlier]
+    assert [s for _, _, s in lifecycle.untracked(ledger, limit=1)] == [SIK]

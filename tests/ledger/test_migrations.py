@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from interlock.clock import now_ms
 from ledger import lifecycle, sightings
 from ledger.db import open_ledger, transaction
 from ledger.queries import PAYOUT_TOOL
@@ -37,5 +38,40 @@ def test_a_ledger_from_before_sightings_were_marked_taken_marks_those_the_lifecy
         assert taken == {"evt_p": 100, "evt_r": None}
         assert [seen.ref for _, _, seen in sightings.untaken(conn)] == ["evt_r"]
         assert conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'rail_sightings_untaken'").fetchone()
+    finally:
+        conn.close()
+
+
+def test_a_ledger_from_before_the_owed_list_owes_what_its_follower_would_have_looked_for_at_its_start(
+        tmp_path: Path) -> None:  # fmt: skip
+    """The APPLIED intents of the last 7 days that have no rail_status row are owed one; an older one (not followed
+    at a start before this release either) and a followed one are not. Done once: a second open adds nothing."""
+    path = tmp_path / "ledger.sqlite3"
+    conn = open_ledger(path)
+    day = 86_400_000
+    recent, followed, old = "R" * 32, "F" * 32, "O" * 32
+    put_intent(conn, recent, "APPLIED", amount=5000, now=now_ms() - day)
+    put_intent(conn, followed, "APPLIED", amount=5000, now=now_ms() - day)
+    put_intent(conn, old, "APPLIED", amount=5000, now=now_ms() - 8 * day)
+    with transaction(conn):
+        lifecycle.observe(conn, merchant_id=M, sik=followed, tool="create_refund", entity_id="rfnd_F1",
+                          status="pending", entity={"id": "rfnd_F1", "status": "pending"}, source=lifecycle.ANSWER,
+                          ref=None, now=now_ms(), next_poll_at=None, actor="test")  # fmt: skip
+    conn.executescript("DROP TRIGGER intents_applied_owe_rail_status; DROP TABLE rail_status_owed; "
+                       "PRAGMA user_version = 0;")  # fmt: skip
+    conn.close()
+
+    conn = open_ledger(path)
+    try:
+        assert [s for _, _, s in lifecycle.untracked(conn)] == [recent]
+        with transaction(conn):
+            lifecycle.drop_owed(conn, M, recent)
+    finally:
+        conn.close()
+    conn = open_ledger(path)
+    try:
+        assert lifecycle.untracked(conn) == [], "filled once"
+        put_intent(conn, "N" * 32, "APPLIED", amount=5000, now=1)
+        assert [s for _, _, s in lifecycle.untracked(conn)] == ["N" * 32], "and owed by the trigger from then on"
     finally:
         conn.close()

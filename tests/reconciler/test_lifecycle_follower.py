@@ -42,17 +42,19 @@ class Rail:
         return self.entities[entity_id]
 
 
-def refund(status: str) -> dict[str, Any]:
-    return {"id": RID, "entity": "refund", "amount": 5000, "currency": "INR", "payment_id": "pay_T0001",
-            "status": status, "notes": {"interlock_sik": SIK}, "receipt": None}  # fmt: skip
+def refund(status: str, *, sik: str = SIK, rid: str = RID) -> dict[str, Any]:
+    return {"id": rid, "entity": "refund", "amount": 5000, "currency": "INR", "payment_id": "pay_T0001",
+            "status": status, "notes": {"interlock_sik": sik}, "receipt": None}  # fmt: skip
 
 
-def applied(conn: sqlite3.Connection, answer: dict[str, Any] | None, *, now: int) -> None:
-    put_intent(conn, SIK, "IN_FLIGHT", amount=5000, now=now)
+def applied(conn: sqlite3.Connection, answer: dict[str, Any] | None, *, now: int, sik: str = SIK,
+            rid: str = RID) -> None:  # fmt: skip
+    """A refund APPLIED by its attempt's answer, stamped *now* by the actor that recorded it."""
+    put_intent(conn, sik, "IN_FLIGHT", amount=5000, now=now)
     with transaction(conn):
-        intents.finish_attempt(conn, M, SIK, 1, now=now, outcome="APPLIED", rail_entity_id=RID, http_status=200,
+        intents.finish_attempt(conn, M, sik, 1, now=now, outcome="APPLIED", rail_entity_id=rid, http_status=200,
                                response=answer)  # fmt: skip
-        intents.transition(conn, M, SIK, Event.RAIL_APPLIED, now=now, set_fields={"rail_entity_id": RID})
+        intents.transition(conn, M, sik, Event.RAIL_APPLIED, now=now, set_fields={"rail_entity_id": rid})
 
 
 def follower(ledger: sqlite3.Connection, rail: Rail, clock: Clock, **kw: Any) -> LifecycleFollower:
@@ -101,6 +103,54 @@ def test_an_intent_applied_on_a_lists_word_is_fetched_at_once(ledger, clock) -> 
     assert follower(ledger, rail, clock).step() == 1 and rail.fetches == [RID]
     row = lifecycle.current(ledger, M, SIK)
     assert row is not None and (row.status, row.source) == ("processed", "poll")
+
+
+def test_a_refund_applied_after_another_but_stamped_earlier_is_followed(ledger, clock) -> None:
+    """Every APPLIED intent of a followed tool is followed, whatever its updated_at: the actors that make intents
+    APPLIED stamp them on their own clocks (the rail worker on its, the reconciler on its), so an intent committed
+    after one already followed may carry an earlier stamp. It is found by what the ledger owes (a rail_status row,
+    from the transaction that applied it), never by a high-water mark over other processes' clocks."""
+    rail = Rail()
+    a, b = "A" * 32, "B" * 32
+    clock.ms += 5_000
+    applied(ledger, refund("pending", sik=a, rid="rfnd_A"), now=clock.ms, sik=a, rid="rfnd_A")  # the reconciler's
+    f = follower(ledger, rail, clock)
+    assert f.step() == 1
+    clock.ms += 500
+    applied(ledger, refund("pending", sik=b, rid="rfnd_B"), now=clock.ms - 2_000, sik=b,
+            rid="rfnd_B")  # committed after, by a rail worker whose clock reads 2 s behind  # fmt: skip
+    rail.entities["rfnd_B"] = refund("failed", sik=b, rid="rfnd_B")
+    rail.entities["rfnd_A"] = refund("pending", sik=a, rid="rfnd_A")
+    assert f.step() == 1
+    row = lifecycle.current(ledger, M, b)
+    assert row is not None and (row.status, row.source) == ("pending", "answer"), "followed from its answer"
+    clock.ms += 2_000
+    f.step()
+    row = lifecycle.current(ledger, M, b)
+    assert row is not None and (row.status, row.attention) == ("failed", lifecycle.REFUND_FAILED)
+    assert [r.sik for r in lifecycle.needs_attention(ledger)] == [b]
+
+
+def test_intents_whose_first_fetch_keeps_failing_do_not_keep_later_ones_from_being_followed(
+        ledger, clock, monkeypatch) -> None:  # fmt: skip
+    """The intents not followed yet are read a page a step: a page of intents waiting to fetch again (the rail
+    could not be read) does not hide the ones after it."""
+    monkeypatch.setattr("reconciler.lifecycle.UNTRACKED_PER_STEP", 2)
+    rail = Rail()
+    rail.down = True
+    for n in range(3):  # applied on a list's word: no answer to start from, so each is fetched
+        applied(ledger, None, now=clock.ms, sik=f"{n}" * 32, rid=f"rfnd_{n}")
+    f = follower(ledger, rail, clock)
+    f.step()
+    f.step()
+    assert rail.fetches == ["rfnd_0", "rfnd_1", "rfnd_2"], "the third on the second step, the first two waiting"
+    rail.down = False
+    rail.entities.update({f"rfnd_{n}": refund("processed", sik=f"{n}" * 32, rid=f"rfnd_{n}") for n in range(3)})
+    clock.ms += 5_000
+    f.step()
+    f.step()
+    assert [lifecycle.current(ledger, M, f"{n}" * 32) is not None for n in range(3)] == [True, True, True]
+    assert lifecycle.untracked(ledger) == []
 
 
 def test_a_rail_that_cannot_be_read_is_asked_again_later_not_in_a_loop(ledger, clock) -> None:
