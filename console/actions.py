@@ -108,10 +108,11 @@ async def acknowledge(request: Request) -> Response:
     merchant_id, sik = request.path_params["merchant_id"], request.path_params["sik"]
     ctx: OpsContext = request.app.state.ctx.for_merchant(merchant_id)
     reason = _text(form, "attention") or ""
+    raised = _text(form, "raised_seq")  # the raising the page showed: refused if raised again since it was drawn
     try:
         await run_in_threadpool(attention.acknowledge, ctx, sik, attention=reason, operator_id=approver.approver_id,
-                                note=_text(form, "note") or "", merchant_id=merchant_id,
-                                authenticated=approver)  # fmt: skip
+                                note=_text(form, "note") or "", merchant_id=merchant_id, authenticated=approver,
+                                raised_seq=int(raised) if raised and raised.isdigit() else None)  # fmt: skip
     except InterlockError as exc:
         return _refused(f"/intents/{quote(merchant_id)}/{quote(sik)}", str(exc))
     return _done(merchant_id, sik, f"{reason} acknowledged by {approver.approver_id}: no money moved")

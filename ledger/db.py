@@ -8,11 +8,13 @@ race-free across processes.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from interlock.clock import now_ms
 from interlock.errors import LedgerError
@@ -72,14 +74,55 @@ _ADDED_COLUMNS = {
     ("decisions", "task_id"): "TEXT", ("decisions", "task_digest"): "TEXT",
     ("intents", "task_signer"): "TEXT", ("decisions", "task_signer"): "TEXT",
     ("rail_sightings", "taken_at"): "INTEGER",
+    ("rail_status", "raised_seq"): "INTEGER", ("rail_attention_acks", "raised_seq"): "INTEGER",
 }  # fmt: skip
+
+
+def _sightings_observed(conn: sqlite3.Connection) -> None:
+    """rail_sightings.taken_at: a sighting the lifecycle observed left a history row with its event id, so it was
+    taken. Any other is taken by the follower's next step, which adds nothing where the status was seen already."""
+    conn.execute("""UPDATE rail_sightings SET taken_at = seen_at WHERE EXISTS (
+                      SELECT 1 FROM rail_status_history h WHERE h.merchant_id = rail_sightings.merchant_id
+                        AND h.sik = rail_sightings.sik AND h.ref = rail_sightings.ref)""")  # fmt: skip
+
+
+def _lifecycle_records(conn: sqlite3.Connection) -> Iterator[tuple[int, str, tuple[str, str], dict[str, Any]]]:
+    """The RAIL_STATUS and RAIL_ATTENTION_ACK audit records (ledger/lifecycle.py), in order: seq, kind, the intent."""
+    for seq, kind, payload_json in conn.execute("SELECT seq, kind, payload_json FROM audit_log "
+                                                "WHERE kind IN ('RAIL_STATUS', 'RAIL_ATTENTION_ACK') ORDER BY seq"):
+        payload = json.loads(payload_json)
+        yield int(seq), str(kind), (str(payload.get("merchant_id")), str(payload.get("sik"))), payload
+
+
+def _raised_by_last_change(conn: sqlite3.Connection) -> None:
+    """rail_status.raised_seq: which observation raised an attention was not recorded before; the record of the
+    row's last change stands for it (the last thing a person could have seen of it)."""
+    wanted = {(str(m), str(s)) for m, s in conn.execute("SELECT merchant_id, sik FROM rail_status "
+                                                        "WHERE attention IS NOT NULL")}  # fmt: skip
+    last = {key: seq for seq, kind, key, _ in _lifecycle_records(conn) if kind == "RAIL_STATUS" and key in wanted}
+    conn.executemany("UPDATE rail_status SET raised_seq = ? WHERE merchant_id = ? AND sik = ?",
+                     [(seq, m, s) for (m, s), seq in last.items()])  # fmt: skip
+
+
+def _acks_cover_what_was_seen(conn: sqlite3.Connection) -> None:
+    """rail_attention_acks.raised_seq: an acknowledgement covers the row as it was when it was given, the record of
+    its last change before the acknowledgement's own. An attention whose row changed after it waits again."""
+    last: dict[tuple[str, str], int] = {}
+    seen: dict[tuple[str, str, str], int | None] = {}
+    for seq, kind, key, payload in _lifecycle_records(conn):
+        if kind == "RAIL_STATUS":
+            last[key] = seq
+        else:
+            seen[(*key, str(payload.get("attention")))] = last.get(key)
+    conn.executemany("UPDATE rail_attention_acks SET raised_seq = ? WHERE merchant_id = ? AND sik = ? "
+                     "AND attention = ?", [(seq, m, s, a) for (m, s, a), seq in seen.items()])  # fmt: skip
+
+
 # What an added column holds for the rows already there, written in the transaction that adds it.
-_FILLED_WHEN_ADDED = {
-    # A sighting the lifecycle observed left a history row with its event id: taken. Any other is taken again by
-    # the follower's next step, which changes nothing when it was seen already (the same status adds nothing).
-    ("rail_sightings", "taken_at"): """UPDATE rail_sightings SET taken_at = seen_at WHERE EXISTS (
-        SELECT 1 FROM rail_status_history h WHERE h.merchant_id = rail_sightings.merchant_id
-          AND h.sik = rail_sightings.sik AND h.ref = rail_sightings.ref)""",
+_FILLED_WHEN_ADDED: dict[tuple[str, str], Callable[[sqlite3.Connection], None]] = {
+    ("rail_sightings", "taken_at"): _sightings_observed,
+    ("rail_status", "raised_seq"): _raised_by_last_change,
+    ("rail_attention_acks", "raised_seq"): _acks_cover_what_was_seen,
 }
 # Indexes over added columns: created after the columns exist (schema.sql runs first, on an old file too).
 _ADDED_INDEXES = (
@@ -101,7 +144,7 @@ def _add_missing_columns(conn: sqlite3.Connection) -> None:
             if column not in _columns(conn, table):  # another process may have added it while we waited
                 conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind}")
                 if (table, column) in _FILLED_WHEN_ADDED:
-                    conn.execute(_FILLED_WHEN_ADDED[(table, column)])
+                    _FILLED_WHEN_ADDED[(table, column)](conn)
     for statement in _ADDED_INDEXES:
         conn.execute(statement)
 

@@ -20,6 +20,12 @@ accepted), two final statuses that disagree (CONFLICTING_FINAL), or a second ent
 (SECOND_ENTITY). The agent's next interlock_status is told ESCALATE_TO_OPERATOR for any of these
 (ingress/status.py); nothing here retries or reverses anything: a new refund after a failed one, or a new payout
 after a reversed one, is a new business action.
+
+An attention is raised by one observation (`raised_seq`: the seq of its RAIL_STATUS audit record), and a person's
+acknowledgement covers that raising, the status and amounts they saw. A later observation that changes the money at
+stake — another attention, another status, another amount reversed, another conflicting final status — raises the
+attention afresh, and it waits for a person again; one that does not (a settlement settling more of what it had not
+reversed, the same contradiction seen again) keeps the raising, and the acknowledgement with it.
 """
 
 from __future__ import annotations
@@ -96,13 +102,15 @@ class RailStatus:
     updated_at: int
     next_poll_at: int | None
     polls: int
+    raised_seq: int | None  # the audit record of the observation that raised the attention (None: no attention)
 
     @classmethod
     def from_row(cls, row: sqlite3.Row | tuple[Any, ...]) -> RailStatus:
         (merchant_id, sik, tool, entity_id, status, final, attention, amounts, source, updated_at, next_poll_at,
-         polls) = tuple(row)  # fmt: skip
+         polls, raised_seq) = tuple(row)  # fmt: skip
         return cls(str(merchant_id), str(sik), str(tool), str(entity_id), str(status), bool(final), attention,
-                   json.loads(amounts), str(source), int(updated_at), next_poll_at, int(polls))  # fmt: skip
+                   json.loads(amounts), str(source), int(updated_at), next_poll_at, int(polls),
+                   None if raised_seq is None else int(raised_seq))  # fmt: skip
 
     def view(self) -> dict[str, Any]:
         """What interlock_status, the console and `interlock status` show of it."""
@@ -111,10 +119,14 @@ class RailStatus:
 
 
 _COLUMNS = ("merchant_id, sik, tool, entity_id, status, final, attention, amounts_json, source, updated_at, "
-            "next_poll_at, polls")  # fmt: skip
-# A rail_status row (aliased s) whose current attention no acknowledgement names.
-_NOT_ACKED = ("NOT EXISTS (SELECT 1 FROM rail_attention_acks a WHERE a.merchant_id = s.merchant_id AND a.sik = s.sik "
-              "AND a.attention = s.attention)")
+            "next_poll_at, polls, raised_seq")  # fmt: skip
+# An acknowledgement (aliased a) that covers a rail_status row's (aliased s) attention as it was raised.
+_COVERS_BY_NAME = "a.merchant_id = s.merchant_id AND a.sik = s.sik AND a.attention = s.attention"
+_COVERS = _COVERS_BY_NAME + " AND a.raised_seq IS s.raised_seq"
+# (_COVERS_BY_NAME alone on a ledger from before raised_seq: there it covered its attention whatever came after.)
+# The amounts whose change within one status puts other money before a person: what a settlement has reversed (a
+# partially processed settlement is observed again as it is worked on; a refund's or a payout's amount stays).
+_AT_STAKE: dict[str, tuple[str, ...]] = {SETTLEMENT_TOOL: ("amount_reversed",)}
 
 
 def follows(tool: str) -> bool:
@@ -156,8 +168,30 @@ def _acks_kept(conn: sqlite3.Connection) -> bool:
     return conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'rail_attention_acks'").fetchone() is not None
 
 
+def _raised_kept(conn: sqlite3.Connection) -> bool:
+    """Whether this ledger records which observation raised an attention and which raising an acknowledgement
+    covers (raised_seq, in both tables; see _kept)."""
+    found = conn.execute("SELECT (SELECT COUNT(*) FROM pragma_table_info('rail_status') WHERE name = 'raised_seq') "
+                         "+ (SELECT COUNT(*) FROM pragma_table_info('rail_attention_acks') WHERE name = 'raised_seq')"
+                         ).fetchone()[0]  # fmt: skip
+    return int(found) == 2
+
+
+def _covers(conn: sqlite3.Connection) -> str:
+    return _COVERS if _raised_kept(conn) else _COVERS_BY_NAME
+
+
 def _not_acked(conn: sqlite3.Connection) -> str:
-    return _NOT_ACKED if _acks_kept(conn) else "1"
+    """A rail_status row (aliased s) whose attention, as raised, no acknowledgement covers."""
+    return f"NOT EXISTS (SELECT 1 FROM rail_attention_acks a WHERE {_covers(conn)})" if _acks_kept(conn) else "1"
+
+
+def _columns(conn: sqlite3.Connection, alias: str = "") -> str:
+    """_COLUMNS as this ledger holds them (raised_seq read as NULL on a ledger from before it)."""
+    names = [alias + name.strip() for name in _COLUMNS.split(",")]
+    if not _raised_kept(conn):
+        names[-1] = "NULL"
+    return ", ".join(names)
 
 
 def _kept(conn: sqlite3.Connection) -> bool:
@@ -169,7 +203,7 @@ def _kept(conn: sqlite3.Connection) -> bool:
 def current(conn: sqlite3.Connection, merchant_id: str, sik: str) -> RailStatus | None:
     if not _kept(conn):
         return None
-    row = conn.execute(f"SELECT {_COLUMNS} FROM rail_status WHERE merchant_id = ? AND sik = ?",
+    row = conn.execute(f"SELECT {_columns(conn)} FROM rail_status WHERE merchant_id = ? AND sik = ?",
                        (merchant_id, sik)).fetchone()  # fmt: skip
     return None if row is None else RailStatus.from_row(row)
 
@@ -191,6 +225,8 @@ def observe(conn: sqlite3.Connection, *, merchant_id: str, sik: str, tool: str, 
     taken = "moved" if was is None else _judge(tool, was, status, amounts)
     if taken is None:
         return None  # the same thing seen again: nothing to add
+    # A contradiction raised before (this final status, under another event id) puts nothing new before a person.
+    seen_conflict = taken == "conflict" and _conflicted_before(conn, merchant_id, sik, status)
     conn.execute(
         """INSERT INTO rail_status_history (merchant_id, sik, status, source, ref, amounts_json, taken, observed_at)
            VALUES (?, ?, ?, ?, ?, ?, ?, ?)""",
@@ -201,25 +237,38 @@ def observe(conn: sqlite3.Connection, *, merchant_id: str, sik: str, tool: str, 
     final = is_final(tool, status)
     if taken == "conflict":
         assert was is not None
-        conn.execute("UPDATE rail_status SET attention = ?, updated_at = ? WHERE merchant_id = ? AND sik = ?",
-                     (CONFLICTING_FINAL, now, merchant_id, sik))  # fmt: skip
-        _audit(conn, merchant_id, sik, tool, entity_id, status=was.status, previous=was.status, final=True,
-               attention=CONFLICTING_FINAL, source=source, ref=ref, amounts=was.amounts, now=now, actor=actor,
-               conflicting=status)  # fmt: skip
+        raised = was.attention != CONFLICTING_FINAL or not seen_conflict
+        seq = _audit(conn, merchant_id, sik, tool, entity_id, status=was.status, previous=was.status, final=True,
+                     attention=CONFLICTING_FINAL, source=source, ref=ref, amounts=was.amounts, now=now, actor=actor,
+                     raised=raised, conflicting=status)  # fmt: skip
+        conn.execute("UPDATE rail_status SET attention = ?, raised_seq = ?, updated_at = ? "
+                     "WHERE merchant_id = ? AND sik = ?",
+                     (CONFLICTING_FINAL, seq if raised else was.raised_seq, now, merchant_id, sik))  # fmt: skip
         return current(conn, merchant_id, sik)
-    attention = attention_for(tool, status, amounts) or (was.attention if was is not None else None)
+    # An attention this status raises (not one carried over from an earlier observation, such as a SECOND_ENTITY
+    # while the entity moves on) is raised afresh when the money at stake is not what it was.
+    fresh = attention_for(tool, status, amounts)
+    attention = fresh or (was.attention if was is not None else None)
+    raised = fresh is not None and (was is None or was.attention != fresh
+                                    or _stake(tool, was.status, was.amounts) != _stake(tool, status, amounts))
+    seq = _audit(conn, merchant_id, sik, tool, entity_id, status=status, previous=None if was is None else was.status,
+                 final=final, attention=attention, source=source, ref=ref, amounts=amounts, now=now, actor=actor,
+                 raised=raised)  # fmt: skip
+    if raised:
+        raised_seq: int | None = seq
+    else:  # the raising it had stands (none without an attention)
+        raised_seq = None if attention is None or was is None else was.raised_seq
     conn.execute(
-        f"""INSERT INTO rail_status ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0)
+        f"""INSERT INTO rail_status ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?)
             ON CONFLICT (merchant_id, sik) DO UPDATE SET status = excluded.status, final = excluded.final,
               attention = excluded.attention, amounts_json = excluded.amounts_json, source = excluded.source,
-              updated_at = excluded.updated_at, next_poll_at = excluded.next_poll_at""",
+              updated_at = excluded.updated_at, next_poll_at = excluded.next_poll_at,
+              raised_seq = excluded.raised_seq""",
         (merchant_id, sik, tool, entity_id, status, int(final), attention, _dump(amounts), source, now,
-         None if final else next_poll_at),
+         None if final else next_poll_at, raised_seq),
     )  # fmt: skip
     if was is None:
         drop_owed(conn, merchant_id, sik)  # followed from now on
-    _audit(conn, merchant_id, sik, tool, entity_id, status=status, previous=None if was is None else was.status,
-           final=final, attention=attention, source=source, ref=ref, amounts=amounts, now=now, actor=actor)
     return current(conn, merchant_id, sik)
 
 
@@ -241,6 +290,16 @@ def _judge(tool: str, was: RailStatus, status: str, amounts: dict[str, int]) -> 
     return "moved" if new > old else "stale"
 
 
+def _stake(tool: str, status: str, amounts: dict[str, int]) -> tuple[Any, ...]:
+    """What an attention puts before a person: the status, and the amounts at stake in it."""
+    return status, *(amounts.get(name) for name in _AT_STAKE.get(tool, ()))
+
+
+def _conflicted_before(conn: sqlite3.Connection, merchant_id: str, sik: str, status: str) -> bool:
+    return conn.execute("SELECT 1 FROM rail_status_history WHERE merchant_id = ? AND sik = ? AND taken = 'conflict' "
+                        "AND status = ? LIMIT 1", (merchant_id, sik, status)).fetchone() is not None  # fmt: skip
+
+
 def _progress(amounts: dict[str, int]) -> int:
     # How much of a settlement the rail has accounted for, settled or reversed: only grows as it is worked on.
     return amounts.get("amount_settled", 0) + amounts.get("amount_reversed", 0)
@@ -252,21 +311,23 @@ def _second_entity(conn: sqlite3.Connection, was: RailStatus, entity_id: str, st
     the intent's; raised for a person with both ids on the audit record."""
     if was.attention == SECOND_ENTITY:
         return None
-    conn.execute("UPDATE rail_status SET attention = ?, updated_at = ? WHERE merchant_id = ? AND sik = ?",
-                 (SECOND_ENTITY, now, was.merchant_id, was.sik))  # fmt: skip
-    _audit(conn, was.merchant_id, was.sik, was.tool, was.entity_id, status=was.status, previous=was.status,
-           final=was.final, attention=SECOND_ENTITY, source=source, ref=ref, amounts=was.amounts, now=now,
-           actor=actor, second_entity_id=entity_id, second_status=status)  # fmt: skip
+    seq = _audit(conn, was.merchant_id, was.sik, was.tool, was.entity_id, status=was.status, previous=was.status,
+                 final=was.final, attention=SECOND_ENTITY, source=source, ref=ref, amounts=was.amounts, now=now,
+                 actor=actor, raised=True, second_entity_id=entity_id, second_status=status)  # fmt: skip
+    conn.execute("UPDATE rail_status SET attention = ?, raised_seq = ?, updated_at = ? "
+                 "WHERE merchant_id = ? AND sik = ?", (SECOND_ENTITY, seq, now, was.merchant_id, was.sik))  # fmt: skip
     return current(conn, was.merchant_id, was.sik)
 
 
 def _audit(conn: sqlite3.Connection, merchant_id: str, sik: str, tool: str, entity_id: str, *, status: str,
            previous: str | None, final: bool, attention: str | None, source: str, ref: str | None,
-           amounts: dict[str, int], now: int, actor: str, **extra: Any) -> None:  # fmt: skip
-    audit.append(conn, "RAIL_STATUS", {
+           amounts: dict[str, int], now: int, actor: str, raised: bool, **extra: Any) -> int:  # fmt: skip
+    """The RAIL_STATUS record of one change; its seq. *raised*: this observation raises the attention afresh (an
+    acknowledgement names the record that raised what it acknowledges)."""
+    return audit.append(conn, "RAIL_STATUS", {
         "merchant_id": merchant_id, "sik": sik, "tool": tool, "rail_entity_id": entity_id, "status": status,
         "previous": previous, "final": final, "attention": attention, "source": source, "ref": ref,
-        "amounts": amounts, "actor": actor, **extra,
+        "amounts": amounts, "actor": actor, **({"raised": True} if raised else {}), **extra,
     }, now)  # fmt: skip
 
 
@@ -300,7 +361,7 @@ def schedule(conn: sqlite3.Connection, merchant_id: str, sik: str, *, next_poll_
 def due(conn: sqlite3.Connection, now: int, *, limit: int = 100) -> list[RailStatus]:
     """Entities not final whose next fetch is due, the longest-waiting first."""
     rows = conn.execute(
-        f"""SELECT {_COLUMNS} FROM rail_status WHERE final = 0 AND next_poll_at <= ?
+        f"""SELECT {_columns(conn)} FROM rail_status WHERE final = 0 AND next_poll_at <= ?
             ORDER BY next_poll_at LIMIT ?""",
         (now, limit),
     ).fetchall()  # fmt: skip
@@ -339,53 +400,64 @@ def drop_owed(conn: sqlite3.Connection, merchant_id: str, sik: str) -> None:
 
 
 def needs_attention(conn: sqlite3.Connection, *, limit: int = 200) -> list[RailStatus]:
-    """Every followed entity a person must look at and nobody has acknowledged yet, the most recent first."""
+    """Every followed entity a person must look at and no acknowledgement covers (none given, or one given for an
+    earlier raising of its attention), the most recent first."""
     if not _kept(conn):
         return []
     rows = conn.execute(
-        f"SELECT {_COLUMNS} FROM rail_status s WHERE attention IS NOT NULL AND {_not_acked(conn)} "
+        f"SELECT {_columns(conn)} FROM rail_status s WHERE attention IS NOT NULL AND {_not_acked(conn)} "
         "ORDER BY updated_at DESC LIMIT ?", (limit,)
     ).fetchall()  # fmt: skip
     return [RailStatus.from_row(r) for r in rows]
 
 
 def acknowledged(conn: sqlite3.Connection, *, limit: int = 200) -> list[tuple[RailStatus, Acknowledgement]]:
-    """Attentions a person has acknowledged, with who and what they said, the most recently acknowledged first."""
+    """Attentions a person has acknowledged as they stand (raised by the observation the acknowledgement was given
+    for), with who and what they said, the most recently acknowledged first."""
     if not _kept(conn) or not _acks_kept(conn):
         return []
     rows = conn.execute(
-        f"""SELECT {", ".join("s." + c.strip() for c in _COLUMNS.split(","))}, a.operator, a.credential, a.note,
-                   a.acknowledged_at
-            FROM rail_status s JOIN rail_attention_acks a
-              ON a.merchant_id = s.merchant_id AND a.sik = s.sik AND a.attention = s.attention
+        f"""SELECT {_columns(conn, "s.")}, a.operator, a.credential, a.note, a.acknowledged_at
+            FROM rail_status s JOIN rail_attention_acks a ON {_covers(conn)}
             ORDER BY a.acknowledged_at DESC LIMIT ?""",
         (limit,),
     ).fetchall()  # fmt: skip
-    return [(RailStatus.from_row(r[:12]), Acknowledgement(str(r[12]), r[13], str(r[14]), int(r[15]))) for r in rows]
+    return [(RailStatus.from_row(r[:13]), Acknowledgement(str(r[13]), r[14], str(r[15]), int(r[16]))) for r in rows]
 
 
 def acknowledgement(conn: sqlite3.Connection, row: RailStatus) -> Acknowledgement | None:
-    """Who acknowledged *row*'s current attention, or None (also when it has none)."""
+    """Who acknowledged *row*'s current attention as it was raised, or None (also when it has none, and when the
+    acknowledgement given was for an earlier raising of it)."""
     if row.attention is None or not _acks_kept(conn):
         return None
+    by_raising = _raised_kept(conn)
     found = conn.execute(
         "SELECT operator, credential, note, acknowledged_at FROM rail_attention_acks "
-        "WHERE merchant_id = ? AND sik = ? AND attention = ?", (row.merchant_id, row.sik, row.attention)
+        "WHERE merchant_id = ? AND sik = ? AND attention = ?" + (" AND raised_seq IS ?" if by_raising else ""),
+        (row.merchant_id, row.sik, row.attention, *((row.raised_seq,) if by_raising else ())),
     ).fetchone()  # fmt: skip
     return None if found is None else Acknowledgement(str(found[0]), found[1], str(found[2]), int(found[3]))
 
 
 def acknowledge(conn: sqlite3.Connection, *, merchant_id: str, sik: str, attention: str, operator: str, note: str,
-                credential: str | None, now: int) -> RailStatus:  # fmt: skip
+                credential: str | None, now: int, raised_seq: int | None = None) -> RailStatus:  # fmt: skip
     """Record that *operator* has taken *attention* on the intent in hand (in the caller's transaction). Refused
     unless that is the attention the row has now — an acknowledgement names what the person saw, so one given for a
-    failed refund does not silence a conflicting final status raised after it — and unless nobody has already."""
+    failed refund does not silence a conflicting final status raised after it — raised by the observation they saw
+    (*raised_seq*, when the caller knows it: the page or list they acted on), and unless nobody has already.
+
+    It covers that raising only: the status and amounts it was given for, named on its audit record. A later
+    observation that changes the money at stake raises the attention afresh, and it waits for a person again; the
+    acknowledgement given then takes this one's place (this one stays on the audit chain)."""
     require_transaction(conn)
     row = current(conn, merchant_id, sik)
     if row is None or row.attention is None:
         raise OperatorRefused(sik, "nothing about it needs a person: there is no attention to acknowledge")
     if row.attention != attention:
         raise OperatorRefused(sik, f"its attention is {row.attention}, not {attention}: acknowledge what it is now")
+    if raised_seq is not None and raised_seq != row.raised_seq:
+        raise OperatorRefused(sik, f"{attention} was raised again since (now {row.status}, {row.amounts}; audit "
+                                   f"record {row.raised_seq}): look at it again and acknowledge what it is now")
     if not operator.strip():
         raise OperatorRefused(sik, "an acknowledgement names the person (--as NAME)")
     if not note.strip():
@@ -394,13 +466,17 @@ def acknowledge(conn: sqlite3.Connection, *, merchant_id: str, sik: str, attenti
     if done is not None:
         raise OperatorRefused(sik, f"{attention} was already acknowledged by {done.operator}: {done.note}")
     conn.execute(
-        "INSERT INTO rail_attention_acks (merchant_id, sik, attention, operator, credential, note, acknowledged_at) "
-        "VALUES (?, ?, ?, ?, ?, ?, ?)", (merchant_id, sik, attention, operator, credential, note.strip(), now)
+        """INSERT INTO rail_attention_acks (merchant_id, sik, attention, operator, credential, note, acknowledged_at,
+                                            raised_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+           ON CONFLICT (merchant_id, sik, attention) DO UPDATE SET operator = excluded.operator,
+             credential = excluded.credential, note = excluded.note, acknowledged_at = excluded.acknowledged_at,
+             raised_seq = excluded.raised_seq""",
+        (merchant_id, sik, attention, operator, credential, note.strip(), now, row.raised_seq),
     )  # fmt: skip
     audit.append(conn, "RAIL_ATTENTION_ACK", {
         "merchant_id": merchant_id, "sik": sik, "tool": row.tool, "rail_entity_id": row.entity_id,
-        "status": row.status, "attention": attention, "operator": operator,
-        "credential": credential or "none: name as typed", "note": note.strip(),
+        "status": row.status, "amounts": row.amounts, "raised_seq": row.raised_seq, "attention": attention,
+        "operator": operator, "credential": credential or "none: name as typed", "note": note.strip(),
     }, now)  # fmt: skip
     return row
 
@@ -419,6 +495,6 @@ def attention_counts(conn: sqlite3.Connection, *, acknowledged: bool = False) ->
         return []
     if acknowledged and not _acks_kept(conn):
         return []
-    which = _not_acked(conn) if not acknowledged else f"NOT {_NOT_ACKED}"
+    which = _not_acked(conn) if not acknowledged else f"NOT {_not_acked(conn)}"
     return [(str(a), int(n)) for a, n in conn.execute(
         f"SELECT attention, COUNT(*) FROM rail_status s WHERE attention IS NOT NULL AND {which} GROUP BY attention")]

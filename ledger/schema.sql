@@ -151,6 +151,7 @@ CREATE TABLE IF NOT EXISTS rail_status (
     updated_at    INTEGER NOT NULL,
     next_poll_at  INTEGER,                  -- when the poller fetches the entity next; NULL once final
     polls         INTEGER NOT NULL DEFAULT 0,
+    raised_seq    INTEGER,                  -- the RAIL_STATUS audit record that raised the attention (NULL: none)
     PRIMARY KEY (merchant_id, sik)
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS rail_status_due ON rail_status (final, next_poll_at);
@@ -174,9 +175,12 @@ BEGIN
 END;
 
 -- An operator's acknowledgement of an attention (issue 27; docs/webhooks.md): a person has taken it in hand, so it
--- no longer counts as waiting for one (the metric, `interlock status`, the console list). Keyed by the attention it
--- acknowledges: a new attention on the same intent (a conflicting final status after a failed refund) is raised
--- again. Audit-chained (RAIL_ATTENTION_ACK); it moves no money and changes neither the intent nor its rail_status.
+-- no longer counts as waiting for one (the metric, `interlock status`, the console list). It covers the attention as
+-- it was raised (raised_seq = rail_status.raised_seq then: the observation, status and amounts, the person saw): a
+-- new attention on the same intent (a conflicting final status after a failed refund), or the same one raised afresh
+-- by an observation that changes the money at stake (a settlement reversed further), waits for a person again. One
+-- row per attention: a later acknowledgement of it takes the earlier one's place, which stays on the audit chain
+-- (RAIL_ATTENTION_ACK). It moves no money and changes neither the intent nor its rail_status.
 CREATE TABLE IF NOT EXISTS rail_attention_acks (
     merchant_id      TEXT    NOT NULL,
     sik              TEXT    NOT NULL,
@@ -185,6 +189,7 @@ CREATE TABLE IF NOT EXISTS rail_attention_acks (
     credential       TEXT,                  -- the approver credential that authenticated it; NULL: name as typed
     note             TEXT    NOT NULL,      -- what the person is doing about it
     acknowledged_at  INTEGER NOT NULL,
+    raised_seq       INTEGER,               -- the raising it covers: the RAIL_STATUS audit record the person saw
     PRIMARY KEY (merchant_id, sik, attention)
 ) STRICT, WITHOUT ROWID;
 

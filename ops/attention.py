@@ -3,7 +3,9 @@
 An attention is raised by the lifecycle (ledger/lifecycle.py): a refund the bank failed, a settlement reversed, a
 payout failed, reversed, cancelled or rejected, a second final status that contradicts the first, another entity
 carrying the intent's stamp. Acknowledging it says a named person has it in hand and what they are doing about it:
-it stops counting as waiting for a person (the `interlock_rail_attention` metric, `interlock status`'s NEEDS A
+it covers the attention as it was raised, the status and amounts the person saw (a later observation that changes
+the money at stake, such as a settlement reversed further, raises it afresh), and it stops counting as waiting for a
+person (the `interlock_rail_attention` metric, `interlock status`'s NEEDS A
 PERSON lines, the console's list), and nothing else changes — the intent stays APPLIED, its rail_status and history
 stay as the rail said, no money moves, and the agent is still told that a person decides (`interlock_status`:
 ESCALATE_TO_OPERATOR). A new refund after a failed one, or a new payout after one the payee did not get, is a new
@@ -41,7 +43,9 @@ def acknowledged(ctx: OpsContext) -> list[tuple[lifecycle.RailStatus, lifecycle.
 
 def acknowledge(ctx: OpsContext, sik: str, *, attention: str, operator_id: str, note: str,
                 merchant_id: str | None = None, authenticated: Approver | None = None,
-                ) -> lifecycle.RailStatus:  # fmt: skip
+                raised_seq: int | None = None) -> lifecycle.RailStatus:  # fmt: skip
+    """*raised_seq*: the raising the person looked at (the console page's, `--raised` as listed); refused if the
+    attention has been raised again since."""
     if authenticated is not None and (authenticated.approver_id != operator_id
                                       or not ctx.approvers().current(authenticated)):  # fmt: skip
         raise OperatorRefused(sik, f"the credential {authenticated.credential} is not current for {operator_id!r}")
@@ -49,7 +53,7 @@ def acknowledge(ctx: OpsContext, sik: str, *, attention: str, operator_id: str, 
         with transaction(conn):
             intent = find_intent(conn, sik, merchant_id)
             row = lifecycle.acknowledge(conn, merchant_id=intent.merchant_id, sik=sik, attention=attention,
-                                        operator=operator_id, note=note, now=now_ms(),
+                                        operator=operator_id, note=note, now=now_ms(), raised_seq=raised_seq,
                                         credential=authenticated.credential if authenticated else None)  # fmt: skip
     logger.info("attention %s on %s (%s %s, %s) acknowledged by %s: %s", attention, sik, row.tool, row.entity_id,
                 row.status, operator_id, note.strip())  # fmt: skip

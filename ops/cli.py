@@ -133,7 +133,7 @@ def attention_list(show_all: bool) -> None:
     found = [r for ctx in contexts for r in attention.waiting(ctx)]
     for r in found:
         click.echo(f"{r.sik}  {r.merchant_id}  {r.tool}  {r.entity_id}  {r.status}  attention={r.attention}  "
-                   f"amounts={r.amounts}")  # fmt: skip
+                   f"amounts={r.amounts}  raised={r.raised_seq}")  # fmt: skip
     click.echo(f"{len(found)} waiting for a person")
     if show_all:
         taken = [pair for ctx in contexts for pair in attention.acknowledged(ctx)]
@@ -151,10 +151,14 @@ def attention_list(show_all: bool) -> None:
 @click.option("--as", "operator_id", required=True, help="operator identity, as typed (the audit record says it "
               "was not authenticated; the console records an authenticated one)")
 @click.option("--merchant", help="merchant id: when merchants share a ledger, and with INTERLOCK_SHARDS")
-def attention_ack(sik: str, reason: str, note: str, operator_id: str, merchant: str | None) -> None:
-    """Acknowledge one attention: a person has it in hand. Nothing else changes; no money moves."""
+@click.option("--raised", "raised_seq", type=int, help="the raising you looked at, as listed (raised=N): refused if "
+              "the attention has been raised again since (the money at stake changed)")
+def attention_ack(sik: str, reason: str, note: str, operator_id: str, merchant: str | None,
+                  raised_seq: int | None) -> None:  # fmt: skip
+    """Acknowledge one attention as it was raised: a person has it in hand. Nothing else changes; no money moves.
+    A later observation that changes the money at stake raises it afresh."""
     row = attention.acknowledge(_merchant_context(merchant), sik, attention=reason, operator_id=operator_id,
-                                note=note, merchant_id=merchant)  # fmt: skip
+                                note=note, merchant_id=merchant, raised_seq=raised_seq)  # fmt: skip
     click.echo(f"acknowledged: {reason} on {sik} ({row.tool} {row.entity_id} {row.status}) by {operator_id}")
 
 

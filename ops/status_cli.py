@@ -47,7 +47,8 @@ def collect(ledger_path: Path, redis_url: str | None, shard: str) -> dict[str, A
             "rail_status": _by_tool(lifecycle.counts(conn)),
             "needs_attention": [
                 {"merchant_id": row.merchant_id, "sik": row.sik, "tool": row.tool, "entity_id": row.entity_id,
-                 "status": row.status, "attention": row.attention, "updated_at": row.updated_at}
+                 "status": row.status, "attention": row.attention, "amounts": row.amounts,
+                 "raised_seq": row.raised_seq, "updated_at": row.updated_at}
                 for row in lifecycle.needs_attention(conn)
             ],
             "acknowledged_attention": [
@@ -206,8 +207,10 @@ def _print_shard(report: dict[str, Any], indent: str = "") -> None:
         click.echo(f"{indent}at the rail, {tool}: " + ", ".join(f"{k}={v}" for k, v in sorted(statuses.items())))
     for row in report["needs_attention"]:
         click.echo(f"{indent}NEEDS A PERSON: {row['attention']} {row['tool']} {row['entity_id']} of "
-                   f"{row['merchant_id']} {row['sik']} (rail status {row['status']}; "
-                   f"`interlock attention ack {row['sik']} --attention {row['attention']}` once you have it in hand)")
+                   f"{row['merchant_id']} {row['sik']} (rail status {row['status']}, {row.get('amounts')}; "
+                   f"`interlock attention ack {row['sik']} --attention {row['attention']}"
+                   + (f" --raised {row['raised_seq']}" if row.get("raised_seq") is not None else "")
+                   + "` once you have it in hand)")
     if report.get("acknowledged_attention"):
         click.echo(f"{indent}attention acknowledged by a person: {len(report['acknowledged_attention'])} "
                    "(`interlock attention list --all`)")

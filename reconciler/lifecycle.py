@@ -274,7 +274,9 @@ class LifecycleFollower:
         if row is None:
             return 0
         self.counts[f"{intent.tool}:{row.status}"] += 1
-        if row.attention is not None and (was is None or was.attention != row.attention):
+        # Logged (and counted) once per raising: an observation that changes the money at stake raises an
+        # attention afresh, under the same name too (a settlement reversed further), acknowledged or not.
+        if row.attention is not None and (was is None or was.raised_seq != row.raised_seq):
             self.counts[f"attention:{row.attention}"] += 1
             logger.error("ATTENTION %s: %s %s of intent %s (merchant %s) is %s%s: a person must decide", row.attention,
                          intent.tool, row.entity_id, intent.sik, intent.merchant_id, row.status,

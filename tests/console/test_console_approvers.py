@@ -157,7 +157,13 @@ def test_an_approver_acknowledges_what_the_bank_said_after_applied_and_nothing_m
         assert looked.status_code == 403
     with httpx.Client(base_url=console.url, follow_redirects=False) as http:
         _login(http, APPROVER_TOKEN)
-        form = {**_form_of(http.get(page_url).text, sik), "attention": "CONFLICTING_FINAL"}
+        page = http.get(page_url).text
+        raised = re.search(r'name="raised_seq" value="(\d+)"', page)
+        assert raised is not None, "the form names the raising the page shows"
+        form = {**_form_of(page, sik), "attention": "CONFLICTING_FINAL", "raised_seq": raised.group(1)}
+        stale = http.post(f"{page_url}/acknowledge", data={**form, "raised_seq": str(int(raised.group(1)) - 1),
+                                                            "note": "from a page drawn before"})  # fmt: skip
+        assert stale.status_code == 303 and "raised%20again%20since" in stale.headers["location"]
         blank = http.post(f"{page_url}/acknowledge", data=form)
         assert blank.status_code == 303 and "says%20what%20is%20being%20done" in blank.headers["location"]
         done = http.post(f"{page_url}/acknowledge", data={**form, "note": "asked the bank which is true, ticket 7"})

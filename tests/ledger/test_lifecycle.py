@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from interlock.errors import OperatorRefused
 from ledger import audit, lifecycle
 from ledger.db import open_ledger, transaction
 from ledger.states import State
@@ -142,3 +143,63 @@ def test_intents_are_owed_a_rail_status_in_the_order_they_were_applied_whatever_
     assert [s for _, _, s in owed] == [SIK, later, earlier]
     assert [s for _, _, s in lifecycle.untracked(ledger, after=owed[1][0])] == [earlier]
     assert [s for _, _, s in lifecycle.untracked(ledger, limit=1)] == [SIK]
+
+
+def _acknowledge(conn: sqlite3.Connection, attention: str, *, now: int, raised_seq: int | None = None) -> None:
+    with transaction(conn):
+        lifecycle.acknowledge(conn, merchant_id=M, sik=SIK, attention=attention, operator="asha", note="in hand",
+                              credential=None, now=now, **({} if raised_seq is None else {"raised_seq": raised_seq}))
+
+
+def test_an_acknowledged_small_settlement_reversal_does_not_silence_a_larger_one(ledger) -> None:
+    """An acknowledgement covers the observation it was given for: a later one that changes the money at stake (a
+    larger amount_reversed, another status) raises the attention afresh — waiting for a person, counted, and not
+    listed as acknowledged — while one that does not (the settlement settling more of the rest) leaves it covered."""
+    kw = {"tool": SETTLEMENT, "entity_id": "setlod_1", "amount_requested": 5_000_000}
+    see(ledger, "initiated", amount_settled=0, amount_reversed=0, amount_pending=5_000_000, **kw)
+    small = see(ledger, "partially_processed", now=200, amount_settled=2_000_000, amount_reversed=100_000,
+                amount_pending=2_900_000, **kw)  # fmt: skip
+    assert small is not None and small.attention == lifecycle.SETTLEMENT_REVERSED
+    _acknowledge(ledger, lifecycle.SETTLEMENT_REVERSED, now=250)
+    assert lifecycle.needs_attention(ledger) == []
+    more = see(ledger, "partially_processed", now=300, amount_settled=4_000_000, amount_reversed=100_000,
+               amount_pending=900_000, **kw)  # fmt: skip
+    assert more is not None and lifecycle.needs_attention(ledger) == [], "settled more, reversed no more: covered"
+    large = see(ledger, "reversed", now=400, amount_settled=0, amount_reversed=4_900_000, amount_pending=0, **kw)
+    assert large is not None and large.attention == lifecycle.SETTLEMENT_REVERSED
+    assert [r.amounts["amount_reversed"] for r in lifecycle.needs_attention(ledger)] == [4_900_000]
+    assert more.raised_seq == small.raised_seq and large.raised_seq is not None and small.raised_seq is not None
+    assert large.raised_seq > small.raised_seq
+    assert dict(lifecycle.attention_counts(ledger)) == {lifecycle.SETTLEMENT_REVERSED: 1}
+    assert lifecycle.attention_counts(ledger, acknowledged=True) == []
+    assert lifecycle.acknowledged(ledger) == [] and lifecycle.acknowledgement(ledger, large) is None
+    with pytest.raises(OperatorRefused, match="raised again since"):  # acting on what the person saw before
+        _acknowledge(ledger, lifecycle.SETTLEMENT_REVERSED, now=450, raised_seq=small.raised_seq)
+    _acknowledge(ledger, lifecycle.SETTLEMENT_REVERSED, now=500, raised_seq=large.raised_seq)
+    assert lifecycle.needs_attention(ledger) == []
+    [(row, ack)] = lifecycle.acknowledged(ledger)
+    assert (row.amounts["amount_reversed"], ack.at) == (4_900_000, 500)
+    records = [json.loads(r[0]) for r in ledger.execute(
+        "SELECT payload_json FROM audit_log WHERE kind = 'RAIL_ATTENTION_ACK' ORDER BY seq")]
+    assert [(r["status"], r["amounts"]["amount_reversed"], r["raised_seq"]) for r in records] == \
+        [("partially_processed", 100_000, small.raised_seq), ("reversed", 4_900_000, large.raised_seq)], \
+        "each acknowledgement names the observation it covers"  # fmt: skip
+    raised = [json.loads(r[0]) for r in ledger.execute(
+        "SELECT payload_json FROM audit_log WHERE seq IN (?, ?) ORDER BY seq", (small.raised_seq, large.raised_seq))]
+    assert [(r["status"], r.get("raised")) for r in raised] == [("partially_processed", True), ("reversed", True)]
+    assert audit.verify_chain(ledger) is None
+
+
+def test_a_conflicting_final_status_seen_again_keeps_its_acknowledgement_and_another_raises_it_afresh(
+        tmp_path: Path) -> None:  # fmt: skip
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    put_intent(conn, SIK, "APPLIED", amount=48_000, tool="create_payout", subject="fa_L0000000001")
+    kw = {"tool": "create_payout", "entity_id": "pout_L1"}
+    see(conn, "processed", ref="evt_p", **kw)
+    see(conn, "failed", ref="evt_f", now=200, **kw)
+    _acknowledge(conn, lifecycle.CONFLICTING_FINAL, now=250)
+    see(conn, "failed", ref="evt_f2", now=300, **kw)  # the same contradiction, replayed under another event id
+    assert lifecycle.needs_attention(conn) == []
+    see(conn, "cancelled", ref="evt_c", now=400, **kw)  # a contradiction not seen before
+    assert [(r.status, r.attention) for r in lifecycle.needs_attention(conn)] == \
+        [("processed", lifecycle.CONFLICTING_FINAL)]  # fmt: skip

@@ -207,3 +207,45 @@ def test_a_reversed_payout_waits_for_a_person_until_acknowledged_and_the_agent_i
     assert 'interlock_rail_attention_acknowledged{reason="PAYOUT_REVERSED",shard="s1"} 1.0' in exposition
     assert _lookup(ledger, M, "P" * 32, None)["caller_action"] == "ESCALATE_TO_OPERATOR", \
         "what follows a reversed payout is the merchant's decision, not the agent's"  # fmt: skip
+
+
+def test_an_acknowledged_partial_reversal_waits_for_a_person_again_when_more_is_reversed(ledger, monkeypatch) -> None:
+    """An acknowledgement covers the observation it was given for, in every place that counts what waits for a
+    person: `interlock status`, `interlock attention list`, the metrics. A larger reversal after it waits again, and
+    an acknowledgement made from the earlier listing (`--raised` as listed then) is refused."""
+    conn = open_ledger(ledger)
+    try:
+        follow(conn, "E" * 32, "create_instant_settlement", "setlod_E", "partially_processed", amount_settled=4000,
+               amount_reversed=1000)  # fmt: skip
+    finally:
+        conn.close()
+    code, listed = ack(ledger, monkeypatch, "list")
+    [line] = [x for x in listed.splitlines() if x.startswith("E" * 32)]
+    raised = line.rsplit("raised=", 1)[1]
+    code, out = ack(ledger, monkeypatch, "ack", "E" * 32, "--attention", "SETTLEMENT_REVERSED", "--raised", raised,
+                    "--as", "asha", "--note", "Rs 10 came back; re-settled by hand")  # fmt: skip
+    assert code == 0, out
+    assert "E" * 32 not in json.dumps(json.loads(status(ledger, monkeypatch, "--json"))["needs_attention"])
+    conn = open_ledger(ledger)
+    try:
+        with transaction(conn):  # the bank reverses the rest
+            lifecycle.observe(conn, merchant_id=M, sik="E" * 32, tool="create_instant_settlement",
+                              entity_id="setlod_E", status="reversed",
+                              entity={"id": "setlod_E", "status": "reversed", "amount_settled": 0,
+                                      "amount_reversed": 5000}, source=lifecycle.POLL, ref=None, now=50,
+                              next_poll_at=None, actor="test")  # fmt: skip
+    finally:
+        conn.close()
+    report = json.loads(status(ledger, monkeypatch, "--json"))
+    [again] = [r for r in report["needs_attention"] if r["sik"] == "E" * 32]
+    assert (again["status"], again["amounts"]["amount_reversed"]) == ("reversed", 5000)
+    assert "E" * 32 not in [r["sik"] for r in report["acknowledged_attention"]]
+    assert "NEEDS A PERSON: SETTLEMENT_REVERSED create_instant_settlement setlod_E" in status(ledger, monkeypatch)
+    exposition = generate_latest(build_registry([ShardSource("s1", ledger, None)])).decode()
+    assert 'interlock_rail_attention{reason="SETTLEMENT_REVERSED",shard="s1"} 2.0' in exposition  # D's and E's
+    assert 'interlock_rail_attention_acknowledged{reason="SETTLEMENT_REVERSED",shard="s1"} 0.0' in exposition
+    code, out = ack(ledger, monkeypatch, "ack", "E" * 32, "--attention", "SETTLEMENT_REVERSED", "--raised", raised,
+                    "--as", "asha", "--note", "as before")  # fmt: skip
+    assert code != 0 and "raised again since" in out, out
+    code, out = ack(ledger, monkeypatch, "list", "--all")
+    assert code == 0 and "3 waiting for a person" in out and "0 acknowledged" in out, out  # C, D and E

@@ -251,3 +251,45 @@ def test_razorpay_s_refund_events_with_their_payment_move_the_refund_and_speed_c
     assert row is not None and (row.status, row.final, row.entity_id) == ("processed", True, RID)
     assert webhook_inbox.counts(inbox)["unprocessed"] == 0, "every event, the payment's included, was read"
     assert rail.fetches == []
+
+
+def test_a_larger_reversal_of_an_acknowledged_settlement_is_logged_and_counted_again(ledger, clock, caplog) -> None:
+    """An acknowledgement covers the observation it was given for: the follower raises a reversal that grows after
+    it afresh — an ATTENTION line and a count, as for the first — and not a settlement settling more of the rest."""
+    sik, sid = "S" * 32, "setlod_S1"
+
+    def settlement(status: str, settled: int, reversed_: int, pending: int) -> dict[str, Any]:
+        return {"id": sid, "entity": "settlement.ondemand", "amount_requested": 5_000_000, "amount_settled": settled,
+                "amount_pending": pending, "amount_reversed": reversed_, "fees": 1000, "tax": 180, "currency": "INR",
+                "status": status, "notes": {"interlock_sik": sik}}  # fmt: skip
+
+    put_intent(ledger, sik, "IN_FLIGHT", amount=5_000_000, tool="create_instant_settlement", subject="balance",
+               now=clock.ms)  # fmt: skip
+    with transaction(ledger):
+        intents.finish_attempt(ledger, M, sik, 1, now=clock.ms, outcome="APPLIED", rail_entity_id=sid,
+                               http_status=200, response=settlement("initiated", 0, 0, 5_000_000))  # fmt: skip
+        intents.transition(ledger, M, sik, Event.RAIL_APPLIED, now=clock.ms, set_fields={"rail_entity_id": sid})
+    rail = Rail()
+    f = follower(ledger, rail, clock)
+    f.step()
+
+    def fetched_as(entity: dict[str, Any]) -> None:
+        rail.entities[sid] = entity
+        clock.ms += 3_600_000
+        f.step()
+
+    with caplog.at_level("ERROR"):
+        fetched_as(settlement("partially_processed", 2_000_000, 100_000, 2_900_000))
+        assert f.counts["attention:SETTLEMENT_REVERSED"] == 1
+        with transaction(ledger):
+            lifecycle.acknowledge(ledger, merchant_id=M, sik=sik, attention=lifecycle.SETTLEMENT_REVERSED,
+                                  operator="asha", note="Rs 1,000 came back; re-settled by hand", credential=None,
+                                  now=clock.ms)  # fmt: skip
+        fetched_as(settlement("partially_processed", 2_500_000, 100_000, 2_400_000))
+        assert f.counts["attention:SETTLEMENT_REVERSED"] == 1 and lifecycle.needs_attention(ledger) == []
+        fetched_as(settlement("reversed", 0, 4_900_000, 0))
+    assert f.counts["attention:SETTLEMENT_REVERSED"] == 2
+    assert [r.getMessage().split(":")[0] for r in caplog.records if "ATTENTION" in r.getMessage()] == \
+        ["ATTENTION SETTLEMENT_REVERSED", "ATTENTION SETTLEMENT_REVERSED"]  # fmt: skip
+    [waiting] = lifecycle.needs_attention(ledger)
+    assert (waiting.status, waiting.amounts["amount_reversed"]) == ("reversed", 4_900_000)
