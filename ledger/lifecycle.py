@@ -23,9 +23,10 @@ after a reversed one, is a new business action.
 
 An attention is raised by one observation (`raised_seq`: the seq of its RAIL_STATUS audit record), and a person's
 acknowledgement covers that raising, the status and amounts they saw. A later observation that changes the money at
-stake — another attention, another status, another amount reversed, another conflicting final status — raises the
-attention afresh, and it waits for a person again; one that does not (a settlement settling more of what it had not
-reversed, the same contradiction seen again) keeps the raising, and the acknowledgement with it.
+stake — another attention, another status that calls for a person itself, another amount reversed, another
+conflicting final status — raises the attention afresh, and it waits for a person again; one that does not (a
+settlement settling more of what it had not reversed, the same contradiction seen again, the entity moving on under
+an attention its status did not raise) keeps the raising, and the acknowledgement with it.
 """
 
 from __future__ import annotations

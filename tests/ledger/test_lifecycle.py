@@ -203,3 +203,12 @@ def test_a_conflicting_final_status_seen_again_keeps_its_acknowledgement_and_ano
     see(conn, "cancelled", ref="evt_c", now=400, **kw)  # a contradiction not seen before
     assert [(r.status, r.attention) for r in lifecycle.needs_attention(conn)] == \
         [("processed", lifecycle.CONFLICTING_FINAL)]  # fmt: skip
+
+
+def test_an_acknowledged_second_entity_stays_acknowledged_while_the_intents_own_entity_moves_on(ledger) -> None:
+    see(ledger, "pending", entity_id="rfnd_L1")
+    see(ledger, "processed", entity_id="rfnd_OTHER", ref="evt_x", now=200)
+    _acknowledge(ledger, lifecycle.SECOND_ENTITY, now=250)
+    row = see(ledger, "processed", entity_id="rfnd_L1", ref="evt_p", now=300)
+    assert row is not None and (row.status, row.attention) == ("processed", lifecycle.SECOND_ENTITY)
+    assert lifecycle.needs_attention(ledger) == [], "its own refund processed puts no other money at stake"
