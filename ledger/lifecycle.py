@@ -68,6 +68,10 @@ _FINAL: dict[str, frozenset[str]] = {
 _AFTER_FINAL: dict[str, dict[str, frozenset[str]]] = {
     PAYOUT_TOOL: {"processed": frozenset({"reversed"})},
 }
+# How long after a final status that a later one may still follow (a processed payout's reversal) the poller goes on
+# fetching it: webhooks first, polls as the safety net — a payout.reversed lost for good (the receiver unreachable
+# for Razorpay's 24 hours of retries) would otherwise leave money back on the account that no person was told of.
+WATCHED_FOR_MS = 7 * 86_400_000
 # The amounts kept with each status (integers in minor units, as the rail stated them).
 _AMOUNTS: dict[str, tuple[str, ...]] = {
     REFUND_TOOL: ("amount",),
@@ -136,6 +140,11 @@ def follows(tool: str) -> bool:
 
 def is_final(tool: str, status: str) -> bool:
     return status in _FINAL.get(tool, frozenset())
+
+
+def watched(tool: str, status: str) -> bool:
+    """Final, and still fetched for a while: the rail may yet take its own next step (`_AFTER_FINAL`)."""
+    return status in _AFTER_FINAL.get(tool, {})
 
 
 def amounts_of(tool: str, entity: dict[str, Any]) -> dict[str, int]:
@@ -266,7 +275,7 @@ def observe(conn: sqlite3.Connection, *, merchant_id: str, sik: str, tool: str, 
               updated_at = excluded.updated_at, next_poll_at = excluded.next_poll_at,
               raised_seq = excluded.raised_seq""",
         (merchant_id, sik, tool, entity_id, status, int(final), attention, _dump(amounts), source, now,
-         None if final else next_poll_at, raised_seq),
+         None if final and not watched(tool, status) else next_poll_at, raised_seq),
     )  # fmt: skip
     if was is None:
         drop_owed(conn, merchant_id, sik)  # followed from now on
@@ -350,19 +359,22 @@ def history(conn: sqlite3.Connection, merchant_id: str, sik: str) -> list[dict[s
 
 
 def schedule(conn: sqlite3.Connection, merchant_id: str, sik: str, *, next_poll_at: int | None, polled: bool) -> None:
-    """When the poller fetches the entity next (a final one is not fetched again)."""
+    """When the poller fetches the entity next. A final one is not fetched again, but one the rail may still take
+    a step from (a processed payout) is, until WATCHED_FOR_MS after it became final."""
     require_transaction(conn)
-    conn.execute(
-        """UPDATE rail_status SET next_poll_at = CASE WHEN final = 1 THEN NULL ELSE ? END, polls = polls + ?
-           WHERE merchant_id = ? AND sik = ?""",
-        (next_poll_at, int(polled), merchant_id, sik),
-    )  # fmt: skip
+    row = conn.execute("SELECT tool, status, final, updated_at FROM rail_status WHERE merchant_id = ? AND sik = ?",
+                       (merchant_id, sik)).fetchone()  # fmt: skip
+    if row is not None and row["final"] and (not watched(row["tool"], row["status"]) or next_poll_at is None
+                                             or next_poll_at > row["updated_at"] + WATCHED_FOR_MS):  # fmt: skip
+        next_poll_at = None
+    conn.execute("UPDATE rail_status SET next_poll_at = ?, polls = polls + ? WHERE merchant_id = ? AND sik = ?",
+                 (next_poll_at, int(polled), merchant_id, sik))  # fmt: skip
 
 
 def due(conn: sqlite3.Connection, now: int, *, limit: int = 100) -> list[RailStatus]:
-    """Entities not final whose next fetch is due, the longest-waiting first."""
+    """Entities whose next fetch is due (not final, or final and still watched), the longest-waiting first."""
     rows = conn.execute(
-        f"""SELECT {_columns(conn)} FROM rail_status WHERE final = 0 AND next_poll_at <= ?
+        f"""SELECT {_columns(conn)} FROM rail_status WHERE next_poll_at <= ?
             ORDER BY next_poll_at LIMIT ?""",
         (now, limit),
     ).fetchall()  # fmt: skip

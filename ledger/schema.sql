@@ -155,6 +155,8 @@ CREATE TABLE IF NOT EXISTS rail_status (
     PRIMARY KEY (merchant_id, sik)
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS rail_status_due ON rail_status (final, next_poll_at);
+-- The poller's list: every row with a fetch to come (not final, or final and still watched: a processed payout).
+CREATE INDEX IF NOT EXISTS rail_status_next_poll ON rail_status (next_poll_at) WHERE next_poll_at IS NOT NULL;
 CREATE INDEX IF NOT EXISTS rail_status_attention ON rail_status (attention) WHERE attention IS NOT NULL;
 
 -- APPLIED intents owed a rail_status row: what the lifecycle follower is to start following (reconciler/lifecycle.py).

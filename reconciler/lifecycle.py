@@ -45,6 +45,7 @@ logger = logging.getLogger(__name__)
 
 WITH_WEBHOOKS_FIRST_POLL_MS = 60_000
 MAX_POLL_MS = 3_600_000
+WATCHED_MAX_POLL_MS = 6 * MAX_POLL_MS  # a processed payout watched for its reversal: about 30 fetches in 7 days
 REPLAY_WINDOW_MS = 7 * 86_400_000  # Razorpay replays events up to 7 days back: the backfill looks as far
 UNTRACKED_RETRY_MS = 5_000
 POLLS_PER_STEP = 50
@@ -222,7 +223,8 @@ class LifecycleFollower:
         with transaction(self.ledger):
             now = self.clock()
             changed = self._take(intent, fetched.id, fetched.status, fetched.raw, lifecycle.POLL, None, now)
-            lifecycle.schedule(self.ledger, merchant_id, sik, next_poll_at=now + self._backoff(polls + 1),
+            final = lifecycle.is_final(tool, fetched.status)
+            lifecycle.schedule(self.ledger, merchant_id, sik, next_poll_at=now + self._backoff(polls + 1, final=final),
                                polled=True)  # fmt: skip
         self._retry.pop((merchant_id, sik), None)
         return changed
@@ -237,9 +239,11 @@ class LifecycleFollower:
             lifecycle.schedule(self.ledger, merchant_id, sik, next_poll_at=self.clock() + self._backoff(polls + 1),
                                polled=failed)  # fmt: skip
 
-    def _backoff(self, polls: int) -> int:
+    def _backoff(self, polls: int, *, final: bool = False) -> int:
+        """The wait before the next fetch: doubling to an hour, or to WATCHED_MAX_POLL_MS for a final entity the
+        rail may still take a step from (a processed payout, watched for its reversal, ledger/lifecycle.py)."""
         first = WITH_WEBHOOKS_FIRST_POLL_MS if self.webhooks else self.first_poll_ms
-        return min(first * 2 ** max(polls - 1, 0), MAX_POLL_MS)
+        return min(first * 2 ** max(polls - 1, 0), WATCHED_MAX_POLL_MS if final else MAX_POLL_MS)
 
     # -- the silence of the webhook stream ---------------------------------------------------------
 

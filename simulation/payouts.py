@@ -46,6 +46,7 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
     plan = world.faults.rail
     plan.payout_failed, plan.payout_reversed = rng.choice((0.0, 0.1, 0.3)), rng.choice((0.0, 0.1))
     plan.payout_approval, plan.payout_rejected = rng.random() < 0.25, rng.choice((0.0, 0.2))
+    plan.payout_reversed_after_processed = rng.choice((0.0, 0.1))  # the poller's watch finds it, or a webhook
     used = {a.amount for a in world.actions}
     for index, shard in enumerate(world.shards.values()):
         names = ids(shard.name)

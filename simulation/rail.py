@@ -109,7 +109,7 @@ class FaultPlan:
     # is refused "greater than amount captured" rather than for its reused receipt. Razorpay documents neither order.
     refund_amount_checked_first: bool = False
     # How often the bank fails or reverses a payout that started, and reverses one it had processed (the money comes
-    # back; a person must be told). The last stays 0 until webhooks are simulated: the poller stops at processed.
+    # back; a person must be told: by its webhook, or the poller that watches a processed payout for a week).
     payout_failed: float = 0.0
     payout_reversed: float = 0.0
     payout_reversed_after_processed: float = 0.0

@@ -92,8 +92,11 @@ def test_payout_webhooks_in_any_order(ledger, arrivals, kept, attention, judged)
 
 
 def test_a_processed_payout_reversed_by_the_bank_is_taken_raised_and_not_fetched_again(ledger) -> None:
+    """Processed is final, but the bank may still reverse it: the poller keeps fetching it (webhooks first, polls
+    as the safety net, WATCHED_FOR_MS); once reversed, nothing follows and it is not fetched again."""
     done = see(ledger, "processed", ref="evt_p", now=100)
-    assert done is not None and (done.final, done.next_poll_at, done.attention) == (True, None, None)
+    assert done is not None and (done.final, done.next_poll_at, done.attention) == (True, 110, None)
+    assert [r.sik for r in lifecycle.due(ledger, 110)] == [SIK]
     back = see(ledger, "reversed", ref="evt_r", now=200)
     assert back is not None and (back.status, back.final, back.attention) == ("reversed", True,
                                                                               lifecycle.PAYOUT_REVERSED)  # fmt: skip
@@ -129,3 +132,16 @@ def test_a_payout_attention_is_acknowledged_by_name_and_a_later_one_waits_again(
     see(ledger, "processed", ref="evt_late", now=200)  # the bank's word contradicts itself after the acknowledgement
     [waiting] = lifecycle.needs_attention(ledger)
     assert (waiting.status, waiting.attention) == ("failed", lifecycle.CONFLICTING_FINAL)
+
+
+def test_a_processed_payout_is_watched_for_its_reversal_only_for_a_while(ledger) -> None:
+    """A processed payout is fetched again until WATCHED_FOR_MS after it was processed; a fetch planned past that is
+    not planned at all."""
+    see(ledger, "processed", ref="evt_p", now=100)
+    with transaction(ledger):
+        lifecycle.schedule(ledger, M, SIK, next_poll_at=100 + lifecycle.WATCHED_FOR_MS, polled=True)
+    assert lifecycle.current(ledger, M, SIK).next_poll_at == 100 + lifecycle.WATCHED_FOR_MS  # type: ignore[union-attr]
+    with transaction(ledger):
+        lifecycle.schedule(ledger, M, SIK, next_poll_at=101 + lifecycle.WATCHED_FOR_MS, polled=True)
+    assert lifecycle.current(ledger, M, SIK).next_poll_at is None  # type: ignore[union-attr]
+    assert lifecycle.due(ledger, 10**15) == []

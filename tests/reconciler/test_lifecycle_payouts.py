@@ -142,6 +142,32 @@ def test_a_processed_payout_reversed_later_is_taken_and_raised(ledger, inbox, cl
     assert intents.require_intent(ledger, M, SIK).state.value == "APPLIED"
 
 
+def test_a_processed_payout_whose_reversal_webhook_never_comes_is_found_reversed_by_the_poller(
+        ledger, inbox, clock) -> None:  # fmt: skip
+    """Webhooks first, polls as the safety net: a processed payout is final, but its bank may still reverse it, and
+    a payout.reversed lost for good (the receiver unreachable for Razorpay's 24 hours of retries) must not leave the
+    money back on the account with no person told. The poller goes on fetching a processed payout, backing off to
+    six hours, for a week (WATCHED_FOR_MS); before, it stopped at processed."""
+    rail = Rail()
+    rail.entities[POUT] = payout("processed")
+    applied(ledger, payout("processing"), now=clock.ms)
+    f = follower(ledger, rail, clock, webhooks=True)
+    reader = reader_telling(f, ledger, inbox, clock)
+    deliver(inbox, "evt_p", "payout.processed", payout("processed"))
+    reader.read()
+    assert followed(ledger) == ("processed", True, None)
+    for _ in range(3):  # fetched again and again while it stays processed, further and further apart
+        clock.ms = lifecycle.current(ledger, M, SIK).next_poll_at  # type: ignore[assignment,union-attr]
+        f.step()
+    assert rail.fetches == [POUT] * 3 and followed(ledger) == ("processed", True, None)
+    rail.entities[POUT] = payout("reversed")  # two days on, the beneficiary bank sends it back; no webhook comes
+    clock.ms += 2 * 86_400_000
+    f.step()
+    assert followed(ledger) == ("reversed", True, lifecycle.PAYOUT_REVERSED)
+    assert lifecycle.current(ledger, M, SIK).next_poll_at is None  # type: ignore[union-attr]  # nothing after it
+    assert f.counts["attention:PAYOUT_REVERSED"] == 1
+
+
 def test_a_payout_reversed_webhook_whose_observation_met_a_busy_ledger_is_taken_by_the_next_step(
         ledger, ledger_path, inbox, clock) -> None:  # fmt: skip
     """A webhook sighting is taken by the lifecycle at least once: the sighting commits in one transaction and its
