@@ -20,6 +20,7 @@ from pathlib import Path
 from interlock.clock import use_clock
 from simulation import checker
 from simulation.checker import ShardEvidence, Violation
+from simulation.machine_loss import install_loss, plan_loss
 from simulation.operator import start_operator
 from simulation.scheduler import Scheduler
 from simulation.workload import install, plan_workload
@@ -121,7 +122,11 @@ AMBIGUOUS_RETRIES = "ambiguous_retries"
 # seed instead of a third of them.
 HOLDS, REPLACE = "holds", "replace"
 PAYOUTS = "payouts"  # RazorpayX payouts (simulation.payouts) in every seed, not six in ten
-FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS)
+# A shard's machine lost and the shard restored from its replica (simulation.machine_loss), in every seed instead
+# of some; it displaces the merchant's move.
+MACHINE_LOSS = "machine_loss"
+FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS,
+               MACHINE_LOSS)  # fmt: skip
 
 
 def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
@@ -147,8 +152,13 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
                   reconcilers=2 if TWO_RECONCILERS in focus else reconcilers)  # fmt: skip
     sched.before_resume = world.strike
     # Holds, tasks, a replaced mandate, rail accounts, a merchant moved (simulation.workload).
+    # A machine lost (simulation.machine_loss): never with the merchant's move, which a focus on the loss displaces.
+    if MACHINE_LOSS in focus:
+        disabled = disabled | {MOVE}
+    loss = plan_loss(seed, disabled, focus, move=plan_workload(seed, disabled, focus & {MOVE}).move)
     extras = plan_workload(seed, disabled, focus & {MOVE, HOLDS, REPLACE, PAYOUTS})
     install(world, extras)
+    install_loss(world, loss, extras)
     try:
         with use_clock(sched.clock):
             world.start()

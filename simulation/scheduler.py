@@ -235,6 +235,8 @@ class Scheduler:
             self.at(self.clock.mono_ms + proc.restart_after_ms, lambda: self._restart(proc, restart))
 
     def _restart(self, proc: Process, restart: Callable[[], None]) -> None:
+        if proc.restart is None:  # withdrawn since it died (its machine is gone, simulation.machine_loss)
+            return
         proc.dead = False
         proc.paused_until = None
         proc.incarnation += 1
