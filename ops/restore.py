@@ -22,9 +22,11 @@ protocol, run once on the restored file before any rail worker may take its leas
    * a known SIK held, refused or confirmed absent in the replica, on our terms: APPLIED (the tail released or
      reopened and sent it); on other terms: QUARANTINED for a person;
    * anything else (APPLIED already, UNKNOWN for the reconciler): left as it is.
-   Whose it is, the entity's notes say (interlock_merchant, interlock_agent); one sent before owners were stamped
-   belongs to the only mandate granting its tool. A stamped entity that cannot be attributed to exactly one
-   (merchant, agent) of this shard stops the restore.
+   Whose it is, the entity's notes say (interlock_merchant, interlock_agent), whatever that agent's mandate grants
+   now: a mandate replaced since the tail sent the call may no longer grant its tool, and the money still moved
+   (finding F-loss-1). One sent before owners were stamped belongs to the only mandate granting its tool. A stamped
+   entity that cannot be attributed to exactly one (merchant, agent) of this shard stops the restore. Every payout
+   account a mandate of the shard names is read, whether or not that mandate grants payouts now.
 5. RESTORE_FINISHED is audited with what was recovered.
 
 Serving with UNKNOWN intents is as safe as after any crash: a repeat lands on its intent, G2 and G3 count it.
@@ -180,9 +182,13 @@ class _Owner:
     mandate: Mandate
 
 
+ANYONE = "*"  # in _owners: every mandate of the shard, whatever it grants
+
+
 def _owners(mandates: Sequence[Mandate]) -> dict[str, list[_Owner]]:
-    """Who a recovered entity of each tool may belong to: the mandates granting the tool."""
-    owners: dict[str, list[_Owner]] = {}
+    """Who a recovered entity of each tool may belong to: an entity naming its owner, any mandate of the shard
+    (ANYONE); one that names none, the mandates granting the tool."""
+    owners: dict[str, list[_Owner]] = {ANYONE: [_Owner(m.merchant_id, m.agent_id, m) for m in mandates]}
     for mandate in mandates:
         for tool in (REFUND_TOOL, SETTLEMENT_TOOL, PAYOUT_TOOL):
             if mandate.grant(tool) is not None:
@@ -195,8 +201,8 @@ def _stamped_since(rail: RailLists, mandates: Sequence[Mandate], since_s: int) -
     yield from ((REFUND_TOOL, e) for e in _newest(lambda skip: rail.list_refunds(count=PAGE, skip=skip), since_s))
     yield from ((SETTLEMENT_TOOL, e) for e in _newest(
         lambda skip: rail.list_instant_settlements(count=PAGE, skip=skip), since_s))  # fmt: skip
-    accounts = sorted({m.rail.account_number for m in mandates
-                       if m.grant(PAYOUT_TOOL) is not None and m.rail.account_number})  # fmt: skip
+    # Every account a mandate names, granting payouts or not: one replaced since the tail paid from it still names it.
+    accounts = sorted({m.rail.account_number for m in mandates if m.rail.account_number})
     for account in accounts:
         yield from ((PAYOUT_TOOL, e) for e in _newest(
             lambda skip, a=account: rail.list_payouts(a, count=PAGE, skip=skip), since_s))  # type: ignore[misc]
@@ -225,7 +231,7 @@ def _judge(conn: sqlite3.Connection, tool: str, entity: Mapping[str, Any], owner
     known = conn.execute("SELECT merchant_id FROM intents WHERE sik = ?", (sik,)).fetchall()
     entity_id = str(entity.get("id"))
     if not known:
-        _recover(conn, tool, sik, entity, owners.get(tool, []), report, now, actor)
+        _recover(conn, tool, sik, entity, owners, report, now, actor)
         return
     for (merchant_id,) in known:
         intent = intents.require_intent(conn, merchant_id, sik)
@@ -246,21 +252,23 @@ def _judge(conn: sqlite3.Connection, tool: str, entity: Mapping[str, Any], owner
                 report.quarantined.append({**found, **mismatch})
 
 
-def _owner_of(tool: str, sik: str, entity: Mapping[str, Any], owners: list[_Owner]) -> _Owner:
+def _owner_of(tool: str, sik: str, entity: Mapping[str, Any], everyone: Mapping[str, list[_Owner]]) -> _Owner:
     """Whose call made an entity the restored ledger lost: the (merchant, agent) its notes name, among this shard's
-    mandates granting the tool; for an entity sent before owners were stamped, the only such mandate. Anything else
-    is refused: recording another merchant's money as this one's would answer the wrong agent."""
+    mandates (granting the tool now or not: the money moved under the mandate the tail had); for an entity sent before
+    owners were stamped, the only mandate granting the tool. Anything else is refused: recording another merchant's
+    money as this one's would answer the wrong agent."""
     entity_id = str(entity.get("id"))
     named = stamped_owner(dict(entity))
+    owners = everyone.get(tool, [])
     if named is not None:
-        mine = [o for o in owners if (o.merchant_id, o.agent_id) == named]
+        mine = [o for o in everyone.get(ANYONE, []) if (o.merchant_id, o.agent_id) == named]
         if len(mine) == 1:
             return mine[0]
         raise RestoreRefused(
             f"the rail's {tool} {entity_id} carries Interlock's stamp {sik}, which the restored ledger does not know, "
-            f"and names merchant {named[0]} and agent {named[1]}, whom no mandate of this shard granting {tool} "
-            "serves: configure that mandate (INTERLOCK_MANDATE) and run `interlock shards restore --resume`; the rail "
-            "worker stays refused until then")  # fmt: skip
+            f"and names merchant {named[0]} and agent {named[1]}, whom no mandate of this shard serves: configure "
+            "that mandate (INTERLOCK_MANDATE) and run `interlock shards restore --resume`; the rail worker stays "
+            "refused until then")  # fmt: skip
     if len(owners) == 1:
         return owners[0]
     raise RestoreRefused(
@@ -271,8 +279,9 @@ def _owner_of(tool: str, sik: str, entity: Mapping[str, Any], owners: list[_Owne
         "as that agent's")  # fmt: skip
 
 
-def _recover(conn: sqlite3.Connection, tool: str, sik: str, entity: Mapping[str, Any], owners: list[_Owner],
-             report: Report, now: Callable[[], int], actor: str) -> None:  # fmt: skip
+def _recover(conn: sqlite3.Connection, tool: str, sik: str, entity: Mapping[str, Any],
+             owners: Mapping[str, list[_Owner]], report: Report, now: Callable[[], int],
+             actor: str) -> None:  # fmt: skip
     """Record a stamped entity the ledger never knew as its intent, APPLIED on the entity's terms."""
     entity_id = str(entity.get("id"))
     owner = _owner_of(tool, sik, entity, owners)

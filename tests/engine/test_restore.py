@@ -315,6 +315,57 @@ def test_a_shard_of_several_merchants_records_a_lost_entity_under_the_merchant_a
     conn.close()
 
 
+class _Account(_Lists):
+    """A scripted rail whose RazorpayX account *account_number* holds *payouts*; every account it is asked for is
+    noted."""
+
+    def __init__(self, refunds: list[dict], account_number: str, payouts: list[dict]) -> None:
+        from rails.models import Payout
+
+        super().__init__(refunds)
+        self.account_number, self.asked = account_number, []
+        self.payouts = [Payout.from_raw(p) for p in payouts]
+
+    def list_payouts(self, account_number: str, *, reference_id=None, status=None, count: int = 100,  # noqa: ANN001
+                     skip: int = 0):  # noqa: ANN201
+        from rails.models import Page
+
+        self.asked.append(account_number)
+        mine = self.payouts if account_number == self.account_number else []
+        return Page(items=mine[skip:skip + count], requested_count=count, skip=skip)
+
+
+def test_a_call_the_lost_tail_made_is_recovered_though_the_agents_mandate_no_longer_grants_its_tool(
+    tmp_path: Path,
+) -> None:
+    """Finding F-loss-1 (docs/simulation.md; the machine-loss simulation, seed 113 of focus machine_loss): the lost
+    tail paid payouts and a settlement for an agent whose mandate was then replaced by one granting neither. The
+    restore read the payout accounts only of mandates granting payouts, and attributed an entity only to a mandate
+    granting its tool: the payouts were never read (the restored ledger did not know them, G3 counted three calls
+    fewer, the withdrawal of queued payouts never saw them), and a settlement would have stopped the restore for a
+    person. Whose an entity is, its notes say; the money moved under the mandate the tail had."""
+    account = make_mandate().rail.account_number
+    replaced = make_mandate({"mandate_id": "mnd_replaced"},
+                            drop=("scope.grants.create_payout", "scope.grants.create_instant_settlement",
+                                  "idempotency.create_payout", "idempotency.create_instant_settlement"))  # fmt: skip
+    assert replaced.rail.account_number == account and replaced.grant("create_payout") is None
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
+    owner = {"interlock_merchant": MERCHANT, "interlock_agent": AGENT}
+    payout = {"id": "pout_LOST", "entity": "payout", "fund_account_id": "fa_DEMOVENDOR0001", "amount": 7_000,
+              "currency": "INR", "status": "processed", "reference_id": "ilk_" + "P" * 32,
+              "notes": {"interlock_sik": "P" * 32, **owner}, "created_at": 2}  # fmt: skip
+    rail = _Account([_refund("rfnd_LOST", "R" * 32, "pay_RESTORER0001", 1_000, (MERCHANT, AGENT))], account, [payout])
+    report = restore.run(conn, rail, [replaced], now=lambda: 2_000, actor="test", **NO_WAIT)
+    assert set(rail.asked) == {account}
+    assert sorted((r["tool"], r["rail_entity_id"]) for r in report.recovered) == [
+        ("create_payout", "pout_LOST"), ("create_refund", "rfnd_LOST")]  # fmt: skip
+    recovered = intents.require_intent(conn, MERCHANT, "P" * 32)
+    assert (recovered.state, recovered.agent_id, recovered.mandate_id) == (State.APPLIED, AGENT, "mnd_replaced")
+    assert marks.pending(conn) is None
+    conn.close()
+
+
 def test_shards_restore_restores_the_replica_marks_it_and_reads_the_rail(tmp_path: Path, rail_sandbox: SandboxProcess,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """The command an operator runs at 3 a.m.: Litestream's restore, the mark before the file takes its name, the
