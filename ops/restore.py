@@ -10,8 +10,9 @@ protocol, run once on the restored file before any rail worker may take its leas
 3. Every intent the replica shows in motion (AUTHORIZED, IN_FLIGHT, RECONCILING) becomes UNKNOWN: the reconciler
    reads its stamp, as after any crash. Nothing restored is ever executed from AUTHORIZED.
 4. The rail's lists — refunds, instant settlements, each payout account's payouts — are paged newest first until
-   they are older than the last commit less a margin, once at once and once more, finally, no earlier than the
-   restore's start plus the rail's call deadline plus the reconciler's minimum delay. The restore runs only once
+   they are older than the last commit less a margin, once at once and once more no earlier than the restore's
+   start plus the rail's call deadline plus the reconciler's minimum delay; refunds, which the rail may list up to
+   one more delay late (ADR 0026), once more, finally, a delay after that. The restore runs only once
    the old machine is fenced (powered off, or cut off from the rail), so no call of the lost tail left after the
    restore started; one that left just before may be applied up to its deadline later and listed up to the delay
    after that (ADR 0010's bound), and the final read sees it. The replica's lease says nothing here: the lost
@@ -65,6 +66,7 @@ PAGE = 100
 IN_MOTION = (State.AUTHORIZED, State.IN_FLIGHT, State.RECONCILING)
 # A known intent the lost tail may have moved on to a send: settled by the rail's entity.
 MOVED_ON = frozenset({State.HELD, State.CONFIRMED_NOT_APPLIED, State.FAILED_TERMINAL})
+ALL_TOOLS = (REFUND_TOOL, SETTLEMENT_TOOL, PAYOUT_TOOL)
 
 
 class RestoreRefused(InterlockError):
@@ -87,7 +89,7 @@ class Report:
     window_from_ms: int
     made_unknown: int = 0
     entities_read: int = 0
-    final_read_after_ms: int = 0  # from the restore's start to the start of its final read of the rail
+    final_read_after_ms: int = 0  # from the restore's start to the start of its last read of the rail (refunds')
     recovered: list[dict[str, Any]] = field(default_factory=list)
     settled: list[dict[str, Any]] = field(default_factory=list)
     quarantined: list[dict[str, Any]] = field(default_factory=list)
@@ -109,10 +111,11 @@ def run(conn: sqlite3.Connection, rail: RailLists, mandates: Sequence[Mandate], 
 
     Call it only once the old machine is fenced: it can send nothing from now on. *deadline_s* is the deployment's
     call deadline (INTERLOCK_RAIL_TIMEOUT_MS) and *reread_after_s* its reconcile delay (INTERLOCK_RECONCILE_MIN_
-    DELAY_MS). The rail is read at once and again, finally, no earlier than now + *deadline_s* + *reread_after_s*
-    on *monotonic* (and at least *reread_after_s* after the first read): a call the lost machine sent just before the
+    DELAY_MS). The rail is read at once and again no earlier than now + *deadline_s* + *reread_after_s* on
+    *monotonic* (and at least *reread_after_s* after the first read): a call the lost machine sent just before the
     fence is applied within its deadline and listed within the delay after, so that read lists it, and the agent's
-    repeat lands on it instead of paying again (ADR 0029, amended; ADR 0010's bound)."""
+    repeat lands on it instead of paying again (ADR 0029, amended; ADR 0010's bound). Refunds, which the rail may
+    list up to one more delay late (ADR 0026), are read a third time, finally, *reread_after_s* after that."""
     fenced_at = monotonic()
     started = pending(conn)
     if started is None:
@@ -125,13 +128,20 @@ def run(conn: sqlite3.Connection, rail: RailLists, mandates: Sequence[Mandate], 
     report.made_unknown = _unsettle(conn, now, actor)
     owners = _owners(mandates)
     final_read_at = fenced_at + deadline_s + reread_after_s
-    for reading in range(2):
-        if reading:
+    for reading in range(3):
+        if reading == 1:
             # Whatever the first read took, the final one waits out the lost machine's last call (a pause here only
             # makes it later, which is safe).
             sleep(max(reread_after_s, final_read_at - monotonic()))
+        elif reading == 2:
+            # Refunds may be listed up to one more delay late (ADR 0026): one the last read missed has no keyed retry
+            # to prove it — the agent's repeat is refused by G2 against a payment already refunded — so refunds are
+            # read once more, a delay later (finding F-loss-2).
+            sleep(max(reread_after_s, final_read_at + reread_after_s - monotonic()))
+        if reading:
             report.final_read_after_ms = round((monotonic() - fenced_at) * 1000)
-        for tool, entity in _stamped_since(rail, mandates, report.window_from_ms // 1000):
+        tools = (REFUND_TOOL,) if reading == 2 else ALL_TOOLS
+        for tool, entity in _stamped_since(rail, mandates, report.window_from_ms // 1000, tools):
             report.entities_read += 1
             _judge(conn, tool, entity, owners, report, now, actor)
     with transaction(conn):
@@ -196,11 +206,17 @@ def _owners(mandates: Sequence[Mandate]) -> dict[str, list[_Owner]]:
     return owners
 
 
-def _stamped_since(rail: RailLists, mandates: Sequence[Mandate], since_s: int) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every entity on the rail created at or after *since_s* (lists newest first, each paged past it to the end)."""
-    yield from ((REFUND_TOOL, e) for e in _newest(lambda skip: rail.list_refunds(count=PAGE, skip=skip), since_s))
-    yield from ((SETTLEMENT_TOOL, e) for e in _newest(
-        lambda skip: rail.list_instant_settlements(count=PAGE, skip=skip), since_s))  # fmt: skip
+def _stamped_since(rail: RailLists, mandates: Sequence[Mandate], since_s: int,
+                   tools: Sequence[str] = ALL_TOOLS) -> Iterator[tuple[str, dict[str, Any]]]:  # fmt: skip
+    """Every entity of *tools* on the rail created at or after *since_s* (lists newest first, each paged past it to
+    the end)."""
+    if REFUND_TOOL in tools:
+        yield from ((REFUND_TOOL, e) for e in _newest(lambda skip: rail.list_refunds(count=PAGE, skip=skip), since_s))
+    if SETTLEMENT_TOOL in tools:
+        yield from ((SETTLEMENT_TOOL, e) for e in _newest(
+            lambda skip: rail.list_instant_settlements(count=PAGE, skip=skip), since_s))  # fmt: skip
+    if PAYOUT_TOOL not in tools:
+        return
     # Every account a mandate names, granting payouts or not: one replaced since the tail paid from it still names it.
     accounts = sorted({m.rail.account_number for m in mandates if m.rail.account_number})
     for account in accounts:

@@ -326,9 +326,10 @@ def restore_command(replica: str | None, ledger_path: Path | None, resume: bool,
     conn = open_ledger(ledger_path)
     try:
         with RazorpayClient.from_settings(settings) as rail:
-            click.echo(f"reading the rail now, and finally in {settings.rail_timeout_ms / 1000:g} s (the call "
-                       f"deadline) + {settings.reconcile_min_delay_ms / 1000:g} s (the reconcile delay), when the "
-                       "lost machine's last call has landed")  # fmt: skip
+            delay_s = settings.reconcile_min_delay_ms / 1000
+            click.echo(f"reading the rail now, again in {settings.rail_timeout_ms / 1000:g} s (the call deadline) + "
+                       f"{delay_s:g} s (the reconcile delay), when the lost machine's last call has landed, and the "
+                       f"refunds finally {delay_s:g} s after that (a rail may list a refund a delay late)")  # fmt: skip
             report = restore.run(conn, rail, mandates, now=now_ms, actor=f"restore@{os.uname().nodename}",
                                  deadline_s=settings.rail_timeout_ms / 1000,
                                  reread_after_s=settings.reconcile_min_delay_ms / 1000)  # fmt: skip

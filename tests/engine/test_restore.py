@@ -174,8 +174,9 @@ def test_a_restore_turns_what_was_in_motion_unknown_and_settles_what_the_tail_se
     slept: list[float] = []
     report = restore.run(conn, rail, [], now=lambda: 2_000, actor="test", deadline_s=0, reread_after_s=1.5,
                          sleep=slept.append, monotonic=lambda: 0.0)  # fmt: skip
-    # Read twice, the reconciler's delay apart: what the first read found is not counted again.
-    assert slept == [1.5] and report.entities_read == 6
+    # Read twice, the reconciler's delay apart, and the refunds once more a delay later: what a read found before is
+    # not counted again.
+    assert slept == [1.5, 3.0] and report.entities_read == 9
     assert report.made_unknown == 2 and report.recovered == []
     assert len(report.settled) == 1 and len(report.quarantined) == 1
     states = {i.sik: intents.require_intent(conn, MERCHANT, i.sik).state for i in (authorized, in_flight, held, other)}
@@ -275,12 +276,30 @@ def test_the_final_read_waits_for_a_call_the_lost_machine_sent_just_before_it_wa
     rail = _Landing(_refund("rfnd_LATE", "L" * 32, "pay_RESTOREL0001", 4_000, (MERCHANT, AGENT)), 100 + 9.9 + 1.9)
     report = restore.run(conn, rail, [load_mandate(EXAMPLE)], now=lambda: 2_000, actor="test", deadline_s=10,
                          reread_after_s=2, sleep=rail.sleep, monotonic=rail.monotonic)  # fmt: skip
-    assert rail.reads_at == [100.0, 112.0] and report.final_read_after_ms == 12_000
+    assert rail.reads_at == [100.0, 112.0, 114.0] and report.final_read_after_ms == 14_000
     assert [r["rail_entity_id"] for r in report.recovered] == ["rfnd_LATE"]
     assert intents.require_intent(conn, MERCHANT, "L" * 32).state is State.APPLIED
     [finished] = [json.loads(r[0]) for r in conn.execute(
         "SELECT payload_json FROM audit_log WHERE kind = ?", (marks.FINISHED,))]  # fmt: skip
-    assert finished["final_read_after_ms"] == 12_000  # the chain says how long the restore waited
+    assert finished["final_read_after_ms"] == 14_000  # the chain says how long the restore waited
+    conn.close()
+
+
+def test_a_refund_the_rail_lists_a_delay_late_is_still_read_before_the_shard_serves(tmp_path: Path) -> None:
+    """Finding F-loss-2 (docs/simulation.md; the machine-loss simulation, seed 95 of focus machine_loss): a refund on
+    the wire when the machine was lost landed after its caller's deadline and was listed later than ADR 0010's bound,
+    by less than the delay (refunds may be, ADR 0026). Both reads missed it; the restored shard served, and the
+    agent's repeat, with the same SIK, was refused G2_EXCEEDS_REFUNDABLE against the payment the lost refund had
+    refunded: DO_NOT_RETRY for money that moved, and a stamped refund the ledger never knew. Refunds are read once
+    more, a delay after the final read."""
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
+    # Sent at the fence (t=100): listed 1.9 s past the deadline plus the delay (10 s + 2 s).
+    rail = _Landing(_refund("rfnd_LATE", "L" * 32, "pay_RESTOREL0001", 4_000, (MERCHANT, AGENT)), 100 + 12 + 1.9)
+    report = restore.run(conn, rail, [load_mandate(EXAMPLE)], now=lambda: 2_000, actor="test", deadline_s=10,
+                         reread_after_s=2, sleep=rail.sleep, monotonic=rail.monotonic)  # fmt: skip
+    assert rail.reads_at[-1] == 114.0
+    assert [r["rail_entity_id"] for r in report.recovered] == ["rfnd_LATE"]
     conn.close()
 
 
