@@ -334,6 +334,31 @@ def test_a_shard_of_several_merchants_records_a_lost_entity_under_the_merchant_a
     conn.close()
 
 
+def test_a_refund_recovered_from_the_rail_counts_against_the_ceiling_of_each_task_its_agent_presents(
+    tmp_path: Path,
+) -> None:
+    """Finding F-loss-3 (docs/simulation.md; the machine-loss simulation, seed 24 of focus machine_loss): the lost
+    tail paid refunds under a harness-signed task; the restore recovered them, bound to no task (the rail's entity
+    does not say which), so the task's ceiling counted nothing of them and the agent's next refund under the task
+    took it past its ceiling. A recovered intent of the task's merchant and agents now counts against each of their
+    tasks (over-counting refuses, never pays); one of another agent does not."""
+    from interlock.messages import Verdict
+    from ledger.limits import check_task_ceiling
+
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
+    restore.run(conn, _Lists([_refund("rfnd_T", "T" * 32, "pay_RESTORET0001", 6_000, (MERCHANT, AGENT))]),
+                [load_mandate(EXAMPLE)], now=lambda: 2_000, actor="test", **NO_WAIT)  # fmt: skip
+
+    def ceiling(agents: tuple[str, ...]) -> Verdict:
+        return check_task_ceiling(conn, signer="harness", task_id="task_1", sik="N" * 32, amount_minor=5_000,
+                                  ceiling_minor=10_000, recovered_for=(MERCHANT, agents)).verdict  # fmt: skip
+
+    assert ceiling((AGENT,)) is Verdict.BLOCK  # 6,000 recovered + 5,000 asked > 10,000
+    assert ceiling(("agent_other",)) is Verdict.ALLOW
+    conn.close()
+
+
 class _Account(_Lists):
     """A scripted rail whose RazorpayX account *account_number* holds *payouts*; every account it is asked for is
     noted."""
