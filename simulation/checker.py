@@ -437,7 +437,9 @@ def _evidence_kept(shard: ShardEvidence, stopped: frozenset[tuple[str, int]]) ->
 #   BLOCKED), it is not told APPLIED. Paying twice across the loss is ONE_ENTITY_PER_ACTION's, and every stamped
 #   entity of the lost tail must be in the restored ledger (LEDGER_RAIL, judged on the ledger that ended the run);
 # * RESTORE_REFUSED — the restore finished: a restore the protocol refused, or one that never got through, leaves the
-#   shard down for a person, which no fault of this simulation should need.
+#   shard down for a person, which no fault of this simulation should need;
+# * FENCED — no money request of the lost machine left after it was fenced (a paused machine that wakes sends
+#   nothing): the restore is only as good as its fence.
 
 
 def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answers: Sequence[AnswerLike],
@@ -615,6 +617,8 @@ def _restored(r: Mapping[str, Any], answers: Sequence[AnswerLike]) -> list[Viola
     out = []
     if r.get("refused"):
         out.append(Violation("RESTORE_REFUSED", f"{r['shard']}: {r['refused']}"))
+    out += [Violation("FENCED", f"{r['shard']}: the lost machine's {sent}, fenced at mono {r.get('fenced_mono_ms')}")
+            for sent in r.get("sent_after_fence", [])]  # fmt: skip
     before = r.get("answers_before")
     if before is None:
         return out

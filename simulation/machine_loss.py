@@ -46,7 +46,7 @@ from simulation.ledger import open_sim_ledger
 from simulation.redis import SimRedis
 from simulation.scheduler import Process
 from simulation.workload import Workload
-from simulation.world import DEFINITE_ACTIONS, World
+from simulation.world import DEFINITE_ACTIONS, Shard, World
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +54,7 @@ SHARE = 0.15  # of the seeds lose a machine (swarm-style; its own generator, so 
 ROLES = ("rail-a", "rail-b", "gate-a", "gate-b", "reconciler", "reconciler-b")
 RAIL_ROLES, GATE_ROLES = ("rail-a", "rail-b"), ("gate-a", "gate-b")
 FOREVER = 1 << 62
+LOST = "lost/"  # the lost machine's processes are renamed with this prefix: the shard's names go to the new machine
 RING = 5  # the replica copies kept near the loss, besides the newest and one much older
 PENDING = -1  # in world.pending until the restore has finished: the run does not settle before it
 WIRE = ("late_apply", "ok", "not_applied")  # what becomes of the request on the wire as the machine is lost
@@ -145,15 +146,22 @@ def install_loss(world: World, p: LossPlan, w: Workload) -> None:
 
     world.faults.writes.committed = committed
     world.pending.add(PENDING)
-    if p.at_send:
-        def on_send(fault: str) -> str:
-            if p.lost or sched.clock.mono_ms < p.at_ms:
-                return fault
-            sched.at(sched.clock.mono_ms, lambda: _lose(world, p, on_the_wire=p.wire))
-            p.lost = True  # from here on (the loss itself runs before the next step)
-            return p.wire
 
-        shard.rail.on_send = on_send
+    def on_send(fault: str) -> str:
+        """Every money request of the shard's rail as it leaves: the loss may strike now; and after the fence, one
+        from the lost machine is a breach the checker names (FENCED)."""
+        now, actor = sched.clock.mono_ms, sched.current
+        if p.started:
+            if actor is not None and actor.process.name.startswith(LOST) and now >= p.record["fenced_mono_ms"]:
+                p.record["sent_after_fence"].append(f"{actor.process.name} at mono {now}")
+            return fault
+        if p.lost or not p.at_send or now < p.at_ms:
+            return fault
+        sched.at(now, lambda: _lose(world, p, on_the_wire=p.wire))
+        p.lost = True  # from here on (the loss itself runs before the next step)
+        return p.wire
+
+    shard.rail.on_send = on_send
     sched.at(p.at_ms + (SEND_WAIT_MS if p.at_send else 0), lambda: _lose(world, p))
 
 
@@ -172,7 +180,6 @@ def _lose(world: World, p: LossPlan, *, on_the_wire: str | None = None) -> None:
     if p.started:
         return
     p.lost = p.started = True
-    shard.rail.on_send = None
     now = sched.clock.mono_ms
     newest = _Copy(p.commits, now, _copy(shard.ledger_path))
     choices = {"newest": [newest], "ring": list(p.ring) or [newest], "early": [p.early or newest]}[p.replica]
@@ -180,13 +187,16 @@ def _lose(world: World, p: LossPlan, *, on_the_wire: str | None = None) -> None:
     fence_at = now + p.fence_ms
     p.record.update({"shard": p.shard, "lost_mono_ms": now, "answers_before": len(world.answers), "paused": p.paused,
                 "on_the_wire": on_the_wire, "commits": p.commits, "commits_behind": p.commits - p.prefix.commit,
-                     "fenced_mono_ms": fence_at, "restore": None, "refused": None, "runs": 0})  # fmt: skip
+                     "fenced_mono_ms": fence_at, "restore": None, "refused": None, "runs": 0,
+                     "sent_after_fence": []})  # fmt: skip
     p.restores.append(p.record)
     sched.counters.fault("machine_loss")
     sched.note(f"machine of {p.shard} lost ({'paused' if p.paused else 'dead'}), replica {p.replica} "
                f"{p.record['commits_behind']} commits behind, on the wire: {on_the_wire}")  # fmt: skip
-    # The new machine: an empty Redis (the shard's went with the old one, which a paused machine keeps using), and the
-    # ledger file the restore will put in place. The lost processes keep the Shard they were started with.
+    # The shard's Redis is lost with the machine, and the new machine's is empty; the new machine's ledger is the file
+    # the restore will put in place. The lost processes keep the Shard they were started with (a paused one keeps
+    # its own, emptied, Redis and its old ledger file), the new ones are given the new Shard.
+    shard.redis.flush()
     final = world.root / f"ledger-{p.shard}-restored.sqlite3"
     world.shards[p.shard] = replace(shard, redis=SimRedis(sched, p.shard, world.faults.queues), ledger_path=final,
                                     settings=shard.settings.model_copy(update={"ledger": final}))  # fmt: skip
@@ -200,7 +210,7 @@ def _lose(world: World, p: LossPlan, *, on_the_wire: str | None = None) -> None:
         # machine's, whose incarnations follow the old ones (new owners: the restored lease names an old one).
         old.restart = None
         sched.stopped.add((name, old.incarnation))  # whatever it holds in memory is no longer the shard's
-        old.name = f"lost/{name}"
+        old.name = f"{LOST}{name}"
         sched.stopped.add((old.name, old.incarnation))
         sched.processes[old.name] = old
         sched.processes[name] = Process(name, restart_after_ms=1_500, incarnation=old.incarnation + 1, dead=True)
@@ -210,18 +220,22 @@ def _lose(world: World, p: LossPlan, *, on_the_wire: str | None = None) -> None:
         else:
             sched.crash(old, fault=False)
 
-    def fence() -> None:
-        for old in lost:
-            shard.rail.partition(old.name, FOREVER)
-        sched.note(f"old machine of {p.shard} fenced from the rail")
-
     if p.paused:
-        sched.at(fence_at, fence)
+        sched.at(fence_at, lambda: fence(world, shard, lost))
         for old in lost:
             sched.at(now + p.pause_ms + p.off_ms, lambda old=old: sched.crash(old, fault=False))  # type: ignore[misc]
     else:
-        fence()
+        fence(world, shard, lost)
     sched.at(fence_at + p.restore_ms, lambda: _start_restore(world, p))
+
+
+def fence(world: World, shard: Shard, lost: list[Process]) -> None:
+    """`--old-machine-fenced`: the lost machine is cut off from the rail for good — its requests are refused as
+    unreachable from now on; one already on the wire still lands. The restore is only as good as this: a paused
+    machine that woke unfenced would send what the restored shard pays again."""
+    for old in lost:
+        shard.rail.partition(old.name, FOREVER)
+    world.sched.note(f"old machine of {shard.name} fenced from the rail")
 
 
 def _start_restore(world: World, p: LossPlan) -> None:
