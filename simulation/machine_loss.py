@@ -7,11 +7,12 @@ the machine goes — every process of the shard (rail workers, gate workers, rec
 
 * **dead** (most seeds): stopped where they are, never restarted; or **paused**: stopped for a while and then running
   again, until the machine is powered off some seconds later. A paused machine is fenced from the rail before it
-  wakes — the simulated rail refuses its calls as unreachable from the fence on — and it reaches no Redis (the
-  shard's went with it). A request that had already left still lands: the one on the wire when the loss struck lands
-  after its caller's deadline, inside the reconcile delay (the rail's late apply), or never. What the lost processes
-  held in memory, and what they write to the old ledger after the loss, is no longer the shard's.
-* the shard's Redis is lost (flushed: the new machine's is empty);
+  wakes (`fence`) — the simulated rail refuses its calls as unreachable from then on, and a request of it that left
+  after the fence would be named by the checker (FENCED). A request that had already left still lands: the one on
+  the wire when the loss struck lands after its caller's deadline, inside the reconcile delay (the rail's late apply),
+  at once with its answer lost, or never. What the lost processes held in memory, and what they write to the old
+  ledger after the loss, is no longer the shard's.
+* the shard's Redis is lost (flushed; the new machine's is another, empty one);
 * a replica prefix becomes the new ledger file at a new path: the newest commit, one of the last copies, or one taken
   much earlier — any number of commits behind.
 
