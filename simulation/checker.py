@@ -544,17 +544,18 @@ def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvid
                                                            "and nothing queued"))  # fmt: skip
     replaced = {(r["shard"], r["agent"]): r["effective_mono_ms"] for r in evidence.get("replacements", [])
                 if r.get("effective_mono_ms") is not None}  # fmt: skip
+    raised = {name: _raised(shard.ledger) for name, shard in shards.items()}
     for shard, e, action in entities:
         effective = replaced.get((shard.name, action.agent))
+        # Cancelled, or in a person's hands (an attention, or QUARANTINED: stamped on other terms, say).
         if e.kind == "payout" and effective is not None and e.sent_mono_ms < effective and (
-                e.statuses[-1][1] == "queued"):  # fmt: skip
+                e.statuses[-1][1] == "queued" and e.stamp not in raised[shard.name]):  # fmt: skip
             out.append(Violation("WITHDRAWN", f"{shard.name}: {e.id} of {action.agent} still queued after its "
                                               "mandate was replaced"))  # fmt: skip
     for shard in shards.values():
-        raised = _raised(shard.ledger)
         for e in shard.journal:
             if e.kind == "payout" and e.statuses[-1][1] in ("failed", "reversed", "cancelled") and (
-                    e.stamp not in raised):  # fmt: skip
+                    e.stamp not in raised[shard.name]):  # fmt: skip
                 out.append(Violation("RAISED", f"{shard.name}: payout {e.id} ({e.stamp}) is {e.statuses[-1][1]}, and "
                                                "no person was told"))  # fmt: skip
     return out
