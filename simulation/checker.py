@@ -565,8 +565,10 @@ def _raised(path: Path) -> set[str]:
     """The intents whose rail status asks for a person, or that a person already holds (QUARANTINED)."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        raised = {sik for (sik,) in conn.execute("SELECT sik FROM rail_status WHERE attention IS NOT NULL")}
-        return raised | {sik for (sik,) in conn.execute("SELECT sik FROM intents WHERE state = 'QUARANTINED'")}
+        raised = {sik for (sik,) in conn.execute("SELECT sik FROM intents WHERE state = 'QUARANTINED'")}
+        if "rail_status" not in _tables(conn):  # a ledger that follows nothing (the checker's own tests build one)
+            return raised
+        return raised | {sik for (sik,) in conn.execute("SELECT sik FROM rail_status WHERE attention IS NOT NULL")}
     finally:
         conn.close()
 

@@ -17,7 +17,7 @@ from simulation.checker import ShardEvidence, check, check_workload
 from simulation.rail import JournalEntry
 from simulation.run import quiet_logs, run_seed
 
-SHORT_RUN = range(1, 101)
+SHORT_RUN = range(1, 76)  # about a minute of one core: the long run is `make simulate`
 
 
 @pytest.fixture(autouse=True)
@@ -154,6 +154,54 @@ def test_the_checker_names_money_for_a_rejected_hold_a_task_of_another_merchant_
     evidence = {"accounts": {"s0": "acct_s0"}, "tasks": {"T": {"signer": "h", "ceilings": {"create_refund": 500}}}}
     limits["a"]["rail"] = {"account_id": "acct_s0"}
     assert check_workload([ShardEvidence("s0", ledger, journal, {})], [action], [], limits, evidence) == []
+
+
+def test_the_checker_names_a_payout_to_an_unnamed_payee_queued_unasked_refused_for_balance_left_queued_and_unraised(
+    tmp_path: Path,
+) -> None:
+    """The payout rules (ADR 0028) on hand-made evidence: each fires alone on what breaks it, and not otherwise."""
+    ledger = _ledger(tmp_path / "l.sqlite3", [("P1", "APPLIED", "create_payout", "fa_B", 500, "pout_1")])
+    conn = sqlite3.connect(ledger)
+    conn.execute("ALTER TABLE intent_attempts ADD COLUMN started_at")
+    conn.execute("CREATE TABLE rail_status (merchant_id, sik, attention)")
+    conn.commit()
+    conn.close()
+
+    def payout(status: str, *, queue: bool = False, payee: str = "cont_A", fund_account: str = "fa_A1") -> JournalEntry:
+        entry = JournalEntry("payout", "pout_1", "acct_s0", payee, 500, 590, "P1", 10, 500, target=fund_account,
+                             queue_if_low_balance=queue)  # fmt: skip
+        entry.statuses = [(0, "queued"), (1, status)]
+        return entry
+
+    action = _TaskAction("a", "s0", "create_payout", "cont_A", 500)
+    grant = {"create_payout": {"value": {"min_amount_minor": 1, "max_amount_minor": 10**6}}}
+    limits = {"a": {"mandate_id": "mnd_a", "scope": {"grants": grant}, "limits": {"windows": [], "fee_budgets": {}}}}
+    named = {"payees": {"a": {"contacts": ["cont_A"], "fund_accounts": ["fa_B"]}}, "queueing": {"a": False}}
+
+    def kinds(entry: JournalEntry, **evidence: object) -> list[str]:
+        return sorted(v.kind for v in check_workload([ShardEvidence("s0", ledger, [entry], {})], [action], [], limits,
+                                                     {**named, **evidence}))  # fmt: skip
+
+    assert kinds(payout("processed")) == []
+    assert kinds(payout("processed", payee="cont_C", fund_account="fa_C1")) == []  # another action: no owner here
+    stranger = _TaskAction("a", "s0", "create_payout", "cont_C", 500)
+    found = check_workload([ShardEvidence("s0", ledger, [payout("processed", payee="cont_C", fund_account="fa_C1")],
+                                          {})], [stranger], [], limits, named)  # fmt: skip
+    assert [v.kind for v in found] == ["PAYEE"]
+    assert kinds(payout("processing", queue=True)) == ["QUEUE_FLAG"]
+    assert kinds(payout("failed")) == ["RAISED"]
+    replaced = [{"shard": "s0", "agent": "a", "effective_mono_ms": 20, "mandate": limits["a"]}]
+    assert kinds(payout("queued"), replacements=replaced) == ["WITHDRAWN"]
+    refusal = {"stamp": "P2", "amount": 900, "cost": 1490, "balance": 1000, "queued": 0}
+    assert kinds(payout("processed"), payout_refusals={"s0": [refusal]}) == ["PAYOUT_BALANCE"]
+    assert kinds(payout("processed"), payout_refusals={"s0": [{**refusal, "queued": 1490}]}) == []  # queued took it
+    assert kinds(payout("processed"), payout_refusals={"s0": [refusal]}, list_lag_ms=500) == []  # lists may lag
+    conn = sqlite3.connect(ledger)
+    conn.execute("INSERT INTO rail_status VALUES ('m', 'P1', 'PAYOUT_FAILED')")
+    conn.commit()
+    conn.close()
+    assert kinds(payout("failed")) == []  # a person was told
+    assert kinds(payout("queued"), replacements=replaced) == []
 
 
 @pytest.mark.parametrize("name", ["I3_timeout_is_a_refusal", "admission_skips_limits"])
