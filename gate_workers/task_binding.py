@@ -73,7 +73,8 @@ def task_value(action: ResolvedAction, ctx: GateContext) -> GateResult | None:
                      payment_customer_id=payment.customer_id if payment is not None else None)  # fmt: skip
     if grant.max_amount_minor is not None:
         ceiling = check_task_ceiling(ctx.ledger, signer=task.signer, task_id=task_id, sik=action.sik,
-                                     amount_minor=action.amount_minor, ceiling_minor=grant.max_amount_minor)
+                                     amount_minor=action.amount_minor, ceiling_minor=grant.max_amount_minor,
+                                     recovered_for=(action.merchant_id, (action.agent_id,)))  # fmt: skip
         if ceiling.verdict is not Verdict.ALLOW:
             return ceiling
     return None

@@ -8,6 +8,7 @@ can each see room for one more call, but only one admit at a time can take it.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 
 from interlock.fees import FeeRate
 from interlock.mandate import Mandate
@@ -64,13 +65,15 @@ def check_limits(
 
 def check_task_ceiling(
     conn: sqlite3.Connection, *, signer: str | None, task_id: str, sik: str, amount_minor: int, ceiling_minor: int,
+    recovered_for: tuple[str, Sequence[str]] | None = None,
 ) -> GateResult:
     """BLOCK when this call plus everything else bound to the same signed task (APPLIED or still able to move)
     would pass the task's max_amount_minor: a refund split into in-limit calls is still one refund (seed A-10),
     and the count is per (signer, task_id) across merchants, agents and tools (SPEC §10 v2), so presenting the
     ticket elsewhere starts from what it already moved. Advisory in the gate (G2), authoritative in the rail
-    worker's admit transaction, like G3."""
-    counted = money_under_task(conn, signer, task_id, exclude_sik=sik)
+    worker's admit transaction, like G3. *recovered_for*: the merchant and agents the task is addressed to, whose
+    intents a restore recovered from the rail count too (queries.money_under_task)."""
+    counted = money_under_task(conn, signer, task_id, exclude_sik=sik, recovered_for=recovered_for)
     if counted + amount_minor > ceiling_minor:
         return block(EXCEEDS_TASK_CEILING, task_id=task_id, counted_minor=counted, amount_minor=amount_minor,
                      max_amount_minor=ceiling_minor)  # fmt: skip
@@ -111,8 +114,8 @@ def reassert(conn: sqlite3.Connection, intent: Intent, mandate: Mandate | None, 
         return block(TASK_WRONG_AUDIENCE, task_id=intent.task_id, error=V1_TASK_ERROR)
     if intent.task_id is not None and intent.task_ceiling_minor is not None:
         ceiling = check_task_ceiling(conn, signer=intent.task_signer, task_id=intent.task_id, sik=intent.sik,
-                                     amount_minor=intent.amount_minor,
-                                     ceiling_minor=intent.task_ceiling_minor)  # fmt: skip
+                                     amount_minor=intent.amount_minor, ceiling_minor=intent.task_ceiling_minor,
+                                     recovered_for=(intent.merchant_id, (intent.agent_id,)))  # fmt: skip
         if ceiling.verdict is not Verdict.ALLOW:
             return ceiling
     return allow("REASSERTED", mandate_hash=mandate.mandate_hash, now_ms=now_ms)

@@ -100,11 +100,17 @@ def money_committed_for_tool(
     return int(row[0])
 
 
-def money_under_task(conn: sqlite3.Connection, signer: str | None, task_id: str, *, exclude_sik: str) -> int:
+def money_under_task(conn: sqlite3.Connection, signer: str | None, task_id: str, *, exclude_sik: str,
+                     recovered_for: tuple[str, Sequence[str]] | None = None) -> int:  # fmt: skip
     """Minor units of the other intents bound to *task_id* as signed by *signer* that moved or may still move
     (what G3 counts): the sum a task's max_amount_minor caps, however many calls it was split into, across every
     merchant, agent and tool in this ledger (SPEC §10 v2). An intent recorded before the signer was (a v1 task,
-    task_signer NULL) counts against every signer's task of that id: over-counting refuses, never pays."""
+    task_signer NULL) counts against every signer's task of that id: over-counting refuses, never pays.
+
+    With *recovered_for* (the merchant and the agents the task is addressed to), every intent a restore recovered
+    from the rail for them counts too: a restore cannot tell which task, if any, the lost tail sent a call under
+    (the rail's entity does not say), so it counts against each of their tasks — over-counting refuses, never pays
+    (finding F-loss-3)."""
     marks, states = _placeholders(COUNTS_AGAINST_LIMITS)
     row = conn.execute(
         f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents INDEXED BY intents_by_signed_task
@@ -112,7 +118,18 @@ def money_under_task(conn: sqlite3.Connection, signer: str | None, task_id: str,
               AND state IN ({marks})""",
         (task_id, signer, exclude_sik, *states),
     ).fetchone()
-    return int(row[0])
+    counted = int(row[0])
+    if recovered_for is not None and recovered_for[1]:
+        merchant_id, agents = recovered_for
+        who = ", ".join("?" for _ in agents)
+        row = conn.execute(
+            f"""SELECT COALESCE(SUM(amount_minor), 0) FROM intents
+                WHERE merchant_id = ? AND agent_id IN ({who}) AND task_id IS NULL AND sik <> ?
+                  AND json_extract(params_json, '$.recovered') IS NOT NULL AND state IN ({marks})""",
+            (merchant_id, *agents, exclude_sik, *states),
+        ).fetchone()
+        counted += int(row[0])
+    return counted
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,8 +10,9 @@ protocol, run once on the restored file before any rail worker may take its leas
 3. Every intent the replica shows in motion (AUTHORIZED, IN_FLIGHT, RECONCILING) becomes UNKNOWN: the reconciler
    reads its stamp, as after any crash. Nothing restored is ever executed from AUTHORIZED.
 4. The rail's lists — refunds, instant settlements, each payout account's payouts — are paged newest first until
-   they are older than the last commit less a margin, once at once and once more, finally, no earlier than the
-   restore's start plus the rail's call deadline plus the reconciler's minimum delay. The restore runs only once
+   they are older than the last commit less a margin, once at once and once more no earlier than the restore's
+   start plus the rail's call deadline plus the reconciler's minimum delay; refunds, which the rail may list up to
+   one more delay late (ADR 0026), once more, finally, a delay after that. The restore runs only once
    the old machine is fenced (powered off, or cut off from the rail), so no call of the lost tail left after the
    restore started; one that left just before may be applied up to its deadline later and listed up to the delay
    after that (ADR 0010's bound), and the final read sees it. The replica's lease says nothing here: the lost
@@ -22,9 +23,11 @@ protocol, run once on the restored file before any rail worker may take its leas
    * a known SIK held, refused or confirmed absent in the replica, on our terms: APPLIED (the tail released or
      reopened and sent it); on other terms: QUARANTINED for a person;
    * anything else (APPLIED already, UNKNOWN for the reconciler): left as it is.
-   Whose it is, the entity's notes say (interlock_merchant, interlock_agent); one sent before owners were stamped
-   belongs to the only mandate granting its tool. A stamped entity that cannot be attributed to exactly one
-   (merchant, agent) of this shard stops the restore.
+   Whose it is, the entity's notes say (interlock_merchant, interlock_agent), whatever that agent's mandate grants
+   now: a mandate replaced since the tail sent the call may no longer grant its tool, and the money still moved
+   (finding F-loss-1). One sent before owners were stamped belongs to the only mandate granting its tool. A stamped
+   entity that cannot be attributed to exactly one (merchant, agent) of this shard stops the restore. Every payout
+   account a mandate of the shard names is read, whether or not that mandate grants payouts now.
 5. RESTORE_FINISHED is audited with what was recovered.
 
 Serving with UNKNOWN intents is as safe as after any crash: a repeat lands on its intent, G2 and G3 count it.
@@ -63,6 +66,7 @@ PAGE = 100
 IN_MOTION = (State.AUTHORIZED, State.IN_FLIGHT, State.RECONCILING)
 # A known intent the lost tail may have moved on to a send: settled by the rail's entity.
 MOVED_ON = frozenset({State.HELD, State.CONFIRMED_NOT_APPLIED, State.FAILED_TERMINAL})
+ALL_TOOLS = (REFUND_TOOL, SETTLEMENT_TOOL, PAYOUT_TOOL)
 
 
 class RestoreRefused(InterlockError):
@@ -85,7 +89,7 @@ class Report:
     window_from_ms: int
     made_unknown: int = 0
     entities_read: int = 0
-    final_read_after_ms: int = 0  # from the restore's start to the start of its final read of the rail
+    final_read_after_ms: int = 0  # from the restore's start to the start of its last read of the rail (refunds')
     recovered: list[dict[str, Any]] = field(default_factory=list)
     settled: list[dict[str, Any]] = field(default_factory=list)
     quarantined: list[dict[str, Any]] = field(default_factory=list)
@@ -99,18 +103,21 @@ class Report:
 
 def run(conn: sqlite3.Connection, rail: RailLists, mandates: Sequence[Mandate], *, now: Callable[[], int],
         actor: str, deadline_s: float = DEFAULT_DEADLINE_S, reread_after_s: float = DEFAULT_MIN_DELAY_S,
-        sleep: Callable[[float], None] = clock.sleep,
-        monotonic: Callable[[], float] = clock.monotonic) -> Report:  # fmt: skip
+        sleep: Callable[[float], None] = clock.sleep, monotonic: Callable[[], float] = clock.monotonic,
+        payouts: bool = True) -> Report:  # fmt: skip
     """Steps 3-5 on a ledger `begin` marked restored: returns what it did. Safe to run again after a failure (each
     step is idempotent). A ledger with no unfinished restore is refused: marking a live primary, or an empty file,
     as restored would serve it without its history.
 
     Call it only once the old machine is fenced: it can send nothing from now on. *deadline_s* is the deployment's
     call deadline (INTERLOCK_RAIL_TIMEOUT_MS) and *reread_after_s* its reconcile delay (INTERLOCK_RECONCILE_MIN_
-    DELAY_MS). The rail is read at once and again, finally, no earlier than now + *deadline_s* + *reread_after_s*
-    on *monotonic* (and at least *reread_after_s* after the first read): a call the lost machine sent just before the
+    DELAY_MS). The rail is read at once and again no earlier than now + *deadline_s* + *reread_after_s* on
+    *monotonic* (and at least *reread_after_s* after the first read): a call the lost machine sent just before the
     fence is applied within its deadline and listed within the delay after, so that read lists it, and the agent's
-    repeat lands on it instead of paying again (ADR 0029, amended; ADR 0010's bound)."""
+    repeat lands on it instead of paying again (ADR 0029, amended; ADR 0010's bound). Refunds, which the rail may
+    list up to one more delay late (ADR 0026), are read a third time, finally, *reread_after_s* after that.
+    *payouts* False: the deployment's rail makes no payouts (an upstream MCP server, ADR 0028), so none is read — its
+    payout lists are refused, and a restore that asked for them would never finish."""
     fenced_at = monotonic()
     started = pending(conn)
     if started is None:
@@ -123,13 +130,20 @@ def run(conn: sqlite3.Connection, rail: RailLists, mandates: Sequence[Mandate], 
     report.made_unknown = _unsettle(conn, now, actor)
     owners = _owners(mandates)
     final_read_at = fenced_at + deadline_s + reread_after_s
-    for reading in range(2):
-        if reading:
+    for reading in range(3):
+        if reading == 1:
             # Whatever the first read took, the final one waits out the lost machine's last call (a pause here only
             # makes it later, which is safe).
             sleep(max(reread_after_s, final_read_at - monotonic()))
+        elif reading == 2:
+            # Refunds may be listed up to one more delay late (ADR 0026): one the last read missed has no keyed retry
+            # to prove it — the agent's repeat is refused by G2 against a payment already refunded — so refunds are
+            # read once more, a delay later (finding F-loss-2).
+            sleep(max(reread_after_s, final_read_at + reread_after_s - monotonic()))
+        if reading:
             report.final_read_after_ms = round((monotonic() - fenced_at) * 1000)
-        for tool, entity in _stamped_since(rail, mandates, report.window_from_ms // 1000):
+        tools = (REFUND_TOOL,) if reading == 2 else ALL_TOOLS if payouts else (REFUND_TOOL, SETTLEMENT_TOOL)
+        for tool, entity in _stamped_since(rail, mandates, report.window_from_ms // 1000, tools):
             report.entities_read += 1
             _judge(conn, tool, entity, owners, report, now, actor)
     with transaction(conn):
@@ -180,9 +194,13 @@ class _Owner:
     mandate: Mandate
 
 
+ANYONE = "*"  # in _owners: every mandate of the shard, whatever it grants
+
+
 def _owners(mandates: Sequence[Mandate]) -> dict[str, list[_Owner]]:
-    """Who a recovered entity of each tool may belong to: the mandates granting the tool."""
-    owners: dict[str, list[_Owner]] = {}
+    """Who a recovered entity of each tool may belong to: an entity naming its owner, any mandate of the shard
+    (ANYONE); one that names none, the mandates granting the tool."""
+    owners: dict[str, list[_Owner]] = {ANYONE: [_Owner(m.merchant_id, m.agent_id, m) for m in mandates]}
     for mandate in mandates:
         for tool in (REFUND_TOOL, SETTLEMENT_TOOL, PAYOUT_TOOL):
             if mandate.grant(tool) is not None:
@@ -190,13 +208,19 @@ def _owners(mandates: Sequence[Mandate]) -> dict[str, list[_Owner]]:
     return owners
 
 
-def _stamped_since(rail: RailLists, mandates: Sequence[Mandate], since_s: int) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every entity on the rail created at or after *since_s* (lists newest first, each paged past it to the end)."""
-    yield from ((REFUND_TOOL, e) for e in _newest(lambda skip: rail.list_refunds(count=PAGE, skip=skip), since_s))
-    yield from ((SETTLEMENT_TOOL, e) for e in _newest(
-        lambda skip: rail.list_instant_settlements(count=PAGE, skip=skip), since_s))  # fmt: skip
-    accounts = sorted({m.rail.account_number for m in mandates
-                       if m.grant(PAYOUT_TOOL) is not None and m.rail.account_number})  # fmt: skip
+def _stamped_since(rail: RailLists, mandates: Sequence[Mandate], since_s: int,
+                   tools: Sequence[str] = ALL_TOOLS) -> Iterator[tuple[str, dict[str, Any]]]:  # fmt: skip
+    """Every entity of *tools* on the rail created at or after *since_s* (lists newest first, each paged past it to
+    the end)."""
+    if REFUND_TOOL in tools:
+        yield from ((REFUND_TOOL, e) for e in _newest(lambda skip: rail.list_refunds(count=PAGE, skip=skip), since_s))
+    if SETTLEMENT_TOOL in tools:
+        yield from ((SETTLEMENT_TOOL, e) for e in _newest(
+            lambda skip: rail.list_instant_settlements(count=PAGE, skip=skip), since_s))  # fmt: skip
+    if PAYOUT_TOOL not in tools:
+        return
+    # Every account a mandate names, granting payouts or not: one replaced since the tail paid from it still names it.
+    accounts = sorted({m.rail.account_number for m in mandates if m.rail.account_number})
     for account in accounts:
         yield from ((PAYOUT_TOOL, e) for e in _newest(
             lambda skip, a=account: rail.list_payouts(a, count=PAGE, skip=skip), since_s))  # type: ignore[misc]
@@ -225,7 +249,7 @@ def _judge(conn: sqlite3.Connection, tool: str, entity: Mapping[str, Any], owner
     known = conn.execute("SELECT merchant_id FROM intents WHERE sik = ?", (sik,)).fetchall()
     entity_id = str(entity.get("id"))
     if not known:
-        _recover(conn, tool, sik, entity, owners.get(tool, []), report, now, actor)
+        _recover(conn, tool, sik, entity, owners, report, now, actor)
         return
     for (merchant_id,) in known:
         intent = intents.require_intent(conn, merchant_id, sik)
@@ -246,21 +270,23 @@ def _judge(conn: sqlite3.Connection, tool: str, entity: Mapping[str, Any], owner
                 report.quarantined.append({**found, **mismatch})
 
 
-def _owner_of(tool: str, sik: str, entity: Mapping[str, Any], owners: list[_Owner]) -> _Owner:
+def _owner_of(tool: str, sik: str, entity: Mapping[str, Any], everyone: Mapping[str, list[_Owner]]) -> _Owner:
     """Whose call made an entity the restored ledger lost: the (merchant, agent) its notes name, among this shard's
-    mandates granting the tool; for an entity sent before owners were stamped, the only such mandate. Anything else
-    is refused: recording another merchant's money as this one's would answer the wrong agent."""
+    mandates (granting the tool now or not: the money moved under the mandate the tail had); for an entity sent before
+    owners were stamped, the only mandate granting the tool. Anything else is refused: recording another merchant's
+    money as this one's would answer the wrong agent."""
     entity_id = str(entity.get("id"))
     named = stamped_owner(dict(entity))
+    owners = everyone.get(tool, [])
     if named is not None:
-        mine = [o for o in owners if (o.merchant_id, o.agent_id) == named]
+        mine = [o for o in everyone.get(ANYONE, []) if (o.merchant_id, o.agent_id) == named]
         if len(mine) == 1:
             return mine[0]
         raise RestoreRefused(
             f"the rail's {tool} {entity_id} carries Interlock's stamp {sik}, which the restored ledger does not know, "
-            f"and names merchant {named[0]} and agent {named[1]}, whom no mandate of this shard granting {tool} "
-            "serves: configure that mandate (INTERLOCK_MANDATE) and run `interlock shards restore --resume`; the rail "
-            "worker stays refused until then")  # fmt: skip
+            f"and names merchant {named[0]} and agent {named[1]}, whom no mandate of this shard serves: configure "
+            "that mandate (INTERLOCK_MANDATE) and run `interlock shards restore --resume`; the rail worker stays "
+            "refused until then")  # fmt: skip
     if len(owners) == 1:
         return owners[0]
     raise RestoreRefused(
@@ -271,8 +297,9 @@ def _owner_of(tool: str, sik: str, entity: Mapping[str, Any], owners: list[_Owne
         "as that agent's")  # fmt: skip
 
 
-def _recover(conn: sqlite3.Connection, tool: str, sik: str, entity: Mapping[str, Any], owners: list[_Owner],
-             report: Report, now: Callable[[], int], actor: str) -> None:  # fmt: skip
+def _recover(conn: sqlite3.Connection, tool: str, sik: str, entity: Mapping[str, Any],
+             owners: Mapping[str, list[_Owner]], report: Report, now: Callable[[], int],
+             actor: str) -> None:  # fmt: skip
     """Record a stamped entity the ledger never knew as its intent, APPLIED on the entity's terms."""
     entity_id = str(entity.get("id"))
     owner = _owner_of(tool, sik, entity, owners)

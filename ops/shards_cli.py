@@ -40,6 +40,7 @@ from ledger.states import SETTLED
 from ops import restore
 from ops.shard_apply import apply_ownership, installed_text, ledger_epochs
 from ops.shard_queues import UNREADABLE, RedisUnreadable, queued
+from rails.base import RAIL_REST
 from rails.razorpay import RazorpayClient
 
 
@@ -326,12 +327,14 @@ def restore_command(replica: str | None, ledger_path: Path | None, resume: bool,
     conn = open_ledger(ledger_path)
     try:
         with RazorpayClient.from_settings(settings) as rail:
-            click.echo(f"reading the rail now, and finally in {settings.rail_timeout_ms / 1000:g} s (the call "
-                       f"deadline) + {settings.reconcile_min_delay_ms / 1000:g} s (the reconcile delay), when the "
-                       "lost machine's last call has landed")  # fmt: skip
+            delay_s = settings.reconcile_min_delay_ms / 1000
+            click.echo(f"reading the rail now, again in {settings.rail_timeout_ms / 1000:g} s (the call deadline) + "
+                       f"{delay_s:g} s (the reconcile delay), when the lost machine's last call has landed, and the "
+                       f"refunds finally {delay_s:g} s after that (a rail may list a refund a delay late)")  # fmt: skip
             report = restore.run(conn, rail, mandates, now=now_ms, actor=f"restore@{os.uname().nodename}",
                                  deadline_s=settings.rail_timeout_ms / 1000,
-                                 reread_after_s=settings.reconcile_min_delay_ms / 1000)  # fmt: skip
+                                 reread_after_s=settings.reconcile_min_delay_ms / 1000,
+                                 payouts=settings.rail == RAIL_REST)  # fmt: skip
     finally:
         conn.close()
     click.echo(f"restore finished on {ledger_path}: replica ended at audit seq {report.last_seq}; rail re-read from "

@@ -194,7 +194,9 @@ def _outside_task(conn: sqlite3.Connection, decision: Decision, sik: str, now: i
         return TASK_EXPIRED
     if decision.task_ceiling_minor is None:
         return None
+    audience = (decision.task_merchant_id or decision.merchant_id, tuple(decision.task_agent_ids or ()))
     ceiling = check_task_ceiling(conn, signer=decision.task_signer, task_id=decision.task_id, sik=sik,
+                                 recovered_for=audience,
                                  amount_minor=decision.terms.amount_minor,
                                  ceiling_minor=decision.task_ceiling_minor)  # fmt: skip
     return None if ceiling.verdict is Verdict.ALLOW else ceiling.reason_code

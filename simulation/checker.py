@@ -434,6 +434,15 @@ def _evidence_kept(shard: ShardEvidence, stopped: frozenset[tuple[str, int]]) ->
 #   is within the new one: granted, in range, and within its window counting every entity authorized before it;
 # * RAIL_ACCOUNT — money moved only on the rail account its agent's mandate names;
 # * SHARD_MOVED — once a merchant has moved, the shard it left never admits a call of it (the ledger fence).
+# * RESTORE_CONTRADICTED — after a shard's machine was lost and the shard restored from its replica, no agent is told
+#   something that contradicts a definite answer it was given before the loss: told APPLIED X, it is told APPLIED X
+#   again (not another entity, not a refusal); told the call moved nothing (FAILED_TERMINAL, CONFIRMED_NOT_APPLIED,
+#   BLOCKED), it is not told APPLIED. Paying twice across the loss is ONE_ENTITY_PER_ACTION's, and every stamped
+#   entity of the lost tail must be in the restored ledger (LEDGER_RAIL, judged on the ledger that ended the run);
+# * RESTORE_REFUSED — the restore finished: a restore the protocol refused, or one that never got through, leaves the
+#   shard down for a person, which no fault of this simulation should need;
+# * FENCED — no money request of the lost machine left after it was fenced (a paused machine that wakes sends
+#   nothing): the restore is only as good as its fence.
 
 
 def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answers: Sequence[AnswerLike],
@@ -495,6 +504,8 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
         if r.get("effective_mono_ms") is None:
             continue
         found += _replaced(r, per_agent.get(r["agent"], []), auth_of)
+    for restored in evidence.get("restores", []):
+        found += _restored(restored, answers)
     for move in evidence.get("moves", []):
         if move.get("applied_mono_ms") is not None and move["source"] in by_shard:
             found += _moved(by_shard[move["source"]], move)
@@ -600,6 +611,38 @@ def _replaced(r: Mapping[str, Any], items: list[tuple[ShardEvidence, Any, Any]],
                 out.append(Violation("MANDATE_REPLACED", f"{shard.name}: {e.id} sent at {sent} brings {r['agent']} to "
                                                          f"{amount}; {mandate['mandate_id']} allows "
                                                          f"{window['max_amount_minor']}"))  # fmt: skip
+    return out
+
+
+NOTHING_MOVED = frozenset({"FAILED_TERMINAL", "CONFIRMED_NOT_APPLIED", "BLOCKED"})
+
+
+def _restored(r: Mapping[str, Any], answers: Sequence[AnswerLike]) -> list[Violation]:
+    """The answers given before the loss (the first *answers_before*, from the lost shard) against those after."""
+    out = []
+    if r.get("refused"):
+        out.append(Violation("RESTORE_REFUSED", f"{r['shard']}: {r['refused']}"))
+    out += [Violation("FENCED", f"{r['shard']}: the lost machine's {sent}, fenced at mono {r.get('fenced_mono_ms')}")
+            for sent in r.get("sent_after_fence", [])]  # fmt: skip
+    before = r.get("answers_before")
+    if before is None:
+        return out
+    told: dict[int, Mapping[str, Any]] = {}  # action -> the last definite answer before the loss
+    for a in answers[:before]:
+        if a.shard == r["shard"] and a.structured.get("caller_action") in DEFINITE_ACTIONS:
+            told[id(a.action)] = a.structured
+    for a in answers[before:]:
+        first, then = told.get(id(a.action)), a.structured
+        if first is None or then.get("caller_action") not in DEFINITE_ACTIONS:
+            continue
+        applied = first.get("state") == "APPLIED"
+        if applied and (then.get("state"), then.get("rail_entity_id")) != ("APPLIED", first.get("rail_entity_id")) or (
+                first.get("state") in NOTHING_MOVED and then.get("state") == "APPLIED"):  # fmt: skip
+            out.append(Violation("RESTORE_CONTRADICTED", f"{a.action.agent} {a.action.tool} {a.action.subject} "
+                                                         f"{a.action.amount}: told {first.get('state')} "
+                                                         f"{first.get('rail_entity_id')} before {r['shard']} was lost "
+                                                         f"at mono {r.get('lost_mono_ms')}, then {then.get('state')} "
+                                                         f"{then.get('rail_entity_id')} ({then.get('reason_code')})"))
     return out
 
 

@@ -15,7 +15,7 @@ import click
 
 from interlock.results import commit_id, write_section
 from ledger.states import TRANSITIONS
-from simulation.run import FAULT_KINDS, MAX_STEPS, SeedResult, quiet_logs, run_seed
+from simulation.run import FAULT_KINDS, FOCUS_KINDS, MAX_STEPS, SeedResult, quiet_logs, run_seed
 
 HASH_SEED = "0"  # set iteration order is part of a trace: every run of a seed must see the same one
 
@@ -23,18 +23,18 @@ HASH_SEED = "0"  # set iteration order is part of a trace: every run of a seed m
 SEED_WALL_LIMIT_S = 300  # a seed that takes longer is hung (an actor blocked the one OS thread): say where, and stop
 
 
-def _one(args: tuple[int, int]) -> SeedResult:
+def _one(args: tuple[int, int, frozenset[str]]) -> SeedResult:
     quiet_logs()
-    seed, steps = args
+    seed, steps, focus = args
     faulthandler.dump_traceback_later(SEED_WALL_LIMIT_S, exit=True)  # the stacks of a hung seed, then exit 1
     try:
-        return run_seed(seed, max_steps=steps)
+        return run_seed(seed, max_steps=steps, focus=focus)
     finally:
         faulthandler.cancel_dump_traceback_later()
 
 
-def run_seeds(seeds: range, *, steps: int, jobs: int) -> list[SeedResult]:
-    work = [(seed, steps) for seed in seeds]
+def run_seeds(seeds: range, *, steps: int, jobs: int, focus: frozenset[str] = frozenset()) -> list[SeedResult]:
+    work = [(seed, steps, focus) for seed in seeds]
     if jobs <= 1:
         return [_one(w) for w in work]
     # A worker that dies (a hung seed's watchdog) breaks the pool loudly rather than leaving the run waiting.
@@ -42,12 +42,14 @@ def run_seeds(seeds: range, *, steps: int, jobs: int) -> list[SeedResult]:
         return list(pool.map(_one, work, chunksize=4))
 
 
-def shrink(seed: int, steps: int) -> tuple[frozenset[str], SeedResult]:
+def shrink(seed: int, steps: int, focus: frozenset[str] = frozenset()) -> tuple[frozenset[str], SeedResult]:
     """Drop fault kinds one at a time while the seed still fails: the smallest set of kinds that still breaks it."""
     disabled: frozenset[str] = frozenset()
-    failing = run_seed(seed, max_steps=steps)
+    failing = run_seed(seed, max_steps=steps, focus=focus)
     for kind in FAULT_KINDS:
-        trial = run_seed(seed, max_steps=steps, disabled=disabled | {kind})
+        if kind in focus:
+            continue
+        trial = run_seed(seed, max_steps=steps, disabled=disabled | {kind}, focus=focus)
         if not trial.ok:
             disabled, failing = disabled | {kind}, trial
     return disabled, failing
@@ -66,21 +68,24 @@ def edge_names() -> list[str]:
 @click.option("--mutants", is_flag=True, help="re-introduce each known defect and find it (proof it can fail)")
 @click.option("--only", multiple=True, help="with --mutants: only these mutants")
 @click.option("--write-results", is_flag=True, help="write RESULTS.md's simulation section")
+@click.option("--focus", "focus_kinds", multiple=True, type=click.Choice(FOCUS_KINDS),
+              help="give every seed this ingredient (a fault kind on, a machine lost, ...), as a mutant's search does")
 def simulate_command(count: int, seed_start: int, steps: int, jobs: int, verbose: bool, mutants: bool,
-                     only: tuple[str, ...], write_results: bool) -> None:  # fmt: skip
+                     only: tuple[str, ...], write_results: bool, focus_kinds: tuple[str, ...]) -> None:  # fmt: skip
     """Run the money path's actors in one process under a seeded scheduler, with faults; exit 1 on any violation."""
     if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
         os.execve(sys.executable, [sys.executable, "-m", "interlock.cli", *sys.argv[1:]],
                   {**os.environ, "PYTHONHASHSEED": HASH_SEED})  # fmt: skip
     if mutants:
         sys.exit(_mutants(list(only), write_results))
+    focus = frozenset(focus_kinds)
     started = time.monotonic()
     if verbose:
         logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-        results = [run_seed(s, max_steps=steps) for s in range(seed_start, seed_start + count)]
+        results = [run_seed(s, max_steps=steps, focus=focus) for s in range(seed_start, seed_start + count)]
     else:
         quiet_logs()
-        results = run_seeds(range(seed_start, seed_start + count), steps=steps, jobs=jobs)
+        results = run_seeds(range(seed_start, seed_start + count), steps=steps, jobs=jobs, focus=focus)
     wall = time.monotonic() - started
     failed = [r for r in results if not r.ok]
     for r in results if verbose else failed:
@@ -91,11 +96,11 @@ def simulate_command(count: int, seed_start: int, steps: int, jobs: int, verbose
         if verbose:
             click.echo("  trace tail:\n    " + "\n    ".join(r.trace_tail[-40:]))
     for r in failed[:3]:
-        disabled, smallest = shrink(r.seed, steps)
+        disabled, smallest = shrink(r.seed, steps, focus)
         left = [k for k in FAULT_KINDS if k not in disabled]
         click.echo(f"seed {r.seed} still fails with only these fault kinds on: {', '.join(left)} "
                    f"({sum(smallest.faults.values())} faults); replay: interlock simulate --seed-start {r.seed} "
-                   "--seeds 1 --verbose")  # fmt: skip
+                   f"--seeds 1 --verbose{''.join(f' --focus {k}' for k in sorted(focus))}")  # fmt: skip
     calls = sum(r.money_calls for r in results)
     faults = sum(sum(r.faults.values()) for r in results)
     violations = sum(len(r.violations) for r in results)

@@ -10,6 +10,7 @@ write lock taken (one OS thread runs every actor: a wait for the lock would wait
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ WRITE_ERRORS = ("database or disk is full", "disk I/O error")
 class WriteFaults:
     begin_busy: float = 0.0
     commit_error: float = 0.0
+    # Not a fault: called with the ledger's path after each COMMIT that succeeded (the replica's copies of a shard's
+    # ledger at commit points, simulation.machine_loss). Outside every transaction, and no scheduler point.
+    committed: Callable[[Path], None] | None = None
 
 
 class SimConnection(sqlite3.Connection):
@@ -31,6 +35,7 @@ class SimConnection(sqlite3.Connection):
 
     sched: Scheduler | None = None
     faults: WriteFaults | None = None
+    path: Path | None = None
 
     def execute(self, sql: str, parameters: Any = (), /) -> sqlite3.Cursor:  # type: ignore[override]
         sched = self.sched
@@ -44,6 +49,11 @@ class SimConnection(sqlite3.Connection):
                 sched.counters.fault("ledger_commit_error")
                 super().execute("ROLLBACK")
                 raise sqlite3.OperationalError(sched.rng.choice(WRITE_ERRORS))
+            else:
+                cursor = super().execute(sql, parameters)
+                if self.faults and self.faults.committed is not None and self.path is not None:
+                    self.faults.committed(self.path)
+                return cursor
         return super().execute(sql, parameters)
 
 
@@ -52,6 +62,6 @@ def open_sim_ledger(path: Path, sched: Scheduler, process: Process, faults: Writ
     """A connection of *process*: closed when it crashes (an open transaction is rolled back, as on SIGKILL)."""
     conn = open_ledger(path, readonly=readonly, factory=SimConnection)
     assert isinstance(conn, SimConnection)
-    conn.sched, conn.faults = sched, None if readonly else faults
+    conn.sched, conn.faults, conn.path = sched, None if readonly else faults, path
     process.on_crash.append(conn.close)
     return conn

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from interlock.errors import InterlockError, OperatorRefused
+from interlock.errors import InterlockError, LedgerError, OperatorRefused
 from interlock.queues import rail_queue
 from ledger.intents import Intent
 from ops.approvers import Approver, ApproverTable, token_sha256
@@ -68,7 +68,16 @@ class SimOpsContext(OpsContext):
 
     def __init__(self, world: World, shard: Shard, process: Process) -> None:
         super().__init__(settings=shard.settings, _redis=shard.redis)  # type: ignore[arg-type]
-        self.world, self.sim_shard, self.process = world, shard, process
+        self.world, self.shard_name, self.process = world, shard.name, process
+
+    @property
+    def sim_shard(self) -> Shard:
+        """The shard as it is now: one restored after its machine was lost has another ledger file and another Redis
+        (simulation.machine_loss)."""
+        return self.world.shards[self.shard_name]
+
+    def redis(self) -> Any:
+        return self.sim_shard.redis
 
     def mandates(self) -> Any:
         return self.sim_shard.mandates
@@ -78,6 +87,8 @@ class SimOpsContext(OpsContext):
 
     @contextmanager
     def ledger(self, *, readonly: bool = False) -> Iterator[sqlite3.Connection]:
+        if not self.sim_shard.ledger_path.exists():  # its machine is lost, and the restore has not put one in its place
+            raise LedgerError(f"ledger {self.sim_shard.ledger_path} does not exist")
         conn = open_sim_ledger(self.sim_shard.ledger_path, self.world.sched, self.process, self.world.faults.writes,
                                readonly=readonly)  # fmt: skip
         try:
@@ -125,8 +136,15 @@ def _operate(world: World, w: Workload, contexts: list[SimOpsContext]) -> None:
 
 def _decide(ctx: SimOpsContext, w: Workload, intent: Intent, refusals: dict[str, int]) -> None:
     record = {"shard": ctx.shard, "merchant": intent.merchant_id, "sik": intent.sik}
+    # A hold decided before comes back only when its shard was restored from a replica that lost the decision
+    # (simulation.machine_loss): the person decides it as they did, not afresh.
+    restored = any(r["shard"] == ctx.shard for r in w.restores)
+    before = next((verdict for verdict, done in (("approve", w.approved), ("reject", w.rejected))
+                   if restored and any(r["shard"] == ctx.shard and r["sik"] == intent.sik for r in done)),
+                  None)  # fmt: skip
     try:
-        if refusals.get(intent.sik, 0) < MAX_REFUSALS and w.rng.random() < 0.7:
+        if before != "reject" and refusals.get(intent.sik, 0) < MAX_REFUSALS and (
+                before == "approve" or w.rng.random() < 0.7):  # fmt: skip
             approve(ctx, intent.sik, approver=APPROVER, terms_digest=terms_digest(intent), reason="simulated approval",
                     merchant_id=intent.merchant_id)  # fmt: skip
             w.approved.append(record)

@@ -163,6 +163,8 @@ class SimRail:
         # Told of every entity created and every status it moves to (kind, entity, status): the webhooks.
         self.events: Callable[[str, dict[str, Any], str], None] = lambda kind, entity, status: None
         self._ids = itertools.count(1)
+        # Given the fault drawn for a money request that has just left, returns the one it meets instead.
+        self.on_send: Callable[[str], str] | None = None
         self._shown_by = 0  # the instant the entity of the call being applied must be listed by (settlements)
         self._sent_mono_ms = 0  # when the request being applied reached the rail
 
@@ -239,6 +241,11 @@ class SimRail:
         self._read("refunds.list")
         rows = [r for r in self.refunds if r["payment_id"] == payment_id]
         return self._page(Refund, rows, count, skip)
+
+    def list_refunds(self, *, count: int = 10, skip: int = 0) -> Page[Refund]:
+        """Every refund of the account, newest first (GET /v1/refunds: what a restore pages, ops/restore.py)."""
+        self._read("refunds.list")
+        return self._page(Refund, self.refunds, count, skip)
 
     def list_instant_settlements(self, *, count: int = 10, skip: int = 0) -> Page[Settlement]:
         self._read("settlements.list")
@@ -561,6 +568,8 @@ class SimRail:
         if self._unreachable():
             raise RailError(RailErrorKind.NOT_SENT, "connect timed out (partitioned)", method="POST", path=what)
         fault = self._draw_fault()
+        if self.on_send is not None:  # the request has left: its machine may be lost now (simulation.machine_loss)
+            fault = self.on_send(fault)
         self._shown_by = self.sched.clock.mono_ms + self._delay() - 50  # ADR 0010: the call ends now, listed by then
         sent = self._sent_mono_ms = self.sched.clock.mono_ms
         if fault == "not_applied":

@@ -16,10 +16,12 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from interlock.clock import use_clock
 from simulation import checker
 from simulation.checker import ShardEvidence, Violation
+from simulation.machine_loss import install_loss, plan_loss
 from simulation.operator import start_operator
 from simulation.scheduler import Scheduler
 from simulation.workload import install, plan_workload
@@ -126,9 +128,12 @@ LIFECYCLE = "lifecycle"  # refunds failed and settlements reversed at the bank, 
 ACCOUNT = "account"  # every mandate names its rail account (the deployment names its own), in every seed
 UPSTREAM = "upstream"  # one shard's rail an upstream MCP server (proxy mode), in every seed, not a quarter
 CROWD = "crowd"  # lists longer than a page (simulation.crowd), in every seed, not three in ten
+# A shard's machine lost and the shard restored from its replica (simulation.machine_loss), in every seed instead
+# of some; it displaces the merchant's move.
+MACHINE_LOSS = "machine_loss"
 PARTS = frozenset({MOVE, HOLDS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD})  # the workload's
 FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS,
-               WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD)
+               WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, MACHINE_LOSS)
 
 
 # Scheduling steps a seed may take before it counts as never settling (STEP_BUDGET). Payouts, webhooks and the
@@ -159,8 +164,13 @@ def run_seed(seed: int, *, max_steps: int = MAX_STEPS, keep: Path | None = None,
                   reconcilers=2 if TWO_RECONCILERS in focus else reconcilers)  # fmt: skip
     sched.before_resume = world.strike
     # Holds, tasks, a replaced mandate, rail accounts, a merchant moved (simulation.workload).
+    # A machine lost (simulation.machine_loss): never with the merchant's move, which a focus on the loss displaces.
+    if MACHINE_LOSS in focus:
+        disabled = disabled | {MOVE}
+    loss = plan_loss(seed, disabled, focus, move=plan_workload(seed, disabled, focus & {MOVE}).move)
     extras = plan_workload(seed, disabled, focus & PARTS)
     install(world, extras)
+    install_loss(world, loss, extras)
     try:
         with use_clock(sched.clock):
             world.start()
@@ -169,7 +179,7 @@ def run_seed(seed: int, *, max_steps: int = MAX_STEPS, keep: Path | None = None,
             faults.calm()
             sched.note("faults stop")
             settle_until = sched.clock.mono_ms + SETTLE_MS
-            sched.run(until=_settled(world), deadline_ms=settle_until)
+            sched.run(until=_settled(world, extras.replacements), deadline_ms=settle_until)
             settled = sched.counters.steps < sched.max_steps
             evidence = [ShardEvidence(s.name, s.ledger_path, s.rail.journal, s.rail.payment_amounts(),
                                       s.rail.deliveries, s.settings.rail_timeout_ms)
@@ -197,7 +207,7 @@ def run_seed(seed: int, *, max_steps: int = MAX_STEPS, keep: Path | None = None,
 EVIDENCE_WAIT_MS = 60_000  # longer than any pause or outage: a live worker has written its answers by then
 
 
-def _settled(world: World) -> Callable[[], bool]:
+def _settled(world: World, replacements: list[dict[str, Any]] | None = None) -> Callable[[], bool]:
     """True once every agent has its definite answers and every intent is definite, and every rail answer a live
     worker was given is written — or EVIDENCE_WAIT_MS after the rest was, for the checker to name the answer that
     never was (EVIDENCE_KEPT). The ledgers are read at most once a simulated second."""
@@ -209,7 +219,7 @@ def _settled(world: World) -> Callable[[], bool]:
         if world.pending or now - last[0] < 1_000:
             return False
         last[0] = now
-        if not _definite(world) or not _payouts_followed(world):
+        if not _definite(world) or not _payouts_followed(world) or not _withdrawn(world, replacements or []):
             definite_since[0] = None
             return False
         since = definite_since[0] = now if definite_since[0] is None else definite_since[0]
@@ -256,6 +266,32 @@ def _payouts_followed(world: World) -> bool:
             if status in ("processing", "pending", "created") or status in checker.NOT_PAID.get(e.kind, ()) and (
                     e.stamp not in raised and now - at < FOLLOW_WAIT_MS):  # fmt: skip
                 return False
+    return True
+
+
+def _withdrawn(world: World, replacements: list[dict[str, Any]]) -> bool:
+    """No payout sent under a mandate replaced since waits queued on the rail for the reconciler's withdrawal to
+    cancel it — or FOLLOW_WAIT_MS gone since the replacement, for the checker to name the one never withdrawn
+    (WITHDRAWN). Without this the run could be judged before the reconciler's next step."""
+    now = world.sched.clock.mono_ms
+    for r in replacements:
+        effective = r.get("effective_mono_ms")
+        shard = world.shards.get(r["shard"])
+        if effective is None or shard is None or now - effective >= FOLLOW_WAIT_MS:
+            continue
+        queued = {e.stamp for e in shard.rail.journal
+                  if e.kind == "payout" and e.sent_mono_ms < effective and e.statuses[-1][1] == "queued"}  # fmt: skip
+        if not queued:
+            continue
+        conn = sqlite3.connect(f"file:{shard.ledger_path}?mode=ro", uri=True)
+        try:
+            agents = dict(conn.execute("SELECT sik, agent_id FROM intents WHERE tool = 'create_payout' "
+                                       "AND state <> 'QUARANTINED'").fetchall())  # fmt: skip
+            raised = {sik for (sik,) in conn.execute("SELECT sik FROM rail_status WHERE attention IS NOT NULL")}
+        finally:
+            conn.close()
+        if any(agents.get(stamp or "") == r["agent"] and stamp not in raised for stamp in queued):
+            return False
     return True
 
 

@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 
 import greenlet
 
+# A lost machine's processes are renamed so (simulation.machine_loss): the shard's names go to the new machine's.
+LOST = "lost/"
+
 
 class Killed(BaseException):
     """Raised inside an actor once its process has been crashed: nothing of it may run on. A BaseException, so
@@ -235,6 +238,8 @@ class Scheduler:
             self.at(self.clock.mono_ms + proc.restart_after_ms, lambda: self._restart(proc, restart))
 
     def _restart(self, proc: Process, restart: Callable[[], None]) -> None:
+        if proc.restart is None:  # withdrawn since it died (its machine is gone, simulation.machine_loss)
+            return
         proc.dead = False
         proc.paused_until = None
         proc.incarnation += 1

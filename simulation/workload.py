@@ -68,6 +68,9 @@ class Workload:
     payees: dict[str, dict[str, list[str]]] = field(default_factory=dict)  # agent -> contacts, fund_accounts it may pay
     queueing: dict[str, bool] = field(default_factory=dict)  # agent -> its mandate's queue_if_low_balance
     upstream: dict[str, str] = field(default_factory=dict)  # shard -> the upstream MCP server's profile (proxy mode)
+    replacing: list[str] = field(default_factory=list)  # agents whose mandate is replaced during the run
+    # A shard whose machine was lost and restored (simulation.machine_loss): when, and what the restore did.
+    restores: list[dict[str, Any]] = field(default_factory=list)
 
     def evidence(self) -> dict[str, Any]:
         return {
@@ -78,6 +81,7 @@ class Workload:
             "moves": list(self.moves),
             "payees": dict(self.payees),
             "queueing": dict(self.queueing),
+            "restores": [dict(r) for r in self.restores],
         }
 
 
@@ -174,6 +178,7 @@ def install(world: World, w: Workload) -> None:
         agent = rng.choice(paying if paying and rng.random() < 0.5 else settling or candidates)
         at = rng.randrange(2_000, 20_000)  # while its calls are on their way
         world.sched.at(at, lambda: _roll_out(world, w, agent))
+        w.replacing.append(agent)
     if w.move:
         install_move(world, w)  # last: no other part picks the moving merchant's agent
     if w.crowd:  # last: the payments it crowds are the refunds' own

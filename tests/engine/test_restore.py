@@ -25,7 +25,7 @@ from ledger import restore as marks
 from ledger.db import open_ledger, transaction
 from ledger.states import State
 from ops import restore
-from rails.razorpay import RazorpayClient
+from rails.razorpay import RailError, RazorpayClient
 from sandbox.testing import SandboxProcess
 from tests.engine.conftest import FAST, Engine
 from tests.ledger.helpers import put_intent
@@ -174,8 +174,9 @@ def test_a_restore_turns_what_was_in_motion_unknown_and_settles_what_the_tail_se
     slept: list[float] = []
     report = restore.run(conn, rail, [], now=lambda: 2_000, actor="test", deadline_s=0, reread_after_s=1.5,
                          sleep=slept.append, monotonic=lambda: 0.0)  # fmt: skip
-    # Read twice, the reconciler's delay apart: what the first read found is not counted again.
-    assert slept == [1.5] and report.entities_read == 6
+    # Read twice, the reconciler's delay apart, and the refunds once more a delay later: what a read found before is
+    # not counted again.
+    assert slept == [1.5, 3.0] and report.entities_read == 9
     assert report.made_unknown == 2 and report.recovered == []
     assert len(report.settled) == 1 and len(report.quarantined) == 1
     states = {i.sik: intents.require_intent(conn, MERCHANT, i.sik).state for i in (authorized, in_flight, held, other)}
@@ -275,12 +276,58 @@ def test_the_final_read_waits_for_a_call_the_lost_machine_sent_just_before_it_wa
     rail = _Landing(_refund("rfnd_LATE", "L" * 32, "pay_RESTOREL0001", 4_000, (MERCHANT, AGENT)), 100 + 9.9 + 1.9)
     report = restore.run(conn, rail, [load_mandate(EXAMPLE)], now=lambda: 2_000, actor="test", deadline_s=10,
                          reread_after_s=2, sleep=rail.sleep, monotonic=rail.monotonic)  # fmt: skip
-    assert rail.reads_at == [100.0, 112.0] and report.final_read_after_ms == 12_000
+    assert rail.reads_at == [100.0, 112.0, 114.0] and report.final_read_after_ms == 14_000
     assert [r["rail_entity_id"] for r in report.recovered] == ["rfnd_LATE"]
     assert intents.require_intent(conn, MERCHANT, "L" * 32).state is State.APPLIED
     [finished] = [json.loads(r[0]) for r in conn.execute(
         "SELECT payload_json FROM audit_log WHERE kind = ?", (marks.FINISHED,))]  # fmt: skip
-    assert finished["final_read_after_ms"] == 12_000  # the chain says how long the restore waited
+    assert finished["final_read_after_ms"] == 14_000  # the chain says how long the restore waited
+    conn.close()
+
+
+def test_a_refund_the_rail_lists_a_delay_late_is_still_read_before_the_shard_serves(tmp_path: Path) -> None:
+    """Finding F-loss-2 (docs/simulation.md; the machine-loss simulation, seed 95 of focus machine_loss): a refund on
+    the wire when the machine was lost landed after its caller's deadline and was listed later than ADR 0010's bound,
+    by less than the delay (refunds may be, ADR 0026). Both reads missed it; the restored shard served, and the
+    agent's repeat, with the same SIK, was refused G2_EXCEEDS_REFUNDABLE against the payment the lost refund had
+    refunded: DO_NOT_RETRY for money that moved, and a stamped refund the ledger never knew. Refunds are read once
+    more, a delay after the final read."""
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
+    # Sent at the fence (t=100): listed 1.9 s past the deadline plus the delay (10 s + 2 s).
+    rail = _Landing(_refund("rfnd_LATE", "L" * 32, "pay_RESTOREL0001", 4_000, (MERCHANT, AGENT)), 100 + 12 + 1.9)
+    report = restore.run(conn, rail, [load_mandate(EXAMPLE)], now=lambda: 2_000, actor="test", deadline_s=10,
+                         reread_after_s=2, sleep=rail.sleep, monotonic=rail.monotonic)  # fmt: skip
+    assert rail.reads_at[-1] == 114.0
+    assert [r["rail_entity_id"] for r in report.recovered] == ["rfnd_LATE"]
+    conn.close()
+
+
+class _NoPayouts(_Lists):
+    """An upstream MCP server's rail (proxy mode): it makes no payouts, and refuses their lists as rails.mcp_upstream
+    does."""
+
+    def list_payouts(self, account_number: str, **kw):  # noqa: ANN003, ANN201
+        from rails.mcp_upstream import NO_PAYOUTS
+        from rails.razorpay import RailError, RailErrorKind
+
+        raise RailError(RailErrorKind.REJECTED, NO_PAYOUTS, method="MCP", path="list_payouts", http_status=404)
+
+
+def test_a_shard_whose_rail_makes_no_payouts_is_restored_without_reading_payouts(tmp_path: Path) -> None:
+    """Proxy mode: a mandate may still name a RazorpayX account, but the upstream MCP rail makes no payouts and refuses
+    to list them. Reading them stopped the restore at every --resume, and the shard never served again (found by the
+    simulation: machine loss on a proxy-mode shard, seed 8 of focus machine_loss, webhooks, payouts)."""
+    mandates = [make_mandate({"rail": {"account_number": "7878780080316316"}})]
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
+    rail = _NoPayouts([_refund("rfnd_A", "A" * 32, "pay_RESTOREA0001", 1_000, (MERCHANT, AGENT))])
+    with pytest.raises(RailError, match="payouts are made only on the REST rail"):
+        restore.run(conn, rail, mandates, now=lambda: 2_000, actor="test", **NO_WAIT)
+    assert marks.pending(conn) is not None  # the rail worker stays refused: for ever, before
+    restore.run(conn, rail, mandates, now=lambda: 2_000, actor="test", payouts=False, **NO_WAIT)
+    assert marks.pending(conn) is None  # the --resume of a deployment whose rail makes no payouts finishes
+    assert intents.require_intent(conn, MERCHANT, "A" * 32).state is State.APPLIED
     conn.close()
 
 
@@ -312,6 +359,82 @@ def test_a_shard_of_several_merchants_records_a_lost_entity_under_the_merchant_a
         assert marks.pending(conn) is not None  # the rail worker stays refused
         restore.run(conn, _Lists([]), mandates, now=lambda: 3_000, actor="test", **NO_WAIT)  # the --resume, fixed
     assert audit.verify_chain(conn) is None
+    conn.close()
+
+
+def test_a_refund_recovered_from_the_rail_counts_against_the_ceiling_of_each_task_its_agent_presents(
+    tmp_path: Path,
+) -> None:
+    """Finding F-loss-3 (docs/simulation.md; the machine-loss simulation, seed 24 of focus machine_loss): the lost
+    tail paid refunds under a harness-signed task; the restore recovered them, bound to no task (the rail's entity
+    does not say which), so the task's ceiling counted nothing of them and the agent's next refund under the task
+    took it past its ceiling. A recovered intent of the task's merchant and agents now counts against each of their
+    tasks (over-counting refuses, never pays); one of another agent does not."""
+    from interlock.messages import Verdict
+    from ledger.limits import check_task_ceiling
+
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
+    restore.run(conn, _Lists([_refund("rfnd_T", "T" * 32, "pay_RESTORET0001", 6_000, (MERCHANT, AGENT))]),
+                [load_mandate(EXAMPLE)], now=lambda: 2_000, actor="test", **NO_WAIT)  # fmt: skip
+
+    def ceiling(agents: tuple[str, ...]) -> Verdict:
+        return check_task_ceiling(conn, signer="harness", task_id="task_1", sik="N" * 32, amount_minor=5_000,
+                                  ceiling_minor=10_000, recovered_for=(MERCHANT, agents)).verdict  # fmt: skip
+
+    assert ceiling((AGENT,)) is Verdict.BLOCK  # 6,000 recovered + 5,000 asked > 10,000
+    assert ceiling(("agent_other",)) is Verdict.ALLOW
+    conn.close()
+
+
+class _Account(_Lists):
+    """A scripted rail whose RazorpayX account *account_number* holds *payouts*; every account it is asked for is
+    noted."""
+
+    def __init__(self, refunds: list[dict], account_number: str, payouts: list[dict]) -> None:
+        from rails.models import Payout
+
+        super().__init__(refunds)
+        self.account_number, self.asked = account_number, []
+        self.payouts = [Payout.from_raw(p) for p in payouts]
+
+    def list_payouts(self, account_number: str, *, reference_id=None, status=None, count: int = 100,  # noqa: ANN001
+                     skip: int = 0):  # noqa: ANN201
+        from rails.models import Page
+
+        self.asked.append(account_number)
+        mine = self.payouts if account_number == self.account_number else []
+        return Page(items=mine[skip:skip + count], requested_count=count, skip=skip)
+
+
+def test_a_call_the_lost_tail_made_is_recovered_though_the_agents_mandate_no_longer_grants_its_tool(
+    tmp_path: Path,
+) -> None:
+    """Finding F-loss-1 (docs/simulation.md; the machine-loss simulation, seed 113 of focus machine_loss): the lost
+    tail paid payouts and a settlement for an agent whose mandate was then replaced by one granting neither. The
+    restore read the payout accounts only of mandates granting payouts, and attributed an entity only to a mandate
+    granting its tool: the payouts were never read (the restored ledger did not know them, G3 counted three calls
+    fewer, the withdrawal of queued payouts never saw them), and a settlement would have stopped the restore for a
+    person. Whose an entity is, its notes say; the money moved under the mandate the tail had."""
+    account = make_mandate().rail.account_number
+    replaced = make_mandate({"mandate_id": "mnd_replaced"},
+                            drop=("scope.grants.create_payout", "scope.grants.create_instant_settlement",
+                                  "idempotency.create_payout", "idempotency.create_instant_settlement"))  # fmt: skip
+    assert replaced.rail.account_number == account and replaced.grant("create_payout") is None
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
+    owner = {"interlock_merchant": MERCHANT, "interlock_agent": AGENT}
+    payout = {"id": "pout_LOST", "entity": "payout", "fund_account_id": "fa_DEMOVENDOR0001", "amount": 7_000,
+              "currency": "INR", "status": "processed", "reference_id": "ilk_" + "P" * 32,
+              "notes": {"interlock_sik": "P" * 32, **owner}, "created_at": 2}  # fmt: skip
+    rail = _Account([_refund("rfnd_LOST", "R" * 32, "pay_RESTORER0001", 1_000, (MERCHANT, AGENT))], account, [payout])
+    report = restore.run(conn, rail, [replaced], now=lambda: 2_000, actor="test", **NO_WAIT)
+    assert set(rail.asked) == {account}
+    assert sorted((r["tool"], r["rail_entity_id"]) for r in report.recovered) == [
+        ("create_payout", "pout_LOST"), ("create_refund", "rfnd_LOST")]  # fmt: skip
+    recovered = intents.require_intent(conn, MERCHANT, "P" * 32)
+    assert (recovered.state, recovered.agent_id, recovered.mandate_id) == (State.APPLIED, AGENT, "mnd_replaced")
+    assert marks.pending(conn) is None
     conn.close()
 
 
