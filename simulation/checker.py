@@ -6,6 +6,19 @@ each agent received, the mandates' limits as plain data, and each shard's ledger
 the rows as stored, not as Interlock's code would interpret them. The audit chain is re-hashed here from its
 definition (SPEC §5: sha256 over prev_hash and the RFC 8785 form of {seq, ts, kind, payload}).
 
+Each process reads a wall clock of its own (simulation.clocks), so a ledger timestamp says what its writer's clock
+read, not when. For each audit record the simulator hands over three readings taken as its transaction committed
+(`ShardEvidence.written`): the run's true clock, the shared wall clock (true time plus the steps taken by every
+clock at once: what a process with no skew of its own reads), and its writer's own clock. A rule about what
+happened before what on the rail judges by true time (as the rail's own times, `created_ms` and `sent_mono_ms`,
+are true). A rule about Interlock's wall-clock protocol (a lease and when it may be taken over, a limit's
+window) is judged on the shared clock: each stamp less its writer's own offset. Every clock stepped at once is
+a shift of time no wall-clock rule can see, and the rules were always judged across it (ADR 0023 holds the one
+place where it mattered for money on the monotonic clock); one process's clock apart from the others' is what
+the rule must survive, and is what this removes. Without skew the shared clock is every stamp, so such seeds
+are judged as before. Where the readings are missing (evidence without them, as in the checker's own tests),
+the stamps are compared.
+
 Invariants, each a `Violation` with a kind and the evidence:
 * ONE_ENTITY_PER_ACTION — at most one rail entity per business action (each simulated action has its own
   signature: tool, subject, amount), and at most one per stamp, across every shard's rail;
@@ -17,16 +30,17 @@ Invariants, each a `Violation` with a kind and the evidence:
   the rail is APPLIED in the ledger with that id, or QUARANTINED;
 * TOLD_APPLIED — an agent told APPLIED names an entity the rail created with that stamp;
 * AUDIT_CHAIN — every shard's chain re-hashes to its head;
-* AUDIT_TIME — the chain's timestamps never go back from one record to the next: every writer reads the time only
-  once it holds the ledger's write lock, so a record says when its transaction really held it, and a lease or
-  row written in it is measured from then (one wall clock here: a record may go back only by as much as that
-  clock was set back during the run);
+* AUDIT_TIME — every writer reads the time only once it holds the ledger's write lock, so a record says when its
+  transaction really held it, and a lease or row written in it is measured from then: judged on the true clock,
+  the instant a record's writer read its time is never before the record it follows was committed (each process
+  reads its own clock, so the stamps themselves may go back and forth between writers; see _audit_chain);
 * ABSORBING — the ledger file itself refuses to move an APPLIED or BLOCKED intent to any other state (I4),
   probed with a plain UPDATE in a transaction that is always rolled back;
 * ATTRIBUTION — every attempt row that names a rail entity as its answer (APPLIED, TERMS_MISMATCH, or their
   FENCED_ forms) names one the rail created with that intent's stamp: a foreign entity is never taken as ours;
 * ABANDONED_EARLY — no IN_FLIGHT attempt is treated as abandoned (LEASE_EXPIRED) before its own row lease plus
-  the call's total deadline (ADR 0005: until then its request may still be out);
+  the call's total deadline (ADR 0005: until then its request may still be out), on the true clock: the lease
+  runs from when the IN_FLIGHT record was committed, however far the abandoner's clock is from its writer's;
 * EVIDENCE_KEPT — every stamped answer the rail delivered to a process that lived on is on an attempt row of its
   intent by the end (issue 25 item 2, ADR 0005: the rail's answer is first-hand evidence, never dropped).
 """
@@ -94,6 +108,8 @@ class ShardEvidence:
     # Every stamped answer the rail gave a money call: (stamp, entity id, caller process, its incarnation).
     deliveries: Sequence[tuple[str, str, str, int]] = field(default_factory=list)
     call_deadline_ms: int | None = None  # the deployment's rail call deadline (RAIL_TIMEOUT_MS), as configured
+    # Audit seq -> what the true clock, the shared wall clock and its writer's own wall clock read as it committed.
+    written: Mapping[int, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answers: Sequence[AnswerLike],
@@ -101,7 +117,8 @@ def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answer
           stopped: frozenset[tuple[str, int]] = frozenset(), set_back_ms: int = 0) -> list[Violation]:  # fmt: skip
     """Every invariant over the finished run; *settled* when faults stopped and the run was let settle;
     *stopped* the (process, incarnation) pairs the OS killed or saw exit (what they held in memory is gone);
-    *set_back_ms* how far, in all, the wall clock was stepped back during the run."""
+    *set_back_ms* how far, in all, the shared wall clock was stepped back during the run (used only for records the
+    simulator gave no write times for)."""
     found: list[Violation] = []
     by_shard = {s.name: s for s in shards}
     for shard in by_shard.values():
@@ -289,10 +306,20 @@ def _audit_chain(shard: ShardEvidence, set_back_ms: int = 0) -> list[Violation]:
         head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
     finally:
         conn.close()
-    prev, expected, last_ts = GENESIS, 1, None
+    prev, expected, last_ts, last_true = GENESIS, 1, None, None
     went_back: list[Violation] = []
     for seq, ts, kind, payload_json, prev_hash, digest in rows:
-        if last_ts is not None and ts < last_ts - set_back_ms and not went_back:
+        written = shard.written.get(seq)
+        if written is not None and not went_back:
+            # Its writer's clock read *wall* at the commit, so it read *ts* this long before, on the true clock.
+            committed, _, wall = written
+            read_at = committed - (wall - ts)
+            if last_true is not None and read_at < last_true:
+                went_back.append(Violation("AUDIT_TIME", f"{shard.name}: seq {seq} ({kind}) is stamped {ts}: its "
+                                                         f"writer read the time {last_true - read_at} ms before the "
+                                                         "record it follows was committed"))  # fmt: skip
+            last_true = committed
+        elif not shard.written and last_ts is not None and ts < last_ts - set_back_ms and not went_back:
             went_back.append(Violation("AUDIT_TIME", f"{shard.name}: seq {seq} ({kind}) is stamped {ts}, "
                                                      f"{last_ts - ts} ms before the record it follows"))  # fmt: skip
         last_ts = ts
@@ -365,12 +392,39 @@ def _attribution(shard: ShardEvidence) -> list[Violation]:
 
 def _transitions(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(ts, payload) of every TRANSITION record of a ledger's audit chain, in chain order."""
+    return [(ts, p) for _, ts, p in _records(path)]
+
+
+def _records(path: Path) -> list[tuple[int, int, dict[str, Any]]]:
+    """(seq, ts, payload) of every TRANSITION record of a ledger's audit chain, in chain order."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        rows = conn.execute("SELECT ts, payload_json FROM audit_log WHERE kind = 'TRANSITION' ORDER BY seq").fetchall()
+        rows = conn.execute("SELECT seq, ts, payload_json FROM audit_log WHERE kind = 'TRANSITION' ORDER BY seq"
+                            ).fetchall()  # fmt: skip
     finally:
         conn.close()
-    return [(int(ts), json.loads(payload_json)) for ts, payload_json in rows]
+    return [(int(seq), int(ts), json.loads(payload_json)) for seq, ts, payload_json in rows]
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A TRANSITION record with its times: *at* its true commit time, *shared* its stamp on the shared clock (the
+    stamp less its writer's own offset), *offset* that offset, *ts* the stamp. Without the simulator's readings
+    all are the stamp (offset 0)."""
+
+    at: int
+    shared: int
+    offset: int
+    ts: int
+    payload: dict[str, Any]
+
+
+def _timed(shard: ShardEvidence) -> list[Timed]:
+    out = []
+    for seq, ts, p in _records(shard.ledger):
+        at, shared, wall = shard.written.get(seq, (ts, ts, ts))
+        out.append(Timed(at, ts - (wall - shared), wall - shared, ts, p))
+    return out
 
 
 def _attempts_counted(shard: ShardEvidence) -> list[Violation]:
@@ -391,19 +445,32 @@ def _attempts_counted(shard: ShardEvidence) -> list[Violation]:
 
 
 def _abandoned_early(shard: ShardEvidence) -> list[Violation]:
+    """Judged on the shared clock: the row lease is a reading of its writer's clock and the abandoner (a standby's
+    boot, a reconciler) compares its own clock with it, so each is taken less its own clock's offset. A step of
+    every clock at once moves both sides alike (the worker's send window is on the same wall clock, and on its
+    monotonic one), and is not what this rule is about; one clock ahead of the other is."""
     if shard.call_deadline_ms is None:
         return []
     leases = {(r["sik"], r["attempt_seq"]): r["lease_expires_at"]
               for r in _attempts(shard, "SELECT sik, attempt_seq, lease_expires_at FROM intent_attempts")}  # fmt: skip
+    offsets: dict[tuple[Any, Any], int] = {}  # (sik, attempt_seq) -> its IN_FLIGHT writer's clock offset
     out = []
-    for ts, p in _transitions(shard.ledger):
+    for r in _timed(shard):
+        p = r.payload
+        key = (p.get("sik"), p.get("attempt_seq"))
+        if p.get("to") == "IN_FLIGHT":
+            offsets[key] = r.offset
         if p.get("event") != "LEASE_EXPIRED" or p.get("from") != "IN_FLIGHT":
             continue
-        lease = leases.get((p.get("sik"), p.get("attempt_seq")))
-        if lease is not None and ts < lease + shard.call_deadline_ms:
+        lease = leases.get(key)
+        if lease is None:
+            continue
+        until = lease - offsets.get(key, 0) + shard.call_deadline_ms
+        if r.shared < until:
             out.append(Violation("ABANDONED_EARLY", f"{shard.name} {p.get('sik')} attempt {p.get('attempt_seq')} "
-                                                    f"abandoned at {ts}, {lease + shard.call_deadline_ms - ts} ms "
-                                                    "before its lease plus the call's deadline"))  # fmt: skip
+                                                    f"abandoned at {r.ts} by its clock, {until - r.shared} ms before "
+                                                    "its lease plus the call's deadline (judged on the shared "
+                                                    "clock)"))  # fmt: skip
     return out
 
 
@@ -445,11 +512,13 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
             action = owner.get((shard.name, *_signature(e)))
             if action is not None:
                 entities.append((shard, e, action))
-    authorized = {name: _authorized_at(s.ledger) for name, s in by_shard.items()}
+    authorized = {name: _authorized_at(s) for name, s in by_shard.items()}
 
     def auth_of(shard: ShardEvidence, e: Any) -> int | None:
-        times = [t for t in authorized[shard.name].get(e.stamp or "", []) if t <= e.created_ms]
-        return max(times) if times else None
+        """When, on the shared clock, the entity's intent last entered AUTHORIZED before the rail created it (that
+        before judged on the true clock, as the rail's created_ms is true)."""
+        times = [(at, shared) for at, shared in authorized[shard.name].get(e.stamp or "", []) if at <= e.created_ms]
+        return max(times)[1] if times else None
 
     rejected = {(r["shard"], r["sik"]) for r in evidence.get("rejected", [])}
     for shard, e, _ in entities:
@@ -610,10 +679,13 @@ def _moved(source: ShardEvidence, move: Mapping[str, Any]) -> list[Violation]:
                                      f"{move['target']} at mono {move['applied_mono_ms']}") for sik, state in rows]
 
 
-def _authorized_at(path: Path) -> dict[str, list[int]]:
-    """sik -> when the audit chain records its intent entering AUTHORIZED (every time)."""
-    out: dict[str, list[int]] = defaultdict(list)
-    for ts, p in _transitions(path):
-        if p.get("to") == "AUTHORIZED":
-            out[p["sik"]].append(int(ts))
+def _authorized_at(shard: ShardEvidence) -> dict[str, list[tuple[int, int]]]:
+    """sik -> (true, shared) times of every record of its intent entering AUTHORIZED. The admission, a hold's release
+    and a retry's authorization are written by different processes, each on its own clock: a short window's count
+    (LIMIT) and the replaced mandate's order (MANDATE_REPLACED) are judged on the shared clock, as the deployment's
+    windows are measured on wall clocks."""
+    out: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for r in _timed(shard):
+        if r.payload.get("to") == "AUTHORIZED":
+            out[r.payload["sik"]].append((r.at, r.shared))
     return out

@@ -20,6 +20,8 @@ from pathlib import Path
 from interlock.clock import use_clock
 from simulation import checker
 from simulation.checker import ShardEvidence, Violation
+from simulation.clocks import SKEW, install_clocks, plan_skew
+from simulation.ledger import write_times
 from simulation.operator import start_operator
 from simulation.scheduler import Scheduler
 from simulation.workload import install, plan_workload
@@ -52,7 +54,7 @@ RAIL_FAULTS = ("lost_answer", "not_applied", "error_not_applied", "late_apply", 
                "replayed_response")
 FAULT_KINDS = ("crash", "pause", "partition", "clock_step", "redis_flush", "ledger_busy", "ledger_commit_error",
                "queue", "rail_money", "rail_read_error", "list_lag", "rail_outage", "refund_list_late",
-               "key_expiry")  # fmt: skip
+               "key_expiry", SKEW)  # fmt: skip
 
 
 def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(),
@@ -140,12 +142,14 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
     sched.clock.wall_offset_ms = START_MS - (rng.choice((2_000, 5_000, 10_000, 60_000, 600_000)) if rng.random() < 0.5
                                              else -3_600_000)  # fmt: skip
     faults = plan_faults(sched, disabled, focus)
+    faults.skew_ms = plan_skew(seed, disabled, focus)  # its own generator: the seeds without skew are unchanged
     merchants, agents, actions = rng.choice((1, 2)), rng.choice((1, 2)), rng.choice((2, 3, 4))
     concurrency, reconcilers = rng.choice((1, 4)), rng.choice((1, 2))
     world = World(sched, root, faults, shards=2, merchants_per_shard=merchants, agents_per_merchant=agents,
                   actions_per_agent=actions, concurrency=concurrency,
                   reconcilers=2 if TWO_RECONCILERS in focus else reconcilers)  # fmt: skip
     sched.before_resume = world.strike
+    install_clocks(world, seed, faults.skew_ms)
     # Holds, tasks, a replaced mandate, rail accounts, a merchant moved (simulation.workload).
     extras = plan_workload(seed, disabled, focus & {MOVE, HOLDS, REPLACE, PAYOUTS})
     install(world, extras)
@@ -159,8 +163,9 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
             settle_until = sched.clock.mono_ms + SETTLE_MS
             sched.run(until=_settled(world), deadline_ms=settle_until)
             settled = sched.counters.steps < sched.max_steps
+            written = write_times(sched)
             evidence = [ShardEvidence(s.name, s.ledger_path, s.rail.journal, s.rail.payment_amounts(),
-                                      s.rail.deliveries, s.settings.rail_timeout_ms)
+                                      s.rail.deliveries, s.settings.rail_timeout_ms, written.of(s.ledger_path))
                         for s in world.shards.values()]  # fmt: skip
             mandates = {a: m.model_dump(mode="json") for a, m in world.mandates.items()}
             violations = checker.check(evidence, world.actions, world.answers, mandates, settled=settled,

@@ -44,6 +44,7 @@ from rail_worker.runtime import RailRuntime
 from reconciler.loop import Reconciler
 from reconciler.withdrawal import PayoutWithdrawal
 from reconciler.worker import SWEEP_INTERVAL_S, _follow, _follower, _wait_for_hints
+from simulation.clocks import step_clock
 from simulation.ledger import WriteFaults, open_sim_ledger
 from simulation.rail import FaultPlan, SimRail
 from simulation.redis import QueueFaults, SimRedis
@@ -100,6 +101,7 @@ class Faults:
     reconciler_pause: float = 0.0
     reconciler_pause_ms: tuple[int, int] = (200, 4_000)
     clock_step: float = 0.0
+    skew_ms: int = 0  # each process on its own wall clock, no two more than this apart (simulation.clocks)
     partition: float = 0.0
     redis_flush: float = 0.0
     # A rail-worker outage (a stalled host, a long GC, a hung disk): from this simulated instant the shard's rail
@@ -458,10 +460,7 @@ class World:
             sched.note(f"partition {proc.name}")
         elif roll < f.crash + pause + f.partition + f.clock_step:
             step = rng.choice((1_000, 5_000, 30_000, -1_000, -30_000))  # NTP sets clocks either way
-            sched.clock.wall_offset_ms += step
-            sched.clock.set_back_ms += max(-step, 0)
-            sched.counters.fault("clock_step")
-            sched.note(f"clock step {step:+d}")
+            step_clock(sched, proc.name, step)  # every process's clock, or (skewed clocks) this one's alone
         elif roll < f.crash + pause + f.partition + f.clock_step + f.redis_flush:
             self.shards[proc.name.rsplit(":", 1)[-1]].redis.flush()
 
