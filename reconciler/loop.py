@@ -92,7 +92,7 @@ class Reconciler:
                     intent = intents.require_intent(self.ledger, row["merchant_id"], row["sik"])
                     now = now_ms()
                     if intent.state is State.IN_FLIGHT:
-                        until = intents.abandon_after(self.ledger, intent, deadline)
+                        until = intents.abandon_after(self.ledger, intent, deadline, self.settings.clock_skew_ms)
                         if rail_alive and rail_lease is not None and rail_lease.epoch == intent.lease_epoch:
                             # Its own worker is alive and will record the outcome. Past one more TTL it evidently
                             # will not (an unexpected error left the row): take it.
