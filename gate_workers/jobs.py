@@ -254,7 +254,8 @@ def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
     no_payouts = NO_PAYOUTS if proposal.tool == PAYOUT_TOOL and rt.upstream is not None else None
     action = resolve(proposal, rt.rail, rt.reader(), mandate, proposal.received_at_ms,
                      grace_ms=rt.settings.settlement_window_grace_ms, balance_read_missing=missing,
-                     account_merchants=rt.account_merchants(mandate), payouts_missing=no_payouts)  # fmt: skip
+                     account_merchants=rt.account_merchants(mandate), payouts_missing=no_payouts,
+                     clock_skew_ms=rt.settings.clock_skew_ms)  # fmt: skip
     action = bind_task(action, proposal, mandate, now)  # SPEC §10: verified here, judged by G1 and G2
     trace = {**proposal.trace, "rail_read_done": trace_now()}
     ctx = rt.gate_context(mandate, now)

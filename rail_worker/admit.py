@@ -105,7 +105,8 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
     existing = intents.get_intent(conn, decision.merchant_id, decision.sik)
     if existing is None:
         # ADR 0009: this same call keyed in an adjacent window (a queued, racing or stalled first call) is that intent.
-        existing = grace.same_call_intent(conn, decision, mandate, rt.settings.settlement_window_grace_ms)
+        existing = grace.same_call_intent(conn, decision, mandate, rt.settings.settlement_window_grace_ms,
+                                          rt.settings.clock_skew_ms)  # fmt: skip
     if decision.operation_ref is not None:
         landing = existing.sik if existing is not None else decision.sik
         bound = intents.sik_for_operation_ref(conn, decision.merchant_id, decision.operation_ref)
@@ -321,7 +322,7 @@ def _redelivered(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) 
     intent = intents.get_intent(conn, decision.merchant_id, decision.sik) if decision.sik else None
     if intent is None and decision.sik is not None:  # the first answer may have come from a grace intent
         intent = grace.same_call_intent(conn, decision, rt.mandates.get(decision.agent_id),
-                                        rt.settings.settlement_window_grace_ms)  # fmt: skip
+                                        rt.settings.settlement_window_grace_ms, rt.settings.clock_skew_ms)  # fmt: skip
     if intent is None:
         # Refused the first time: answer with the refusal that was recorded (admission may have refused what the
         # gate allowed, e.g. DECISION_EXPIRED or a limit), and with the same caller action.

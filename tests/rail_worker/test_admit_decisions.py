@@ -313,6 +313,20 @@ def test_a_settlement_waits_only_until_the_end_of_the_window_after_its_own(world
     assert refund.execute is not None
 
 
+def test_a_settlement_waits_until_the_clock_skew_before_the_end_of_the_window_after_its_own(world: World) -> None:
+    """ADR 0032: a first call admitted at the very end of the window after its own could have a repeat received
+    before the admission but stamped in the window after that by an ingress whose clock runs ahead of this worker's,
+    two windows on, where no SIK links them. So the admission ends INTERLOCK_CLOCK_SKEW_MS before that window does."""
+    world.settings = world.settings.model_copy(update={"clock_skew_ms": 1_000})
+    midnight = T0 - T0 % DAY
+    yesterday = midnight - DAY + 5  # received early yesterday; its window ends at midnight tonight
+    world.clock.ms = midnight + DAY - 1_000  # the worker's clock: the bound is reached
+    _refused_at_admit(world, _decision(world, A, request_id="req-late", received_at_ms=yesterday),
+                      "DECISION_EXPIRED", CallerAction.RETRY_SAME_CALL)  # fmt: skip
+    world.clock.ms = midnight + DAY - 1_001
+    assert admit(world.runtime(), _decision(world, B, request_id="req-in-time", received_at_ms=yesterday)).execute
+
+
 def test_an_expired_repeat_of_an_existing_intent_is_answered_with_that_intent_and_reopens_nothing(
     world: World,
 ) -> None:
