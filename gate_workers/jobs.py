@@ -113,7 +113,7 @@ class GateRuntime:
         if self.upstream is None:
             return GateContext(mandate=mandate, now_ms=now, ledger=self.reader(), tool_hashes=self.tool_hashes,
                                purpose_judge=self.purpose_judge, rail_account_id=account,
-                               account_merchants=sharing)  # fmt: skip
+                               account_merchants=sharing, clock_skew_ms=self.settings.clock_skew_ms)  # fmt: skip
         try:
             hashes = self.upstream.hashes()
         except RailError as exc:
@@ -122,7 +122,8 @@ class GateRuntime:
             hashes = {}
         return GateContext(mandate=mandate, now_ms=now, ledger=self.reader(), tool_hashes=hashes,
                            upstream_tools=frozenset(hashes), purpose_judge=self.purpose_judge,
-                           rail_account_id=account, account_merchants=sharing)  # fmt: skip
+                           rail_account_id=account, account_merchants=sharing,
+                           clock_skew_ms=self.settings.clock_skew_ms)  # fmt: skip
 
     def account_merchants(self, mandate: Mandate | None) -> tuple[str, ...]:
         """The merchants on *mandate*'s rail account, whose money in motion G2 counts together (ADR 0021)."""

@@ -119,7 +119,7 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
             conn, mandate, merchant_id=decision.merchant_id, agent_id=decision.agent_id,
             sik=existing.sik if existing is not None else decision.sik,
             tool=decision.tool, amount_minor=decision.terms.amount_minor, currency=decision.terms.currency,
-            now_ms=now, rate=rt.fee_rate,
+            now_ms=now, rate=rt.fee_rate, clock_skew_ms=rt.settings.clock_skew_ms,
             subject=window_subject(decision.tool, decision.terms.subject, decision.params),
         )  # fmt: skip
         if limits.verdict is Verdict.BLOCK:
@@ -288,7 +288,7 @@ def _repeat(
     if existing.state not in _REOPENABLE:
         return Admission(outcome_from_intent(existing, request_id=decision.request_id, replayed=True), None)
     if verdict is Verdict.ALLOW and mandate is not None:
-        check = reassert(conn, existing, mandate, now_ms=now, rate=rt.fee_rate)
+        check = reassert(conn, existing, mandate, now_ms=now, rate=rt.fee_rate, clock_skew_ms=rt.settings.clock_skew_ms)
         if check.verdict is Verdict.ALLOW:
             # Reopened under the mandate it was judged under now, which is what execute re-checks against. A payout
             # is sent as judged now too — the mandate's account and queueing rule, the agent's corrected mode — not

@@ -336,7 +336,8 @@ class Reconciler:
         mandate = self.mandates.get(intent.agent_id) if self.mandates is not None else None
         if mandate is None or mandate.mandate_hash != intent.mandate_hash:
             return None, "its mandate is no longer configured"
-        check = reassert(self.ledger, intent, mandate, now_ms=now, rate=self.fee_rate)
+        check = reassert(self.ledger, intent, mandate, now_ms=now, rate=self.fee_rate,
+                         clock_skew_ms=self.settings.clock_skew_ms)  # fmt: skip
         if check.verdict is not Verdict.ALLOW:
             return None, f"{check.reason_code} {check.detail}"
         return check, ""
