@@ -306,19 +306,24 @@ def _audit_chain(shard: ShardEvidence, set_back_ms: int = 0) -> list[Violation]:
         head = conn.execute("SELECT seq, hash FROM audit_head WHERE id = 1").fetchone()
     finally:
         conn.close()
-    prev, expected, last_ts, last_true = GENESIS, 1, None, None
+    prev, expected, last_ts = GENESIS, 1, None
+    # The true commit times of the latest transaction seen, and of the one before it: records of one transaction share
+    # their commit time, and a writer may read its time a moment before its own commit, not before another's.
+    latest, before = None, None
     went_back: list[Violation] = []
     for seq, ts, kind, payload_json, prev_hash, digest in rows:
         written = shard.written.get(seq)
         if written is not None and not went_back:
             # Its writer's clock read *wall* at the commit, so it read *ts* this long before, on the true clock.
             committed, _, wall = written
+            if latest is not None and committed > latest:
+                before = latest
+            latest = committed
             read_at = committed - (wall - ts)
-            if last_true is not None and read_at < last_true:
+            if before is not None and read_at < before:
                 went_back.append(Violation("AUDIT_TIME", f"{shard.name}: seq {seq} ({kind}) is stamped {ts}: its "
-                                                         f"writer read the time {last_true - read_at} ms before the "
+                                                         f"writer read the time {before - read_at} ms before the "
                                                          "record it follows was committed"))  # fmt: skip
-            last_true = committed
         elif not shard.written and last_ts is not None and ts < last_ts - set_back_ms and not went_back:
             went_back.append(Violation("AUDIT_TIME", f"{shard.name}: seq {seq} ({kind}) is stamped {ts}, "
                                                      f"{last_ts - ts} ms before the record it follows"))  # fmt: skip

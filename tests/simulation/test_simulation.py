@@ -360,7 +360,8 @@ def test_the_checker_names_a_record_whose_writer_read_the_time_before_the_record
     tmp_path: Path,
 ) -> None:
     """AUDIT_TIME on the true clock: stamps may go back between writers on different clocks (here the second writer's
-    clock is 3 s behind the first's), but no writer reads its time before it holds the write lock."""
+    clock is 3 s behind the first's), but no writer reads its time before the transaction before its own committed
+    (a moment before its own commit is no matter: its records share that commit)."""
     import hashlib
 
     import rfc8785
@@ -369,15 +370,15 @@ def test_the_checker_names_a_record_whose_writer_read_the_time_before_the_record
 
     ledger = _ledger(tmp_path / "l.sqlite3", [])
     prev = GENESIS
-    for seq, ts in ((1, 9_000), (2, 6_005)):
+    for seq, ts in ((1, 9_000), (2, 6_005), (3, 6_005)):  # 2 and 3: one transaction
         body = rfc8785.dumps({"seq": seq, "ts": ts, "kind": "X", "payload": {}})
         digest = hashlib.sha256(prev.encode() + b"\n" + body).hexdigest()
         _sql(ledger, ("INSERT INTO audit_log VALUES (?, ?, 'X', '{}', ?, ?)", (seq, ts, prev, digest)))
         prev = digest
-    _sql(ledger, ("INSERT INTO audit_head VALUES (1, 2, ?)", (prev,)))
+    _sql(ledger, ("INSERT INTO audit_head VALUES (1, 3, ?)", (prev,)))
 
     def audit_time(second: tuple[int, int, int]) -> list[str]:
-        written = {1: (9_000, 9_000, 9_000), 2: second}
+        written = {1: (9_000, 9_000, 9_000), 2: second, 3: second}
         return [v.detail for v in check([ShardEvidence("s0", ledger, [], {}, written=written)], [], [], LIMITS,
                                         settled=False) if v.kind == "AUDIT_TIME"]  # fmt: skip
 
