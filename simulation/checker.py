@@ -110,15 +110,18 @@ class ShardEvidence:
     call_deadline_ms: int | None = None  # the deployment's rail call deadline (RAIL_TIMEOUT_MS), as configured
     # Audit seq -> what the true clock, the shared wall clock and its writer's own wall clock read as it committed.
     written: Mapping[int, tuple[int, int, int]] = field(default_factory=dict)
+    grace_ms: int | None = None  # the shard's settlement window grace (ADR 0009), as configured
 
 
 def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answers: Sequence[AnswerLike],
           limits: Mapping[str, Mapping[str, Any]], *, settled: bool,
-          stopped: frozenset[tuple[str, int]] = frozenset(), set_back_ms: int = 0) -> list[Violation]:  # fmt: skip
+          stopped: frozenset[tuple[str, int]] = frozenset(), set_back_ms: int = 0,
+          calls: Mapping[str, tuple[int, int, int]] | None = None) -> list[Violation]:  # fmt: skip
     """Every invariant over the finished run; *settled* when faults stopped and the run was let settle;
     *stopped* the (process, incarnation) pairs the OS killed or saw exit (what they held in memory is gone);
     *set_back_ms* how far, in all, the shared wall clock was stepped back during the run (used only for records the
-    simulator gave no write times for)."""
+    simulator gave no write times for); *calls* each money call's request id -> what the true clock, the shared
+    wall clock and its ingress's clock read when it was received (ADR 0009's rule past the grace needs them)."""
     found: list[Violation] = []
     by_shard = {s.name: s for s in shards}
     for shard in by_shard.values():
@@ -134,7 +137,7 @@ def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answer
         if settled:
             found += [Violation("NOT_DEFINITE", f"{shard.name} intent {r['sik']} is {r['state']}")
                       for r in rows if r["state"] not in DEFINITE_STATES]  # fmt: skip
-    found += _one_entity(by_shard.values())
+    found += _one_entity(by_shard.values(), calls or {}, limits)
     found += _over_refund(by_shard.values())
     found += _limits(by_shard, actions, answers, limits)
     found += _told_applied(by_shard, answers)
@@ -151,19 +154,96 @@ def _signature(entry: Entry) -> tuple[str, str, int]:
     return entry.kind, entry.subject, entry.requested_amount
 
 
-def _one_entity(shards: Iterable[ShardEvidence]) -> list[Violation]:
-    """Across every shard's rail: a merchant moved between shards is paid from either, and must be paid once."""
-    entries = [(shard.name, e) for shard in shards for e in shard.journal]
+def _one_entity(shards: Iterable[ShardEvidence], calls: Mapping[str, tuple[int, int, int]],
+                limits: Mapping[str, Mapping[str, Any]]) -> list[Violation]:  # fmt: skip
+    """Across every shard's rail: a merchant moved between shards is paid from either, and must be paid once. The
+    one exception is ADR 0009's own: a windowed call repeated past its window's grace, after its first call was
+    settled, is the next window's operation (`_split_allowed`)."""
+    by_name = {shard.name: shard for shard in shards}
+    entries = [(shard.name, e) for shard in by_name.values() for e in shard.journal]
     out = []
     for sig, n in Counter(_signature(e) for _, e in entries).items():
         if n > 1:
-            ids = [f"{name}:{e.id}" for name, e in entries if _signature(e) == sig]
+            mine = sorted(((name, e) for name, e in entries if _signature(e) == sig), key=lambda x: x[1].created_ms)
+            if all(name == mine[0][0] and _split_allowed(by_name[name], before, e, calls, limits)
+                   for (name, e), (_, before) in zip(mine[1:], mine, strict=False)):  # fmt: skip
+                continue
+            ids = [f"{name}:{e.id}" for name, e in mine]
             out.append(Violation("ONE_ENTITY_PER_ACTION", f"{n} entities for one action {sig}: {ids}"))
     for stamp, n in Counter(e.stamp for _, e in entries if e.stamp).items():
         if n > 1:
             ids = [f"{name}:{e.id}" for name, e in entries if e.stamp == stamp]
             out.append(Violation("ONE_ENTITY_PER_ACTION", f"{n} entities stamped {stamp}: {ids}"))
     return out
+
+
+SETTLED_STATES = frozenset({"APPLIED", "BLOCKED", "FAILED_TERMINAL"})  # ADR 0009's "settled" (ledger.states)
+
+
+def _split_allowed(shard: ShardEvidence, first: Entry, later: Entry, calls: Mapping[str, tuple[int, int, int]],
+                   limits: Mapping[str, Mapping[str, Any]]) -> bool:  # fmt: skip
+    """Whether ADR 0009 lets *later*'s intent be a new operation beside *first*'s: its call was received past the
+    grace after its window's boundary (on its ingress's clock, which keyed its window), in the window after the
+    first call's (or later), and — the next window — only once the first call's intent had been admitted and was
+    settled (APPLIED, BLOCKED or FAILED_TERMINAL) when it was received; the intent's state is the one its last
+    transition before the later intent's admission left, as the admission read it. Received and settled are
+    compared on the shared clock (true time plus the steps of every clock at once): a process's own clock, wherever
+    it runs within the skew, changes nothing here; every clock stepped back at once between the two is a shift of
+    time the rule, on wall clocks, cannot see (docs/simulation.md). The simulated runs are shorter than the default
+    grace, so this excuses nothing unless a search configures a short one (run_seed's focus short_grace)."""
+    if shard.grace_ms is None or not calls:
+        return False
+    later_intent, first_intent = _intent_history(shard, later.stamp), _intent_history(shard, first.stamp)
+    if later_intent is None or first_intent is None:
+        return False
+    window = ((limits.get(later_intent["agent"]) or {}).get("idempotency") or {}).get(TOOLS[later.kind], {}).get(
+        "window_ms")  # fmt: skip
+    received, keyed = calls.get(later_intent["request_id"] or ""), calls.get(first_intent["request_id"] or "")
+    if window is None or received is None or keyed is None:
+        return False
+    _, received_shared, stamp = received
+    grace = max(0, min(shard.grace_ms, window // 2))
+    if stamp // window > 0 and stamp - stamp // window * window < grace:
+        return False  # within the grace: the repeat lands on the first in any state
+    apart = stamp // window - keyed[2] // window
+    if apart >= 2:
+        return True  # another window's operation: no SIK links them
+    if apart != 1 or first_intent["admitted"] >= received_shared:
+        return False
+    state, changed = first_intent["before"](later_intent["admitted_seq"])
+    return state in SETTLED_STATES and changed < received_shared
+
+
+def _intent_history(shard: ShardEvidence, sik: str | None) -> dict[str, Any] | None:
+    """An intent's agent, the request that made it, when it was admitted (shared clock, and its audit seq), and a
+    function giving its state and the shared time of its last transition before a given audit seq."""
+    conn = sqlite3.connect(f"file:{shard.ledger}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT agent_id, merchant_id FROM intents WHERE sik = ?", (sik,)).fetchone()
+        proposed = conn.execute("SELECT seq, ts FROM audit_log WHERE kind = 'INTENT_PROPOSED' AND "
+                                "json_extract(payload_json, '$.sik') = ? ORDER BY seq LIMIT 1", (sik,)).fetchone()
+        # The admission that made it records its decision just before: an earlier one of the same SIK may have
+        # landed on another intent (ADR 0009), or been refused.
+        made = conn.execute("SELECT request_id FROM decisions WHERE sik = ? AND verdict <> 'BLOCK' AND audit_seq < ? "
+                            "ORDER BY audit_seq DESC LIMIT 1", (sik, proposed[0] if proposed else 0)).fetchone()
+    finally:
+        conn.close()
+    if row is None or proposed is None:
+        return None
+    moves = [(seq, r.shared, r.payload.get("to")) for seq, r in _timed_by_seq(shard) if r.payload.get("sik") == sik]
+
+    def before(seq: int) -> tuple[str, int]:
+        done = [(shared, to) for s, shared, to in moves if s < seq]
+        return (str(done[-1][1]), done[-1][0]) if done else ("PROPOSED", _shared(shard, proposed[0], proposed[1]))
+
+    return {"agent": row[0], "request_id": made[0] if made else None, "admitted_seq": proposed[0],
+            "admitted": _shared(shard, proposed[0], proposed[1]), "before": before}  # fmt: skip
+
+
+def _shared(shard: ShardEvidence, seq: int, ts: int) -> int:
+    """A record's stamp on the shared clock (its stamp less its writer's offset), or its stamp."""
+    _, shared, wall = shard.written.get(seq, (ts, ts, ts))
+    return int(ts) - (wall - shared)
 
 
 def _over_refund(shards: Iterable[ShardEvidence]) -> list[Violation]:
@@ -425,10 +505,14 @@ class Timed:
 
 
 def _timed(shard: ShardEvidence) -> list[Timed]:
+    return [r for _, r in _timed_by_seq(shard)]
+
+
+def _timed_by_seq(shard: ShardEvidence) -> list[tuple[int, Timed]]:
     out = []
     for seq, ts, p in _records(shard.ledger):
         at, shared, wall = shard.written.get(seq, (ts, ts, ts))
-        out.append(Timed(at, ts - (wall - shared), wall - shared, ts, p))
+        out.append((seq, Timed(at, ts - (wall - shared), wall - shared, ts, p)))
     return out
 
 

@@ -17,10 +17,16 @@ from typing import TYPE_CHECKING
 
 from simulation.scheduler import Scheduler, Skew
 
+DAY_MS = 86_400_000  # the simulated mandates' idempotency window (simulation.world)
+
 if TYPE_CHECKING:  # the world steps clocks through this module
     from simulation.world import World
 
 SKEW = "skew"  # the fault kind (and focus): every process on its own skewed clock
+# A focus, never drawn: ADR 0009's grace configured to 0 (plain windows, but for a first call unsettled or not yet
+# admitted when its repeat is received) and the run started seconds before a window's boundary, so that repeats are
+# judged past the grace by comparing the ingress's clock with the clocks that admitted and settled the first call.
+SHORT_GRACE = "short_grace"
 SHARE = 0.5  # of the seeds draw it
 BOUNDS_MS = (200, 2_000, 5_000)  # the most two processes' wall clocks differ, as the deployment is told
 ONE_PROCESS = 0.5  # with skew, the share of clock steps that step one process's clock rather than every clock
@@ -33,12 +39,19 @@ def plan_skew(seed: int, disabled: frozenset[str] = frozenset(), focus: frozense
     return bound if (drawn or SKEW in focus) and SKEW not in disabled else 0
 
 
-def install_clocks(world: World, seed: int, bound_ms: int) -> None:
-    """Give every process its own clock within *bound_ms* (none with 0), and tell each shard the bound."""
+def install_clocks(world: World, seed: int, bound_ms: int, focus: frozenset[str] = frozenset()) -> None:
+    """Give every process its own clock within *bound_ms* (none with 0), and tell each shard the bound; with the
+    focus SHORT_GRACE, no settlement grace and a start 1-10 s before the next window boundary."""
+    clock = world.sched.clock
     if bound_ms:
-        world.sched.clock.skew = Skew(bound_ms, random.Random(f"skew-clocks:{seed}"))
+        clock.skew = Skew(bound_ms, random.Random(f"skew-clocks:{seed}"))
+    update: dict[str, int] = {"clock_skew_ms": bound_ms}
+    if SHORT_GRACE in focus:
+        update["settlement_window_grace_ms"] = 0
+        before = random.Random(f"short-grace:{seed}").randint(1_000, 10_000)
+        clock.wall_offset_ms = (clock.wall_offset_ms // DAY_MS + 1) * DAY_MS - before
     for shard in world.shards.values():
-        shard.settings = shard.settings.model_copy(update={"clock_skew_ms": bound_ms})
+        shard.settings = shard.settings.model_copy(update=update)
 
 
 def step_clock(sched: Scheduler, process: str, step_ms: int) -> None:

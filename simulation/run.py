@@ -20,7 +20,7 @@ from pathlib import Path
 from interlock.clock import use_clock
 from simulation import checker
 from simulation.checker import ShardEvidence, Violation
-from simulation.clocks import SKEW, install_clocks, plan_skew
+from simulation.clocks import SHORT_GRACE, SKEW, install_clocks, plan_skew
 from simulation.ledger import write_times
 from simulation.operator import start_operator
 from simulation.scheduler import Scheduler
@@ -123,7 +123,8 @@ AMBIGUOUS_RETRIES = "ambiguous_retries"
 # seed instead of a third of them.
 HOLDS, REPLACE = "holds", "replace"
 PAYOUTS = "payouts"  # RazorpayX payouts (simulation.payouts) in every seed, not six in ten
-FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS)
+FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS,
+               SHORT_GRACE)  # fmt: skip
 
 
 def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
@@ -149,7 +150,7 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
                   actions_per_agent=actions, concurrency=concurrency,
                   reconcilers=2 if TWO_RECONCILERS in focus else reconcilers)  # fmt: skip
     sched.before_resume = world.strike
-    install_clocks(world, seed, faults.skew_ms)
+    install_clocks(world, seed, faults.skew_ms, focus)
     # Holds, tasks, a replaced mandate, rail accounts, a merchant moved (simulation.workload).
     extras = plan_workload(seed, disabled, focus & {MOVE, HOLDS, REPLACE, PAYOUTS})
     install(world, extras)
@@ -165,12 +166,13 @@ def run_seed(seed: int, *, max_steps: int = 12_000, keep: Path | None = None,
             settled = sched.counters.steps < sched.max_steps
             written = write_times(sched)
             evidence = [ShardEvidence(s.name, s.ledger_path, s.rail.journal, s.rail.payment_amounts(),
-                                      s.rail.deliveries, s.settings.rail_timeout_ms, written.of(s.ledger_path))
+                                      s.rail.deliveries, s.settings.rail_timeout_ms, written.of(s.ledger_path),
+                                      s.settings.settlement_window_grace_ms)
                         for s in world.shards.values()]  # fmt: skip
             mandates = {a: m.model_dump(mode="json") for a, m in world.mandates.items()}
             violations = checker.check(evidence, world.actions, world.answers, mandates, settled=settled,
-                                       stopped=frozenset(sched.stopped),
-                                       set_back_ms=sched.clock.set_back_ms)  # fmt: skip
+                                       stopped=frozenset(sched.stopped), set_back_ms=sched.clock.set_back_ms,
+                                       calls=world.received)  # fmt: skip
             workload = {**extras.evidence(), "list_lag_ms": faults.rail.list_lag_ms,
                         "payout_refusals": {s.name: list(s.rail.balance_refusals) for s in world.shards.values()}}
             violations += checker.check_workload(evidence, world.actions, world.answers, mandates, workload)

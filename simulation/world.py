@@ -171,6 +171,7 @@ class World:
         self.concurrency = concurrency
         self.shards: dict[str, Shard] = {}
         self.answers: list[Answer] = []
+        self.received: dict[str, tuple[int, int, int]] = {}  # request id -> true, shared and ingress clocks then
         self.actions: list[Action] = []
         self.pending: set[int] = set()  # actions whose agent has not had a definite answer yet
         # The ingress's routing where it differs from each action's first shard: a merchant the shard map moved
@@ -412,6 +413,8 @@ class World:
                             arguments=arguments, received_at_ms=self.sched.clock.now_ms(),
                             task=meta.get(TASK_META_KEY), task_sig=meta.get(TASK_SIG_META_KEY))  # fmt: skip
         self.money_calls += 1
+        clock = self.sched.clock
+        self.received[request_id] = (clock.true_ms(), clock.wall_ms(None), proposal.received_at_ms)
         route = SimpleNamespace(queue_redis=shard.redis, gates_queue=lambda: shard.redis.queue(gates_queue(shard.name)))
         structured: dict[str, Any]
         try:

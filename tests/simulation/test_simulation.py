@@ -387,3 +387,46 @@ def test_the_checker_names_a_record_whose_writer_read_the_time_before_the_record
     # Its clock read 6,020 at the commit: it read 6,005 at true 8,995, before the first record was committed.
     assert audit_time((9_010, 9_010, 6_020)) == ["s0: seq 2 (X) is stamped 6005: its writer read the time 5 ms before "
                                                  "the record it follows was committed"]  # fmt: skip
+
+
+def test_the_checker_lets_a_settlement_repeated_past_the_grace_be_the_next_window_s_only_once_its_first_settled(
+    tmp_path: Path,
+) -> None:
+    """ADR 0009 in the checker: a settlement repeated past its window's grace is the next window's operation when
+    its first call's intent was admitted and settled before the repeat was received (on the shared clock); while
+    it was unsettled, or within the grace, a second entity is a double settlement."""
+    import json
+
+    day, boundary = 86_400_000, 1_900_000_000_000 - 1_900_000_000_000 % 86_400_000
+
+    def ones(*, settled_at: int, received: int, grace_ms: int) -> list[str]:
+        path = tmp_path / f"l{settled_at}-{received}-{grace_ms}.sqlite3"
+        ledger = _ledger(path, [("S1", "APPLIED", "create_instant_settlement", "balance", 500, "setlod_1"),
+                                ("S2", "APPLIED", "create_instant_settlement", "balance", 500, "setlod_2")])  # fmt: skip
+        records = [(1, boundary - 5_000, "DECISION", {"sik": "S1"}),
+                   (2, boundary - 5_000, "INTENT_PROPOSED", {"sik": "S1"}),
+                   (3, settled_at, "TRANSITION", {"sik": "S1", "from": "IN_FLIGHT", "to": "APPLIED"}),
+                   (4, received + 10, "DECISION", {"sik": "S2"}),
+                   (5, received + 10, "INTENT_PROPOSED", {"sik": "S2"})]  # fmt: skip
+        _sql(ledger, ("ALTER TABLE intents ADD COLUMN agent_id", ()), ("UPDATE intents SET agent_id = 'a'", ()),
+             ("CREATE TABLE decisions (request_id, sik, verdict, audit_seq)", ()),
+             ("INSERT INTO decisions VALUES ('r1', 'S1', 'ALLOW', 1), ('r2', 'S2', 'ALLOW', 4)", ()),
+             *[("INSERT INTO audit_log VALUES (?, ?, ?, ?, '', '')", (seq, ts, kind, json.dumps(p)))
+               for seq, ts, kind, p in records])  # fmt: skip
+        journal = [JournalEntry("settlement", f"setlod_{n}", "m", "balance", 500, 2, f"S{n}", 0, 500)
+                   for n in (1, 2)]  # fmt: skip
+        journal[1].created_ms = 1
+        limits = {"a": {**LIMITS["a"], "idempotency": {"create_instant_settlement": {"window_ms": day}}}}
+        calls = {"r1": (boundary - 5_000,) * 3, "r2": (received,) * 3}
+        found = check([ShardEvidence("s0", ledger, journal, {}, grace_ms=grace_ms)],
+                      [_Action("a", "s0", "create_instant_settlement", "balance", 500)], [], limits, settled=False,
+                      calls=calls)  # fmt: skip
+        return [v.kind for v in found if v.kind == "ONE_ENTITY_PER_ACTION"]
+
+    # Applied before the repeat, received 10 s past the boundary with no grace: the next day's settlement.
+    assert ones(settled_at=boundary - 1_000, received=boundary + 10_000, grace_ms=0) == []
+    # Applied only after the repeat was received: the repeat was that call.
+    assert ones(settled_at=boundary + 10_500, received=boundary + 10_000, grace_ms=0) == ["ONE_ENTITY_PER_ACTION"]
+    # Within the grace it is that call in any state.
+    assert ones(settled_at=boundary - 1_000, received=boundary + 10_000, grace_ms=900_000) == [
+        "ONE_ENTITY_PER_ACTION"]
