@@ -684,8 +684,9 @@ def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvid
                                                f"{action.agent}, whose mandate does not queue"))  # fmt: skip
     if not evidence.get("list_lag_ms"):
         for name, refusals in evidence.get("payout_refusals", {}).items():
+            retried = _retried(shards[name]) if name in shards else None
             for r in refusals:
-                if r["queued"] == 0:
+                if r["queued"] == 0 and not (retried is not None and retried(r["stamp"], r.get("at_ms"))):
                     out.append(Violation("PAYOUT_BALANCE", f"{name}: payout {r['stamp']} of {r['amount']} (with its "
                                                            f"fee {r['cost']}) admitted; the rail had {r['balance']} "
                                                            "and nothing queued"))  # fmt: skip
@@ -705,6 +706,25 @@ def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvid
                 out.append(Violation("RAISED", f"{shard.name}: payout {e.id} ({e.stamp}) is {e.statuses[-1][1]}, and "
                                                "no person was told"))  # fmt: skip
     return out
+
+
+def _retried(shard: ShardEvidence) -> Any:
+    """(stamp, true ms) -> whether the intent's last entry into AUTHORIZED by then was a retry the reconciler
+    authorized. PAYOUT_BALANCE judges the balance re-check of an admission (or a hold's release, which re-reads the
+    balance); a retry after a first attempt read absent is re-asserted against G1, G2's range and G3 only (ADR 0028,
+    ledger.limits.reassert), and payouts admitted meanwhile — a queueing mandate's above all, which no balance bounds —
+    may have taken the room its admission kept. Its refusal by the rail is the rail's own check, not the admission's
+    (seeds 3 and 194 with per-process clocks: no clock matter). So such a refusal is not counted here."""
+    entries: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for r in _timed(shard):
+        if r.payload.get("to") == "AUTHORIZED":
+            entries[str(r.payload.get("sik"))].append((r.at, str(r.payload.get("event"))))
+
+    def retried(stamp: str, at_ms: int | None) -> bool:
+        before = [event for at, event in entries.get(stamp, []) if at_ms is not None and at <= at_ms]
+        return bool(before) and before[-1] == "RETRY_AUTHORIZED"
+
+    return retried
 
 
 def _raised(path: Path) -> set[str]:

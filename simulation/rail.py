@@ -284,7 +284,7 @@ class SimRail:
             waiting = sum(int(p["amount"]) + PAYOUT_FEE for p in self.payouts if p["status"] == "queued")
             self.balance_refusals.append({"stamp": _stamp(body["notes"]), "amount": amount, "cost": cost,
                                           "balance": self.banking_balance, "queued": waiting,
-                                          "mono_ms": self._now()})  # fmt: skip
+                                          "mono_ms": self._now(), "at_ms": self.sched.clock.true_ms()})  # fmt: skip
             return self._rejected("Your account does not have enough balance to carry out the payout operation.",
                                   "/v1/payouts")  # fmt: skip
         raw: dict[str, Any] = {
