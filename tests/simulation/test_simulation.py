@@ -401,8 +401,8 @@ def test_the_checker_lets_a_settlement_repeated_past_the_grace_be_the_next_windo
 
     def ones(*, settled_at: int, received: int, grace_ms: int) -> list[str]:
         path = tmp_path / f"l{settled_at}-{received}-{grace_ms}.sqlite3"
-        ledger = _ledger(path, [("S1", "APPLIED", "create_instant_settlement", "balance", 500, "setlod_1"),
-                                ("S2", "APPLIED", "create_instant_settlement", "balance", 500, "setlod_2")])  # fmt: skip
+        ledger = _ledger(path, [(f"S{n}", "APPLIED", "create_instant_settlement", "balance", 500, f"setlod_{n}")
+                                for n in (1, 2)])  # fmt: skip
         records = [(1, boundary - 5_000, "DECISION", {"sik": "S1"}),
                    (2, boundary - 5_000, "INTENT_PROPOSED", {"sik": "S1"}),
                    (3, settled_at, "TRANSITION", {"sik": "S1", "from": "IN_FLIGHT", "to": "APPLIED"}),
