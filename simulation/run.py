@@ -235,7 +235,9 @@ FOLLOW_WAIT_MS = 600_000  # the lifecycle follower's polls double from 5 s: by t
 def _payouts_followed(world: World) -> bool:
     """Every payout the bank has finished with for some time: the ones that did not pay (failed, reversed,
     cancelled) raised to a person in the ledger, or FOLLOW_WAIT_MS gone since, for the checker to name the one
-    never raised (RAISED)."""
+    never raised (RAISED); and none still queued under a mandate its shard has replaced, or FOLLOW_WAIT_MS gone
+    since it was queued, for the checker to name the one never withdrawn (WITHDRAWN) — the replacement's rollout
+    restarts the reconciler, whose withdrawal cancels it, seconds after everything else may be definite."""
     now = world.sched.clock.mono_ms
     for shard in world.shards.values():
         payouts = [e for e in shard.rail.journal if e.kind == "payout"]
@@ -244,12 +246,17 @@ def _payouts_followed(world: World) -> bool:
         conn = sqlite3.connect(f"file:{shard.ledger_path}?mode=ro", uri=True)
         try:
             raised = {sik for (sik,) in conn.execute("SELECT sik FROM rail_status WHERE attention IS NOT NULL")}
+            replaced = {sik for sik, agent, mandate_hash in conn.execute(
+                "SELECT sik, agent_id, mandate_hash FROM intents WHERE tool = 'create_payout'")
+                if shard.mandates.hash_of(agent) != mandate_hash}  # fmt: skip
         finally:
             conn.close()
         for e in payouts:
             at, status = e.statuses[-1]
             if status == "processing" or status in ("failed", "reversed", "cancelled") and e.stamp not in raised and (
                     now - at < FOLLOW_WAIT_MS):  # fmt: skip
+                return False
+            if status == "queued" and e.stamp in replaced and now - at < FOLLOW_WAIT_MS:
                 return False
     return True
 
