@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from interlock.config import DEFAULT_CLOCK_SKEW_MS
 from interlock.fees import DEFAULT_FEE_RATE, FeeRate
 from interlock.mandate import Mandate
 from interlock.task import TaskProblem, VerifiedTask
@@ -65,6 +66,7 @@ class GateContext:
     tool_hashes: Mapping[str, str]
     upstream_tools: frozenset[str] = frozenset()
     fee_rate: FeeRate = DEFAULT_FEE_RATE
+    clock_skew_ms: int = DEFAULT_CLOCK_SKEW_MS  # INTERLOCK_CLOCK_SKEW_MS: G3 counts its windows this much further back
     # The rail account these credentials reach (INTERLOCK_RAIL_ACCOUNT_ID) and the merchants whose mandates name the
     # mandate's account: G1 refuses a mandate for another account, G2 counts their money in motion together
     # (ADR 0021). Empty: this merchant alone.

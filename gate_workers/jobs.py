@@ -113,7 +113,7 @@ class GateRuntime:
         if self.upstream is None:
             return GateContext(mandate=mandate, now_ms=now, ledger=self.reader(), tool_hashes=self.tool_hashes,
                                purpose_judge=self.purpose_judge, rail_account_id=account,
-                               account_merchants=sharing)  # fmt: skip
+                               account_merchants=sharing, clock_skew_ms=self.settings.clock_skew_ms)  # fmt: skip
         try:
             hashes = self.upstream.hashes()
         except RailError as exc:
@@ -122,7 +122,8 @@ class GateRuntime:
             hashes = {}
         return GateContext(mandate=mandate, now_ms=now, ledger=self.reader(), tool_hashes=hashes,
                            upstream_tools=frozenset(hashes), purpose_judge=self.purpose_judge,
-                           rail_account_id=account, account_merchants=sharing)  # fmt: skip
+                           rail_account_id=account, account_merchants=sharing,
+                           clock_skew_ms=self.settings.clock_skew_ms)  # fmt: skip
 
     def account_merchants(self, mandate: Mandate | None) -> tuple[str, ...]:
         """The merchants on *mandate*'s rail account, whose money in motion G2 counts together (ADR 0021)."""
@@ -254,7 +255,8 @@ def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
     no_payouts = NO_PAYOUTS if proposal.tool == PAYOUT_TOOL and rt.upstream is not None else None
     action = resolve(proposal, rt.rail, rt.reader(), mandate, proposal.received_at_ms,
                      grace_ms=rt.settings.settlement_window_grace_ms, balance_read_missing=missing,
-                     account_merchants=rt.account_merchants(mandate), payouts_missing=no_payouts)  # fmt: skip
+                     account_merchants=rt.account_merchants(mandate), payouts_missing=no_payouts,
+                     clock_skew_ms=rt.settings.clock_skew_ms)  # fmt: skip
     action = bind_task(action, proposal, mandate, now)  # SPEC §10: verified here, judged by G1 and G2
     trace = {**proposal.trace, "rail_read_done": trace_now()}
     ctx = rt.gate_context(mandate, now)

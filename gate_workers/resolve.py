@@ -14,7 +14,7 @@ from typing import Protocol
 
 from gate_workers.context import ResolvedAction
 from interlock.arguments import MoneyCall, parse_money_call
-from interlock.config import DEFAULT_SETTLEMENT_GRACE_MS
+from interlock.config import DEFAULT_CLOCK_SKEW_MS, DEFAULT_SETTLEMENT_GRACE_MS
 from interlock.errors import InvalidInput
 from interlock.fees import DEFAULT_FEE_RATE
 from interlock.mandate import Mandate
@@ -58,12 +58,14 @@ def resolve(
     proposal: Proposal, rail: RailReader, ledger: sqlite3.Connection, mandate: Mandate | None, at_ms: int, *,
     grace_ms: int = DEFAULT_SETTLEMENT_GRACE_MS, balance_read_missing: str | None = None,
     account_merchants: tuple[str, ...] = (), payouts_missing: str | None = None,
+    clock_skew_ms: int = DEFAULT_CLOCK_SKEW_MS,
 ) -> ResolvedAction:
     """Resolve the call's referent. *at_ms* is when the call was made — the Proposal's received_at_ms, the
     ingress's clock — and picks a settlement's idempotency window, so a job picked up late is keyed the same.
     *balance_read_missing* says what the rail lacks when it is known to have no balance read (proxy mode).
     *account_merchants* are the merchants on this mandate's rail account (ADR 0021): a full refund is what none
-    of them has in motion on the payment. *payouts_missing* says why the rail cannot make payouts (proxy mode)."""
+    of them has in motion on the payment. *payouts_missing* says why the rail cannot make payouts (proxy mode).
+    *clock_skew_ms* is how far the ledger's stamps may be from the ingress's clock (INTERLOCK_CLOCK_SKEW_MS)."""
     base = ResolvedAction(
         request_id=proposal.request_id, agent_id=proposal.agent_id, merchant_id=proposal.merchant_id,
         tool=proposal.tool, arguments=proposal.arguments, operation_ref=proposal.operation_ref, received_at_ms=at_ms,
@@ -75,8 +77,9 @@ def resolve(
     if call.tool == "create_refund":
         return _resolve_refund(base, call, rail, ledger, account_merchants or (base.merchant_id,))
     if call.tool == PAYOUT_TOOL:
-        return _resolve_payout(base, call, rail, ledger, mandate, at_ms, grace_ms, payouts_missing)
-    return _resolve_settlement(base, call, rail, ledger, mandate, at_ms, grace_ms, balance_read_missing)
+        return _resolve_payout(base, call, rail, ledger, mandate, at_ms, grace_ms, payouts_missing, clock_skew_ms)
+    return _resolve_settlement(base, call, rail, ledger, mandate, at_ms, grace_ms, balance_read_missing,
+                               clock_skew_ms)  # fmt: skip
 
 
 def _unresolved(base: ResolvedAction, reason: str, **detail: object) -> ResolvedAction:
@@ -128,7 +131,7 @@ def _resolve_refund(
 
 def _resolve_settlement(
     base: ResolvedAction, call: MoneyCall, rail: RailReader, ledger: sqlite3.Connection, mandate: Mandate | None,
-    at_ms: int, grace_ms: int, balance_read_missing: str | None,
+    at_ms: int, grace_ms: int, balance_read_missing: str | None, clock_skew_ms: int,
 ) -> ResolvedAction:
     if balance_read_missing is not None:
         return _unresolved(base, BALANCE_UNREADABLE, lookup="balance", missing=balance_read_missing)
@@ -139,7 +142,7 @@ def _resolve_settlement(
             return _rail_failure(base, exc, "balance")
         missing = f"a balance read (the rail answered {exc.method} {exc.path}: {exc.http_status} {exc.description})"
         return _unresolved(base, BALANCE_UNREADABLE, lookup="balance", missing=missing, error=str(exc))
-    return _key_settlement(base, call, balance, ledger, mandate, at_ms, grace_ms)
+    return _key_settlement(base, call, balance, ledger, mandate, at_ms, grace_ms, clock_skew_ms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,6 +157,7 @@ class _Window:
     distinct: str | None
     window: int
     in_grace: bool
+    clock_skew_ms: int  # how far the ledger's stamps may be from the ingress's clock (INTERLOCK_CLOCK_SKEW_MS)
 
     def key(self, bucket: int, amount: int) -> str:
         return compute_sik(merchant_id=self.base.merchant_id, tool=self.base.tool, subject=self.subject,
@@ -168,7 +172,8 @@ class _Window:
             return None
         sik = self.key(self.window - 1, amount)
         assert self.base.received_at_ms is not None
-        unsettled = intent_unsettled_at(self.ledger, self.base.merchant_id, sik, self.base.received_at_ms)
+        unsettled = intent_unsettled_at(self.ledger, self.base.merchant_id, sik, self.base.received_at_ms,
+                                        self.clock_skew_ms)  # fmt: skip
         return sik if unsettled is not None and (self.in_grace or unsettled) else None
 
     def keyed(self, amount: int) -> dict[str, object]:
@@ -190,7 +195,7 @@ class _Window:
 
 
 def _window(base: ResolvedAction, ledger: sqlite3.Connection, mandate: Mandate | None, at_ms: int, grace_ms: int,
-            *, subject: str, currency: str, distinct: str | None) -> _Window | None:  # fmt: skip
+            clock_skew_ms: int, *, subject: str, currency: str, distinct: str | None) -> _Window | None:  # fmt: skip
     """The call's window, or None when the mandate sets none for the tool (SPEC §4: then the operation has no
     defined identity, and G1 refuses such a mandate)."""
     window_ms = mandate.window_ms(base.tool) if mandate is not None else None
@@ -198,16 +203,17 @@ def _window(base: ResolvedAction, ledger: sqlite3.Connection, mandate: Mandate |
         return None
     bucket = window_bucket(at_ms, window_ms)
     assert bucket is not None
-    return _Window(base, ledger, subject, currency, distinct, bucket, in_window_grace(at_ms, window_ms, grace_ms))
+    return _Window(base, ledger, subject, currency, distinct, bucket, in_window_grace(at_ms, window_ms, grace_ms),
+                   clock_skew_ms)  # fmt: skip
 
 
 def _key_settlement(
     base: ResolvedAction, call: MoneyCall, balance: Balance, ledger: sqlite3.Connection, mandate: Mandate | None,
-    at_ms: int, grace_ms: int,
+    at_ms: int, grace_ms: int, clock_skew_ms: int,
 ) -> ResolvedAction:
     """Key a settlement in its idempotency window, with the grace rule of ADR 0009."""
-    found = _window(base, ledger, mandate, at_ms, grace_ms, subject=SETTLEMENT_SUBJECT, currency=balance.currency,
-                    distinct=call.distinct_reason)  # fmt: skip
+    found = _window(base, ledger, mandate, at_ms, grace_ms, clock_skew_ms, subject=SETTLEMENT_SUBJECT,
+                    currency=balance.currency, distinct=call.distinct_reason)  # fmt: skip
     if found is None:
         return _replace(_unresolved(base, "G1_NO_IDEMPOTENCY_WINDOW"), balance=balance)
     window = found
@@ -219,7 +225,7 @@ def _key_settlement(
         window_ms = mandate.window_ms(base.tool)
         assert window_ms is not None
         earlier = earlier_full_request(ledger, base.merchant_id, base.tool, SETTLEMENT_SUBJECT, call.distinct_reason,
-                                       since_ms=(window.window - 1) * window_ms)  # fmt: skip
+                                       since_ms=(window.window - 1) * window_ms - clock_skew_ms)  # fmt: skip
         # The repeat of a full-balance settlement is that settlement, whatever the balance is now — if it is
         # one this call lands on; an earlier window's, outside the grace rule, is another day's operation.
         repeated = earlier is not None and earlier[0] in (window.key(window.window, earlier[1]),
@@ -237,7 +243,7 @@ def _key_settlement(
 
 def _resolve_payout(
     base: ResolvedAction, call: MoneyCall, rail: RailReader, ledger: sqlite3.Connection, mandate: Mandate | None,
-    at_ms: int, grace_ms: int, payouts_missing: str | None,
+    at_ms: int, grace_ms: int, payouts_missing: str | None, clock_skew_ms: int,
 ) -> ResolvedAction:
     """The payee as the rail knows it (never the agent's word), the RazorpayX balance and the payouts on it not yet
     debited; the SIK keys the fund account and amount in the mandate's window (ADR 0028)."""
@@ -263,7 +269,7 @@ def _resolve_payout(
     # The payee is the contact, not the account: its bank account and its UPI id are one payee to the SIK, so "the
     # IMPS did not arrive, try UPI" lands on the first payout (ADR 0028 amendment). The money goes to the fund account.
     payee = fund_account.contact_id or fund_account.id
-    found = _window(base, ledger, mandate, at_ms, grace_ms, subject=payee, currency=terms.currency,
+    found = _window(base, ledger, mandate, at_ms, grace_ms, clock_skew_ms, subject=payee, currency=terms.currency,
                     distinct=call.distinct_reason)  # fmt: skip
     if found is None:
         return _replace(_unresolved(base, "G1_NO_IDEMPOTENCY_WINDOW"), fund_account=fund_account)

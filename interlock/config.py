@@ -22,6 +22,10 @@ DEFAULT_SETTLEMENT_GRACE_MS = 900_000
 # calls queued through a rail worker outage of up to a day still run once it is back (their agents were told to
 # repeat them, and the repeats land on them). A settlement's is held to its window (rail_worker/grace.py).
 DEFAULT_DECISION_MAX_AGE_MS = 172_800_000
+# NTP keeps a deployment's hosts within milliseconds of each other; 5 s leaves room for a clock NTP has not stepped
+# back into line yet (a VM resumed, a host just booted). Timestamps one process wrote are compared with another's
+# only with this allowance, in the direction that errs towards refusing or waiting.
+DEFAULT_CLOCK_SKEW_MS = 5_000
 
 
 class Settings(BaseSettings):
@@ -71,6 +75,11 @@ class Settings(BaseSettings):
         default=DEFAULT_SETTLEMENT_GRACE_MS, ge=0,
         description="after an idempotency window's boundary, how long a repeat of a settlement still lands on "
         "the previous window's intent (capped at half the window)",
+    )  # fmt: skip
+    clock_skew_ms: int = Field(
+        default=DEFAULT_CLOCK_SKEW_MS, ge=0,
+        description="the most two of the deployment's wall clocks (ingress, gate workers, rail worker, reconciler, "
+        "operator commands) may differ; rules that compare one process's timestamps with another's allow it",
     )  # fmt: skip
     decision_max_age_ms: int = Field(
         default=DEFAULT_DECISION_MAX_AGE_MS, gt=0,

@@ -416,14 +416,16 @@ _EVIDENCE_SETTLES = frozenset(
 ) - {State.IN_FLIGHT}  # fmt: skip
 
 
-def abandon_after(conn: sqlite3.Connection, intent: Intent, call_deadline_ms: int) -> int:
-    """The earliest instant anyone may treat the intent's current attempt as abandoned: its own IN_FLIGHT
-    lease plus the call's total deadline (ADR 0005). A send is allowed only while the row's lease outlives
-    it by the deadline, so by then the request has either left and ended, or never left."""
+def abandon_after(conn: sqlite3.Connection, intent: Intent, call_deadline_ms: int, clock_skew_ms: int) -> int:
+    """The earliest instant, on the caller's clock, anyone may treat the intent's current attempt as abandoned: its
+    own IN_FLIGHT lease plus the call's total deadline (ADR 0005). A send is allowed only while the row's lease
+    outlives it by the deadline, so by then the request has either left and ended, or never left. The lease is a
+    reading of the worker's clock; the caller (a standby's boot, a reconciler) reads its own, which may run up to
+    *clock_skew_ms* ahead (INTERLOCK_CLOCK_SKEW_MS), so that is waited too (finding F7, ADR 0032)."""
     lease_until = attempt_lease_expires_at(conn, intent.merchant_id, intent.sik, intent.attempt_seq)
     if lease_until is None:  # an attempt row from before the column existed: the row's own lease
         lease_until = intent.lease_expires_at or intent.updated_at
-    return lease_until + call_deadline_ms
+    return lease_until + call_deadline_ms + clock_skew_ms
 
 
 def attempt_lease_expires_at(conn: sqlite3.Connection, merchant_id: str, sik: str, attempt_seq: int) -> int | None:

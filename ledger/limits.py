@@ -10,6 +10,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Sequence
 
+from interlock.config import DEFAULT_CLOCK_SKEW_MS
 from interlock.fees import FeeRate
 from interlock.mandate import Mandate
 from interlock.messages import Verdict
@@ -32,16 +33,21 @@ def check_limits(
     now_ms: int,
     rate: FeeRate,
     subject: str | None = None,
+    clock_skew_ms: int = DEFAULT_CLOCK_SKEW_MS,
 ) -> GateResult:
     """BLOCK when this call would cross a window or fee budget (SPEC §14: crossing is BLOCK, not HOLD).
 
     The intent with this call's own SIK is excluded, so re-checking an already admitted intent
     does not count it twice. *subject* (the payee, the payment) is what a per_subject window counts apart.
+    The intents' authorized_at were stamped by the processes that authorized them (the rail worker at admission,
+    an operator at a release, a reconciler at a retry), and *now_ms* is this caller's clock: each window counts
+    back *clock_skew_ms* further (INTERLOCK_CLOCK_SKEW_MS, ADR 0032), so a call authorized within the window by a
+    clock behind this one is never left out.
     """
     for index, window in enumerate(mandate.limits.windows):
         if window.tool is not None and window.tool != tool:
             continue  # another tool's window
-        used = window_usage(conn, merchant_id, agent_id, since_ms=now_ms - window.window_ms + 1,
+        used = window_usage(conn, merchant_id, agent_id, since_ms=now_ms - window.window_ms + 1 - clock_skew_ms,
                             currency=window.currency, exclude_sik=sik, tool=window.tool,
                             subject_id=subject if window.per_subject else None)  # fmt: skip
         if window.max_calls is not None and used.calls + 1 > window.max_calls:
@@ -54,7 +60,7 @@ def check_limits(
                              max_amount_minor=window.max_amount_minor)  # fmt: skip
     budget = mandate.limits.fee_budgets.get(currency)
     if budget is not None and tool in (SETTLEMENT_TOOL, PAYOUT_TOOL):
-        counted = fees_in_window(conn, merchant_id, agent_id, since_ms=now_ms - budget.window_ms + 1,
+        counted = fees_in_window(conn, merchant_id, agent_id, since_ms=now_ms - budget.window_ms + 1 - clock_skew_ms,
                                  currency=currency, rate=rate, exclude_sik=sik)  # fmt: skip
         projected = rate.project_for(tool, amount_minor)
         if counted + projected > budget.max_fee_minor:
@@ -81,7 +87,7 @@ def check_task_ceiling(
 
 
 def reassert(conn: sqlite3.Connection, intent: Intent, mandate: Mandate | None, *, now_ms: int,
-             rate: FeeRate) -> GateResult:  # fmt: skip
+             rate: FeeRate, clock_skew_ms: int = DEFAULT_CLOCK_SKEW_MS) -> GateResult:  # fmt: skip
     """Everything the ledger can re-check when an intent (re-)enters AUTHORIZED, inside that transaction:
     the mandate still covers it (G1: configured, active, tool granted), the amount is inside the grant's
     range and currency (G2's mandate ceiling), G3's windows and fee budget still have room, and the sum under
@@ -104,7 +110,7 @@ def reassert(conn: sqlite3.Connection, intent: Intent, mandate: Mandate | None, 
                      max_amount_minor=value.max_amount_minor)  # fmt: skip
     limits = check_limits(conn, mandate, merchant_id=intent.merchant_id, agent_id=intent.agent_id, sik=intent.sik,
                           tool=intent.tool, amount_minor=intent.amount_minor, currency=intent.currency,
-                          now_ms=now_ms, rate=rate,
+                          now_ms=now_ms, rate=rate, clock_skew_ms=clock_skew_ms,
                           subject=window_subject(intent.tool, intent.subject_id, intent.params))  # fmt: skip
     if limits.verdict is not Verdict.ALLOW:
         return limits

@@ -12,6 +12,7 @@ import json
 import sqlite3
 from typing import Any
 
+from interlock.config import DEFAULT_CLOCK_SKEW_MS
 from interlock.errors import OperatorRefused
 from interlock.fees import DEFAULT_FEE_RATE, FeeRate
 from interlock.mandate import Mandate
@@ -112,6 +113,7 @@ def snapshot(conn: sqlite3.Connection) -> dict[str, list[dict[str, Any]]]:
 def release_hold(
     conn: sqlite3.Connection, intent: Intent, *, approver: str, reason: str, approved_terms: dict[str, Any], now: int,
     mandate: Mandate | None, credential: str | None = None, rate: FeeRate = DEFAULT_FEE_RATE,
+    clock_skew_ms: int = DEFAULT_CLOCK_SKEW_MS,
 ) -> Intent:  # fmt: skip
     """HELD -> AUTHORIZED (HOLD_RELEASED). The audit record names the approver (the identity their credential
     proved, ADR 0015), which credential, the reason and the exact terms approved, so the approval can be
@@ -120,7 +122,7 @@ def release_hold(
     The mandate and G3 are re-asserted now, in this transaction: a hold approved after its window filled
     up would otherwise add a call past max_calls. Raises OperatorRefused (nothing written) when they refuse."""
     require_transaction(conn)
-    check = reassert(conn, intent, mandate, now_ms=now, rate=rate)
+    check = reassert(conn, intent, mandate, now_ms=now, rate=rate, clock_skew_ms=clock_skew_ms)
     if check.verdict is not Verdict.ALLOW:
         why = f"releasing it now would break the mandate: {check.reason_code} {check.detail}"
         raise OperatorRefused(intent.sik, why + "; it stays HELD until the limit allows it or the hold expires")

@@ -208,11 +208,12 @@ def intent_state(conn: sqlite3.Connection, merchant_id: str, sik: str) -> State 
     return None if row is None else State(row["state"])
 
 
-def intent_unsettled_at(conn: sqlite3.Connection, merchant_id: str, sik: str, at_ms: int) -> bool | None:
+def intent_unsettled_at(conn: sqlite3.Connection, merchant_id: str, sik: str, at_ms: int,
+                        clock_skew_ms: int) -> bool | None:  # fmt: skip
     """None when the SIK has no intent; else whether that intent was unsettled, or not yet admitted, at *at_ms*
-    (ledger.states.unsettled_at)."""
+    (ledger.states.unsettled_at: *at_ms* on another process's clock than the ledger's stamps)."""
     row = conn.execute("SELECT state, first_seen_at, updated_at FROM intents WHERE merchant_id = ? AND sik = ?",
                        (merchant_id, sik)).fetchone()  # fmt: skip
     if row is None:
         return None
-    return unsettled_at(State(row["state"]), int(row["first_seen_at"]), int(row["updated_at"]), at_ms)
+    return unsettled_at(State(row["state"]), int(row["first_seen_at"]), int(row["updated_at"]), at_ms, clock_skew_ms)

@@ -147,14 +147,20 @@ SETTLED: frozenset[State] = frozenset({S.APPLIED, S.BLOCKED, S.FAILED_TERMINAL})
 UNSETTLED: frozenset[State] = frozenset(State) - SETTLED
 
 
-def unsettled_at(state: State, first_seen_at: int, updated_at: int, at_ms: int) -> bool:
+def unsettled_at(state: State, first_seen_at: int, updated_at: int, at_ms: int, clock_skew_ms: int) -> bool:
     """Whether an intent was unsettled, or not yet admitted, at *at_ms* (ADR 0009: a settlement repeated then is
     that intent, however far past the window's grace). An intent settled now was settled at *at_ms* only if its
     last transition came before it: only transitions move updated_at. The one case this overstates — a
     FAILED_TERMINAL reopened and failed again, or proved APPLIED by an earlier attempt's evidence, after
     *at_ms* — errs towards the same operation, the safe direction (a false merge delays money, a false split
-    pays twice)."""
-    return first_seen_at >= at_ms or state in UNSETTLED or updated_at >= at_ms
+    pays twice).
+
+    *at_ms* is the ingress's clock (a call's received_at_ms); first_seen_at and updated_at are the clocks of the
+    rail worker and the reconciler that wrote them, which may read up to *clock_skew_ms* behind it
+    (INTERLOCK_CLOCK_SKEW_MS). An admission or a settling stamped that much before *at_ms* may have come after it
+    (finding F8, ADR 0032): it counts as after, the same safe direction."""
+    since = at_ms - clock_skew_ms
+    return first_seen_at >= since or state in UNSETTLED or updated_at >= since
 
 
 OPERATOR_EVENTS: frozenset[Event] = frozenset({E.OPERATOR_RESOLVED_APPLIED, E.OPERATOR_RESOLVED_NOT_APPLIED})

@@ -132,7 +132,8 @@ def approve(
                     intent = operator.release_hold(conn, intent, approver=approver.approver_id, reason=reason,
                                                    approved_terms=terms_of(intent), now=now,
                                                    mandate=mandates.get(intent.agent_id),
-                                                   credential=approver.credential)  # fmt: skip
+                                                   credential=approver.credential,
+                                                   clock_skew_ms=ctx.settings.clock_skew_ms)  # fmt: skip
     if problem is not None:  # raised after the commit: an expired hold stays BLOCKED
         raise OperatorRefused(sik, problem)
     logger.info("hold on %s released by %s (%s): %s", sik, approver.approver_id, approver.credential, reason)

@@ -97,7 +97,9 @@ _BOUNDS: tuple[tuple[str, str], ...] = (
     ("reconcile_min_delay_ms", "an absent stamp is believed only this long after the call gave up; a rail whose "
                                "lists lag longer may see a settlement paid twice (ADR 0010)"),
     ("lease_ttl_ms", "a dead rail worker's IN_FLIGHT call counts as abandoned only after this lease plus the "
-                     "rail timeout"),
+                     "rail timeout (plus the clock skew)"),
+    ("clock_skew_ms", "the most two processes' wall clocks may differ: one process's timestamps are compared with "
+                      "another's only with this allowed; clocks further apart can pay twice (ADR 0032)"),
     ("settlement_window_grace_ms", "a settlement repeated this soon after its window's boundary lands on the "
                                    "previous window's intent (ADR 0009)"),
     ("decision_max_age_ms", "a call not admitted this long after it was received moves nothing (DECISION_EXPIRED); "

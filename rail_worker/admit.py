@@ -105,7 +105,8 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
     existing = intents.get_intent(conn, decision.merchant_id, decision.sik)
     if existing is None:
         # ADR 0009: this same call keyed in an adjacent window (a queued, racing or stalled first call) is that intent.
-        existing = grace.same_call_intent(conn, decision, mandate, rt.settings.settlement_window_grace_ms)
+        existing = grace.same_call_intent(conn, decision, mandate, rt.settings.settlement_window_grace_ms,
+                                          rt.settings.clock_skew_ms)  # fmt: skip
     if decision.operation_ref is not None:
         landing = existing.sik if existing is not None else decision.sik
         bound = intents.sik_for_operation_ref(conn, decision.merchant_id, decision.operation_ref)
@@ -118,7 +119,7 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
             conn, mandate, merchant_id=decision.merchant_id, agent_id=decision.agent_id,
             sik=existing.sik if existing is not None else decision.sik,
             tool=decision.tool, amount_minor=decision.terms.amount_minor, currency=decision.terms.currency,
-            now_ms=now, rate=rt.fee_rate,
+            now_ms=now, rate=rt.fee_rate, clock_skew_ms=rt.settings.clock_skew_ms,
             subject=window_subject(decision.tool, decision.terms.subject, decision.params),
         )  # fmt: skip
         if limits.verdict is Verdict.BLOCK:
@@ -129,7 +130,8 @@ def _admit(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Adm
             verdict, reason = Verdict.BLOCK, refused
     if verdict is not Verdict.BLOCK:
         exceeded = _exceeds_rail_basis(conn, decision, existing.sik if existing is not None else decision.sik,
-                                       rt.fee_rate.project_payout(), _account_merchants(rt, mandate, decision))
+                                       rt.fee_rate.project_payout(), _account_merchants(rt, mandate, decision),
+                                       rt.settings.clock_skew_ms)  # fmt: skip
         if exceeded is not None:
             verdict, reason = Verdict.BLOCK, exceeded
     _record(conn, decision, now, verdict=verdict, reason=reason)
@@ -220,14 +222,21 @@ def _account_merchants(rt: RailRuntime, mandate: Mandate | None, decision: Decis
 
 
 def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str, payout_fee: int,
-                        merchants: tuple[str, ...]) -> str | None:  # fmt: skip
+                        merchants: tuple[str, ...], skew_ms: int) -> str | None:  # fmt: skip
     """G2 again, authoritatively: the gate's rail read less every other intent on the subject that may move
     money, is held, or applied since that read — of every merchant on the same rail account (ADR 0021) —
     counted under the write lock, so calls admitted together can never pass the refundable amount or the
-    balance together (SPEC §8 step 6)."""
+    balance together (SPEC §8 step 6).
+
+    "Since that read" compares the gate's clock (rail_read_at_ms) with the clocks of whoever recorded each intent
+    APPLIED (this worker, another, a reconciler: updated_at). A recorder whose clock runs behind the gate's
+    stamps money applied after the read with a time before it (finding F6, ADR 0032): so every APPLIED intent
+    stamped up to INTERLOCK_CLOCK_SKEW_MS before the read is counted too. Money counted that the read already
+    showed only refuses (G2_STALE_RAIL_READ: the repeat is judged against a fresh read)."""
     terms = decision.terms
     if decision.rail_basis_minor is None or terms is None:
         return None
+    since = (decision.rail_read_at_ms or 0) - skew_ms
     if decision.tool == PAYOUT_TOOL:
         # One balance for every payee (ADR 0028): counted by tool, not by subject, each payout with its fee.
         others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=sik, currency=terms.currency,
@@ -235,14 +244,14 @@ def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str, 
         if terms.amount_minor + payout_fee > decision.rail_basis_minor - others:
             return "G2_EXCEEDS_PAYOUT_BALANCE"
         others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=sik, currency=terms.currency,
-                                          applied_since_ms=decision.rail_read_at_ms or 0,
+                                          applied_since_ms=since,
                                           per_call_minor=payout_fee) + payout_fee  # fmt: skip
     else:
         others = money_committed_for_subject(conn, merchants, terms.subject, exclude_sik=sik,
                                              currency=terms.currency)  # fmt: skip
         if terms.amount_minor > decision.rail_basis_minor - others:
             return "G2_EXCEEDS_REFUNDABLE" if decision.tool == REFUND_TOOL else "G2_EXCEEDS_BALANCE"
-        others += applied_since(conn, merchants, terms.subject, since_ms=decision.rail_read_at_ms or 0,
+        others += applied_since(conn, merchants, terms.subject, since_ms=since,
                                 exclude_sik=sik, currency=terms.currency)  # fmt: skip
     if terms.amount_minor > decision.rail_basis_minor - others:
         # Refused only because money applied since the gate's read may or may not be in that read: the
@@ -281,7 +290,7 @@ def _repeat(
     if existing.state not in _REOPENABLE:
         return Admission(outcome_from_intent(existing, request_id=decision.request_id, replayed=True), None)
     if verdict is Verdict.ALLOW and mandate is not None:
-        check = reassert(conn, existing, mandate, now_ms=now, rate=rt.fee_rate)
+        check = reassert(conn, existing, mandate, now_ms=now, rate=rt.fee_rate, clock_skew_ms=rt.settings.clock_skew_ms)
         if check.verdict is Verdict.ALLOW:
             # Reopened under the mandate it was judged under now, which is what execute re-checks against. A payout
             # is sent as judged now too — the mandate's account and queueing rule, the agent's corrected mode — not
@@ -315,7 +324,7 @@ def _redelivered(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) 
     intent = intents.get_intent(conn, decision.merchant_id, decision.sik) if decision.sik else None
     if intent is None and decision.sik is not None:  # the first answer may have come from a grace intent
         intent = grace.same_call_intent(conn, decision, rt.mandates.get(decision.agent_id),
-                                        rt.settings.settlement_window_grace_ms)  # fmt: skip
+                                        rt.settings.settlement_window_grace_ms, rt.settings.clock_skew_ms)  # fmt: skip
     if intent is None:
         # Refused the first time: answer with the refusal that was recorded (admission may have refused what the
         # gate allowed, e.g. DECISION_EXPIRED or a limit), and with the same caller action.

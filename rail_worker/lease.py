@@ -44,7 +44,7 @@ def boot(rt: RailRuntime) -> list[tuple[str, str]]:
         with transaction(rt.ledger):
             intent = intents.require_intent(rt.ledger, row["merchant_id"], row["sik"])
             now = now_ms()
-            until = abandon_after(rt.ledger, intent, rt.settings.rail_timeout_ms)
+            until = abandon_after(rt.ledger, intent, rt.settings.rail_timeout_ms, rt.settings.clock_skew_ms)
             if intent.state is not State.IN_FLIGHT or now < until:
                 logger.warning("intent %s is IN_FLIGHT under epoch %s for %d ms more; leaving it to the reconciler",
                                row["sik"], intent.lease_epoch, until - now)  # fmt: skip

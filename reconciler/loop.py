@@ -92,7 +92,7 @@ class Reconciler:
                     intent = intents.require_intent(self.ledger, row["merchant_id"], row["sik"])
                     now = now_ms()
                     if intent.state is State.IN_FLIGHT:
-                        until = intents.abandon_after(self.ledger, intent, deadline)
+                        until = intents.abandon_after(self.ledger, intent, deadline, self.settings.clock_skew_ms)
                         if rail_alive and rail_lease is not None and rail_lease.epoch == intent.lease_epoch:
                             # Its own worker is alive and will record the outcome. Past one more TTL it evidently
                             # will not (an unexpected error left the row): take it.
@@ -336,7 +336,8 @@ class Reconciler:
         mandate = self.mandates.get(intent.agent_id) if self.mandates is not None else None
         if mandate is None or mandate.mandate_hash != intent.mandate_hash:
             return None, "its mandate is no longer configured"
-        check = reassert(self.ledger, intent, mandate, now_ms=now, rate=self.fee_rate)
+        check = reassert(self.ledger, intent, mandate, now_ms=now, rate=self.fee_rate,
+                         clock_skew_ms=self.settings.clock_skew_ms)  # fmt: skip
         if check.verdict is not Verdict.ALLOW:
             return None, f"{check.reason_code} {check.detail}"
         return check, ""

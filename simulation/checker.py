@@ -6,6 +6,19 @@ each agent received, the mandates' limits as plain data, and each shard's ledger
 the rows as stored, not as Interlock's code would interpret them. The audit chain is re-hashed here from its
 definition (SPEC §5: sha256 over prev_hash and the RFC 8785 form of {seq, ts, kind, payload}).
 
+Each process reads a wall clock of its own (simulation.clocks), so a ledger timestamp says what its writer's clock
+read, not when. For each audit record the simulator hands over three readings taken as its transaction committed
+(`ShardEvidence.written`): the run's true clock, the shared wall clock (true time plus the steps taken by every
+clock at once: what a process with no skew of its own reads), and its writer's own clock. A rule about what
+happened before what on the rail judges by true time (as the rail's own times, `created_ms` and `sent_mono_ms`,
+are true). A rule about Interlock's wall-clock protocol (a lease and when it may be taken over, a limit's
+window) is judged on the shared clock: each stamp less its writer's own offset. Every clock stepped at once is
+a shift of time no wall-clock rule can see, and the rules were always judged across it (ADR 0023 holds the one
+place where it mattered for money on the monotonic clock); one process's clock apart from the others' is what
+the rule must survive, and is what this removes. Without skew the shared clock is every stamp, so such seeds
+are judged as before. Where the readings are missing (evidence without them, as in the checker's own tests),
+the stamps are compared.
+
 Invariants, each a `Violation` with a kind and the evidence:
 * ONE_ENTITY_PER_ACTION — at most one rail entity per business action (each simulated action has its own
   signature: tool, subject, amount), and at most one per stamp, across every shard's rail;
@@ -17,16 +30,17 @@ Invariants, each a `Violation` with a kind and the evidence:
   the rail is APPLIED in the ledger with that id, or QUARANTINED;
 * TOLD_APPLIED — an agent told APPLIED names an entity the rail created with that stamp;
 * AUDIT_CHAIN — every shard's chain re-hashes to its head;
-* AUDIT_TIME — the chain's timestamps never go back from one record to the next: every writer reads the time only
-  once it holds the ledger's write lock, so a record says when its transaction really held it, and a lease or
-  row written in it is measured from then (one wall clock here: a record may go back only by as much as that
-  clock was set back during the run);
+* AUDIT_TIME — every writer reads the time only once it holds the ledger's write lock, so a record says when its
+  transaction really held it, and a lease or row written in it is measured from then: judged on the true clock,
+  the instant a record's writer read its time is never before the record it follows was committed (each process
+  reads its own clock, so the stamps themselves may go back and forth between writers; see _audit_chain);
 * ABSORBING — the ledger file itself refuses to move an APPLIED or BLOCKED intent to any other state (I4),
   probed with a plain UPDATE in a transaction that is always rolled back;
 * ATTRIBUTION — every attempt row that names a rail entity as its answer (APPLIED, TERMS_MISMATCH, or their
   FENCED_ forms) names one the rail created with that intent's stamp: a foreign entity is never taken as ours;
 * ABANDONED_EARLY — no IN_FLIGHT attempt is treated as abandoned (LEASE_EXPIRED) before its own row lease plus
-  the call's total deadline (ADR 0005: until then its request may still be out);
+  the call's total deadline (ADR 0005: until then its request may still be out), on the true clock: the lease
+  runs from when the IN_FLIGHT record was committed, however far the abandoner's clock is from its writer's;
 * EVIDENCE_KEPT — every stamped answer the rail delivered to a process that lived on is on an attempt row of its
   intent by the end (issue 25 item 2, ADR 0005: the rail's answer is first-hand evidence, never dropped).
 """
@@ -94,14 +108,20 @@ class ShardEvidence:
     # Every stamped answer the rail gave a money call: (stamp, entity id, caller process, its incarnation).
     deliveries: Sequence[tuple[str, str, str, int]] = field(default_factory=list)
     call_deadline_ms: int | None = None  # the deployment's rail call deadline (RAIL_TIMEOUT_MS), as configured
+    # Audit seq -> what the true clock, the shared wall clock and its writer's own wall clock read as it committed.
+    written: Mapping[int, tuple[int, int, int]] = field(default_factory=dict)
+    grace_ms: int | None = None  # the shard's settlement window grace (ADR 0009), as configured
 
 
 def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answers: Sequence[AnswerLike],
           limits: Mapping[str, Mapping[str, Any]], *, settled: bool,
-          stopped: frozenset[tuple[str, int]] = frozenset(), set_back_ms: int = 0) -> list[Violation]:  # fmt: skip
+          stopped: frozenset[tuple[str, int]] = frozenset(), set_back_ms: int = 0,
+          calls: Mapping[str, tuple[int, int, int]] | None = None) -> list[Violation]:  # fmt: skip
     """Every invariant over the finished run; *settled* when faults stopped and the run was let settle;
     *stopped* the (process, incarnation) pairs the OS killed or saw exit (what they held in memory is gone);
-    *set_back_ms* how far, in all, the wall clock was stepped back during the run."""
+    *set_back_ms* how far, in all, the shared wall clock was stepped back during the run (used only for records the
+    simulator gave no write times for); *calls* each money call's request id -> what the true clock, the shared
+    wall clock and its ingress's clock read when it was received (ADR 0009's rule past the grace needs them)."""
     found: list[Violation] = []
     by_shard = {s.name: s for s in shards}
     for shard in by_shard.values():
@@ -117,7 +137,7 @@ def check(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike], answer
         if settled:
             found += [Violation("NOT_DEFINITE", f"{shard.name} intent {r['sik']} is {r['state']}")
                       for r in rows if r["state"] not in DEFINITE_STATES]  # fmt: skip
-    found += _one_entity(by_shard.values())
+    found += _one_entity(by_shard.values(), calls or {}, limits)
     found += _over_refund(by_shard.values())
     found += _limits(by_shard, actions, answers, limits)
     found += _told_applied(by_shard, answers)
@@ -137,19 +157,96 @@ def _signature(entry: Entry) -> tuple[str, str, int]:
     return entry.kind, entry.subject, entry.requested_amount
 
 
-def _one_entity(shards: Iterable[ShardEvidence]) -> list[Violation]:
-    """Across every shard's rail: a merchant moved between shards is paid from either, and must be paid once."""
-    entries = [(shard.name, e) for shard in shards for e in shard.journal]
+def _one_entity(shards: Iterable[ShardEvidence], calls: Mapping[str, tuple[int, int, int]],
+                limits: Mapping[str, Mapping[str, Any]]) -> list[Violation]:  # fmt: skip
+    """Across every shard's rail: a merchant moved between shards is paid from either, and must be paid once. The
+    one exception is ADR 0009's own: a windowed call repeated past its window's grace, after its first call was
+    settled, is the next window's operation (`_split_allowed`)."""
+    by_name = {shard.name: shard for shard in shards}
+    entries = [(shard.name, e) for shard in by_name.values() for e in shard.journal]
     out = []
     for sig, n in Counter(_signature(e) for _, e in entries).items():
         if n > 1:
-            ids = [f"{name}:{e.id}" for name, e in entries if _signature(e) == sig]
+            mine = sorted(((name, e) for name, e in entries if _signature(e) == sig), key=lambda x: x[1].created_ms)
+            if all(name == mine[0][0] and _split_allowed(by_name[name], before, e, calls, limits)
+                   for (name, e), (_, before) in zip(mine[1:], mine, strict=False)):  # fmt: skip
+                continue
+            ids = [f"{name}:{e.id}" for name, e in mine]
             out.append(Violation("ONE_ENTITY_PER_ACTION", f"{n} entities for one action {sig}: {ids}"))
     for stamp, n in Counter(e.stamp for _, e in entries if e.stamp).items():
         if n > 1:
             ids = [f"{name}:{e.id}" for name, e in entries if e.stamp == stamp]
             out.append(Violation("ONE_ENTITY_PER_ACTION", f"{n} entities stamped {stamp}: {ids}"))
     return out
+
+
+SETTLED_STATES = frozenset({"APPLIED", "BLOCKED", "FAILED_TERMINAL"})  # ADR 0009's "settled" (ledger.states)
+
+
+def _split_allowed(shard: ShardEvidence, first: Entry, later: Entry, calls: Mapping[str, tuple[int, int, int]],
+                   limits: Mapping[str, Mapping[str, Any]]) -> bool:  # fmt: skip
+    """Whether ADR 0009 lets *later*'s intent be a new operation beside *first*'s: its call was received past the
+    grace after its window's boundary (on its ingress's clock, which keyed its window), in the window after the
+    first call's (or later), and — the next window — only once the first call's intent had been admitted and was
+    settled (APPLIED, BLOCKED or FAILED_TERMINAL) when it was received; the intent's state is the one its last
+    transition before the later intent's admission left, as the admission read it. Received and settled are
+    compared on the shared clock (true time plus the steps of every clock at once): a process's own clock, wherever
+    it runs within the skew, changes nothing here; every clock stepped back at once between the two is a shift of
+    time the rule, on wall clocks, cannot see (docs/simulation.md). The simulated runs are shorter than the default
+    grace, so this excuses nothing unless a search configures a short one (run_seed's focus short_grace)."""
+    if shard.grace_ms is None or not calls:
+        return False
+    later_intent, first_intent = _intent_history(shard, later.stamp), _intent_history(shard, first.stamp)
+    if later_intent is None or first_intent is None:
+        return False
+    window = ((limits.get(later_intent["agent"]) or {}).get("idempotency") or {}).get(TOOLS[later.kind], {}).get(
+        "window_ms")  # fmt: skip
+    received, keyed = calls.get(later_intent["request_id"] or ""), calls.get(first_intent["request_id"] or "")
+    if window is None or received is None or keyed is None:
+        return False
+    _, received_shared, stamp = received
+    grace = max(0, min(shard.grace_ms, window // 2))
+    if stamp // window > 0 and stamp - stamp // window * window < grace:
+        return False  # within the grace: the repeat lands on the first in any state
+    apart = stamp // window - keyed[2] // window
+    if apart >= 2:
+        return True  # another window's operation: no SIK links them
+    if apart != 1 or first_intent["admitted"] >= received_shared:
+        return False
+    state, changed = first_intent["before"](later_intent["admitted_seq"])
+    return state in SETTLED_STATES and changed < received_shared
+
+
+def _intent_history(shard: ShardEvidence, sik: str | None) -> dict[str, Any] | None:
+    """An intent's agent, the request that made it, when it was admitted (shared clock, and its audit seq), and a
+    function giving its state and the shared time of its last transition before a given audit seq."""
+    conn = sqlite3.connect(f"file:{shard.ledger}?mode=ro", uri=True)
+    try:
+        row = conn.execute("SELECT agent_id, merchant_id FROM intents WHERE sik = ?", (sik,)).fetchone()
+        proposed = conn.execute("SELECT seq, ts FROM audit_log WHERE kind = 'INTENT_PROPOSED' AND "
+                                "json_extract(payload_json, '$.sik') = ? ORDER BY seq LIMIT 1", (sik,)).fetchone()
+        # The admission that made it records its decision just before: an earlier one of the same SIK may have
+        # landed on another intent (ADR 0009), or been refused.
+        made = conn.execute("SELECT request_id FROM decisions WHERE sik = ? AND verdict <> 'BLOCK' AND audit_seq < ? "
+                            "ORDER BY audit_seq DESC LIMIT 1", (sik, proposed[0] if proposed else 0)).fetchone()
+    finally:
+        conn.close()
+    if row is None or proposed is None:
+        return None
+    moves = [(seq, r.shared, r.payload.get("to")) for seq, r in _timed_by_seq(shard) if r.payload.get("sik") == sik]
+
+    def before(seq: int) -> tuple[str, int]:
+        done = [(shared, to) for s, shared, to in moves if s < seq]
+        return (str(done[-1][1]), done[-1][0]) if done else ("PROPOSED", _shared(shard, proposed[0], proposed[1]))
+
+    return {"agent": row[0], "request_id": made[0] if made else None, "admitted_seq": proposed[0],
+            "admitted": _shared(shard, proposed[0], proposed[1]), "before": before}  # fmt: skip
+
+
+def _shared(shard: ShardEvidence, seq: int, ts: int) -> int:
+    """A record's stamp on the shared clock (its stamp less its writer's offset), or its stamp."""
+    _, shared, wall = shard.written.get(seq, (ts, ts, ts))
+    return int(ts) - (wall - shared)
 
 
 def _over_refund(shards: Iterable[ShardEvidence]) -> list[Violation]:
@@ -293,9 +390,24 @@ def _audit_chain(shard: ShardEvidence, set_back_ms: int = 0) -> list[Violation]:
     finally:
         conn.close()
     prev, expected, last_ts = GENESIS, 1, None
+    # The true commit times of the latest transaction seen, and of the one before it: records of one transaction share
+    # their commit time, and a writer may read its time a moment before its own commit, not before another's.
+    latest, before = None, None
     went_back: list[Violation] = []
     for seq, ts, kind, payload_json, prev_hash, digest in rows:
-        if last_ts is not None and ts < last_ts - set_back_ms and not went_back:
+        written = shard.written.get(seq)
+        if written is not None and not went_back:
+            # Its writer's clock read *wall* at the commit, so it read *ts* this long before, on the true clock.
+            committed, _, wall = written
+            if latest is not None and committed > latest:
+                before = latest
+            latest = committed
+            read_at = committed - (wall - ts)
+            if before is not None and read_at < before:
+                went_back.append(Violation("AUDIT_TIME", f"{shard.name}: seq {seq} ({kind}) is stamped {ts}: its "
+                                                         f"writer read the time {before - read_at} ms before the "
+                                                         "record it follows was committed"))  # fmt: skip
+        elif not shard.written and last_ts is not None and ts < last_ts - set_back_ms and not went_back:
             went_back.append(Violation("AUDIT_TIME", f"{shard.name}: seq {seq} ({kind}) is stamped {ts}, "
                                                      f"{last_ts - ts} ms before the record it follows"))  # fmt: skip
         last_ts = ts
@@ -368,12 +480,43 @@ def _attribution(shard: ShardEvidence) -> list[Violation]:
 
 def _transitions(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """(ts, payload) of every TRANSITION record of a ledger's audit chain, in chain order."""
+    return [(ts, p) for _, ts, p in _records(path)]
+
+
+def _records(path: Path) -> list[tuple[int, int, dict[str, Any]]]:
+    """(seq, ts, payload) of every TRANSITION record of a ledger's audit chain, in chain order."""
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        rows = conn.execute("SELECT ts, payload_json FROM audit_log WHERE kind = 'TRANSITION' ORDER BY seq").fetchall()
+        rows = conn.execute("SELECT seq, ts, payload_json FROM audit_log WHERE kind = 'TRANSITION' ORDER BY seq"
+                            ).fetchall()  # fmt: skip
     finally:
         conn.close()
-    return [(int(ts), json.loads(payload_json)) for ts, payload_json in rows]
+    return [(int(seq), int(ts), json.loads(payload_json)) for seq, ts, payload_json in rows]
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A TRANSITION record with its times: *at* its true commit time, *shared* its stamp on the shared clock (the
+    stamp less its writer's own offset), *offset* that offset, *ts* the stamp. Without the simulator's readings
+    all are the stamp (offset 0)."""
+
+    at: int
+    shared: int
+    offset: int
+    ts: int
+    payload: dict[str, Any]
+
+
+def _timed(shard: ShardEvidence) -> list[Timed]:
+    return [r for _, r in _timed_by_seq(shard)]
+
+
+def _timed_by_seq(shard: ShardEvidence) -> list[tuple[int, Timed]]:
+    out = []
+    for seq, ts, p in _records(shard.ledger):
+        at, shared, wall = shard.written.get(seq, (ts, ts, ts))
+        out.append((seq, Timed(at, ts - (wall - shared), wall - shared, ts, p)))
+    return out
 
 
 def _attempts_counted(shard: ShardEvidence) -> list[Violation]:
@@ -394,19 +537,32 @@ def _attempts_counted(shard: ShardEvidence) -> list[Violation]:
 
 
 def _abandoned_early(shard: ShardEvidence) -> list[Violation]:
+    """Judged on the shared clock: the row lease is a reading of its writer's clock and the abandoner (a standby's
+    boot, a reconciler) compares its own clock with it, so each is taken less its own clock's offset. A step of
+    every clock at once moves both sides alike (the worker's send window is on the same wall clock, and on its
+    monotonic one), and is not what this rule is about; one clock ahead of the other is."""
     if shard.call_deadline_ms is None:
         return []
     leases = {(r["sik"], r["attempt_seq"]): r["lease_expires_at"]
               for r in _attempts(shard, "SELECT sik, attempt_seq, lease_expires_at FROM intent_attempts")}  # fmt: skip
+    offsets: dict[tuple[Any, Any], int] = {}  # (sik, attempt_seq) -> its IN_FLIGHT writer's clock offset
     out = []
-    for ts, p in _transitions(shard.ledger):
+    for r in _timed(shard):
+        p = r.payload
+        key = (p.get("sik"), p.get("attempt_seq"))
+        if p.get("to") == "IN_FLIGHT":
+            offsets[key] = r.offset
         if p.get("event") != "LEASE_EXPIRED" or p.get("from") != "IN_FLIGHT":
             continue
-        lease = leases.get((p.get("sik"), p.get("attempt_seq")))
-        if lease is not None and ts < lease + shard.call_deadline_ms:
+        lease = leases.get(key)
+        if lease is None:
+            continue
+        until = lease - offsets.get(key, 0) + shard.call_deadline_ms
+        if r.shared < until:
             out.append(Violation("ABANDONED_EARLY", f"{shard.name} {p.get('sik')} attempt {p.get('attempt_seq')} "
-                                                    f"abandoned at {ts}, {lease + shard.call_deadline_ms - ts} ms "
-                                                    "before its lease plus the call's deadline"))  # fmt: skip
+                                                    f"abandoned at {r.ts} by its clock, {until - r.shared} ms before "
+                                                    "its lease plus the call's deadline (judged on the shared "
+                                                    "clock)"))  # fmt: skip
     return out
 
 
@@ -457,11 +613,13 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
             action = owner.get((shard.name, *_signature(e)))
             if action is not None:
                 entities.append((shard, e, action))
-    authorized = {name: _authorized_at(s.ledger) for name, s in by_shard.items()}
+    authorized = {name: _authorized_at(s) for name, s in by_shard.items()}
 
     def auth_of(shard: ShardEvidence, e: Any) -> int | None:
-        times = [t for t in authorized[shard.name].get(e.stamp or "", []) if t <= e.created_ms]
-        return max(times) if times else None
+        """When, on the shared clock, the entity's intent last entered AUTHORIZED before the rail created it (that
+        before judged on the true clock, as the rail's created_ms is true)."""
+        times = [(at, shared) for at, shared in authorized[shard.name].get(e.stamp or "", []) if at <= e.created_ms]
+        return max(times)[1] if times else None
 
     rejected = {(r["shard"], r["sik"]) for r in evidence.get("rejected", [])}
     for shard, e, _ in entities:
@@ -540,8 +698,9 @@ def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvid
                                                f"{action.agent}, whose mandate does not queue"))  # fmt: skip
     if not evidence.get("list_lag_ms"):
         for name, refusals in evidence.get("payout_refusals", {}).items():
+            retried = _retried(shards[name]) if name in shards else None
             for r in refusals:
-                if r["queued"] == 0:
+                if r["queued"] == 0 and not (retried is not None and retried(r["stamp"], r.get("at_ms"))):
                     out.append(Violation("PAYOUT_BALANCE", f"{name}: payout {r['stamp']} of {r['amount']} (with its "
                                                            f"fee {r['cost']}) admitted; the rail had {r['balance']} "
                                                            "and nothing queued"))  # fmt: skip
@@ -561,6 +720,25 @@ def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvid
                 out.append(Violation("RAISED", f"{shard.name}: {e.kind} {e.id} ({e.stamp}) is {e.statuses[-1][1]}, "
                                                "and no person was told"))  # fmt: skip
     return out
+
+
+def _retried(shard: ShardEvidence) -> Any:
+    """(stamp, true ms) -> whether the intent's last entry into AUTHORIZED by then was a retry the reconciler
+    authorized. PAYOUT_BALANCE judges the balance re-check of an admission (or a hold's release, which re-reads the
+    balance); a retry after a first attempt read absent is re-asserted against G1, G2's range and G3 only (ADR 0028,
+    ledger.limits.reassert), and payouts admitted meanwhile — a queueing mandate's above all, which no balance bounds —
+    may have taken the room its admission kept. Its refusal by the rail is the rail's own check, not the admission's
+    (seeds 3 and 194 with per-process clocks: no clock matter). So such a refusal is not counted here."""
+    entries: dict[str, list[tuple[int, str]]] = defaultdict(list)
+    for r in _timed(shard):
+        if r.payload.get("to") == "AUTHORIZED":
+            entries[str(r.payload.get("sik"))].append((r.at, str(r.payload.get("event"))))
+
+    def retried(stamp: str, at_ms: int | None) -> bool:
+        before = [event for at, event in entries.get(stamp, []) if at_ms is not None and at <= at_ms]
+        return bool(before) and before[-1] == "RETRY_AUTHORIZED"
+
+    return retried
 
 
 def _raised(path: Path) -> set[str]:
@@ -658,10 +836,13 @@ def _moved(source: ShardEvidence, move: Mapping[str, Any]) -> list[Violation]:
                                      f"{move['target']} at mono {move['applied_mono_ms']}") for sik, state in rows]
 
 
-def _authorized_at(path: Path) -> dict[str, list[int]]:
-    """sik -> when the audit chain records its intent entering AUTHORIZED (every time)."""
-    out: dict[str, list[int]] = defaultdict(list)
-    for ts, p in _transitions(path):
-        if p.get("to") == "AUTHORIZED":
-            out[p["sik"]].append(int(ts))
+def _authorized_at(shard: ShardEvidence) -> dict[str, list[tuple[int, int]]]:
+    """sik -> (true, shared) times of every record of its intent entering AUTHORIZED. The admission, a hold's release
+    and a retry's authorization are written by different processes, each on its own clock: a short window's count
+    (LIMIT) and the replaced mandate's order (MANDATE_REPLACED) are judged on the shared clock, as the deployment's
+    windows are measured on wall clocks."""
+    out: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for r in _timed(shard):
+        if r.payload.get("to") == "AUTHORIZED":
+            out[r.payload["sik"]].append((r.at, r.shared))
     return out

@@ -65,7 +65,7 @@ class JournalEntry:
     amount: int
     fees: int
     stamp: str | None  # notes.interlock_sik as the rail stored it
-    created_ms: int  # the simulated wall clock at which it was applied
+    created_ms: int  # the true wall time at which it was applied (the rail's own clock keeps it)
     requested_amount: int  # what the request asked for (differs only under the other_terms fault)
     sent_mono_ms: int = 0  # when the request that created it reached the rail, on the simulation's true clock
     # Where the money went when it is not the subject: a payout's fund account (its subject is the payee, the
@@ -362,7 +362,7 @@ class SimRail:
             waiting = sum(int(p["amount"]) + PAYOUT_FEE for p in self.payouts if p["status"] in ("queued", "pending"))
             self.balance_refusals.append({"stamp": _stamp(body["notes"]), "amount": amount, "cost": cost,
                                           "balance": self.banking_balance, "queued": waiting,
-                                          "mono_ms": self._now()})  # fmt: skip
+                                          "mono_ms": self._now(), "at_ms": self.sched.clock.true_ms()})  # fmt: skip
             return self._rejected("Your account does not have enough balance to carry out the payout operation.",
                                   "/v1/payouts")  # fmt: skip
         raw: dict[str, Any] = {
@@ -370,7 +370,7 @@ class SimRail:
             "amount": amount, "currency": body["currency"], "notes": dict(body["notes"]) or [], "fees": 0, "tax": 0,
             "status": "queued", "utr": None, "mode": body["mode"], "purpose": body["purpose"],
             "reference_id": body["reference_id"], "narration": body["narration"],
-            "created_at": self.sched.clock.now_ms() // 1000,
+            "created_at": self.sched.clock.true_ms() // 1000,
         }  # fmt: skip
         self.payouts.append(raw)
         if self.plan.payout_approval:  # the account's approval workflow: pending until a person of the business decides
@@ -489,7 +489,7 @@ class SimRail:
             raw: dict[str, Any] = {
                 "id": f"rfnd_{next(self._ids):014d}", "entity": "refund", "amount": wanted, "currency": "INR",
                 "payment_id": payment_id, "receipt": receipt, "notes": dict(notes or {}) or [], "status": "processed",
-                "created_at": self.sched.clock.now_ms() // 1000,
+                "created_at": self.sched.clock.true_ms() // 1000,
             }  # fmt: skip
             payment["amount_refunded"] = int(payment["amount_refunded"]) + wanted
             payment["refund_status"] = "full" if payment["amount_refunded"] == payment["amount"] else "partial"
@@ -519,7 +519,7 @@ class SimRail:
                 "amount_settled": wanted - fees, "amount_pending": 0, "amount_reversed": 0, "fees": fees, "tax": tax,
                 "currency": "INR", "settle_full_balance": settle_full_balance, "status": "processed",
                 "description": description, "notes": dict(notes or {}) or [],
-                "created_at": self.sched.clock.now_ms() // 1000,
+                "created_at": self.sched.clock.true_ms() // 1000,
             }  # fmt: skip
             self.balance -= wanted
             self.settlements.append(raw)
@@ -669,7 +669,7 @@ class SimRail:
                  notes: Mapping[str, Any] | None, requested: int, *, target: str = "",
                  queue: bool = False) -> JournalEntry:  # fmt: skip
         entry = JournalEntry(kind, entity_id, self.merchant_id, subject, amount, fees,
-                             None if not notes else notes.get("interlock_sik"), self.sched.clock.now_ms(), requested,
+                             None if not notes else notes.get("interlock_sik"), self.sched.clock.true_ms(), requested,
                              self._sent_mono_ms, target, queue_if_low_balance=queue)  # fmt: skip
         if kind == "payout":
             raw = next(p for p in self.payouts if p["id"] == entity_id)

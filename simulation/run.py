@@ -21,6 +21,8 @@ from typing import Any
 from interlock.clock import use_clock
 from simulation import checker
 from simulation.checker import ShardEvidence, Violation
+from simulation.clocks import SHORT_GRACE, SKEW, install_clocks, plan_skew
+from simulation.ledger import write_times
 from simulation.machine_loss import install_loss, plan_loss
 from simulation.operator import start_operator
 from simulation.scheduler import Scheduler
@@ -54,7 +56,7 @@ RAIL_FAULTS = ("lost_answer", "not_applied", "error_not_applied", "late_apply", 
                "replayed_response")
 FAULT_KINDS = ("crash", "pause", "partition", "clock_step", "redis_flush", "ledger_busy", "ledger_commit_error",
                "queue", "rail_money", "rail_read_error", "list_lag", "rail_outage", "refund_list_late",
-               "key_expiry")  # fmt: skip
+               "key_expiry", SKEW)  # fmt: skip
 
 
 def plan_faults(sched: Scheduler, disabled: frozenset[str] = frozenset(),
@@ -133,7 +135,7 @@ CROWD = "crowd"  # lists longer than a page (simulation.crowd), in every seed, n
 MACHINE_LOSS = "machine_loss"
 PARTS = frozenset({MOVE, HOLDS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD})  # the workload's
 FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS,
-               WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, MACHINE_LOSS)
+               WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, MACHINE_LOSS, SHORT_GRACE)
 
 
 # Scheduling steps a seed may take before it counts as never settling (STEP_BUDGET). Payouts, webhooks and the
@@ -157,12 +159,14 @@ def run_seed(seed: int, *, max_steps: int = MAX_STEPS, keep: Path | None = None,
     sched.clock.wall_offset_ms = START_MS - (rng.choice((2_000, 5_000, 10_000, 60_000, 600_000)) if rng.random() < 0.5
                                              else -3_600_000)  # fmt: skip
     faults = plan_faults(sched, disabled, focus)
+    faults.skew_ms = plan_skew(seed, disabled, focus)  # its own generator: the seeds without skew are unchanged
     merchants, agents, actions = rng.choice((1, 2)), rng.choice((1, 2)), rng.choice((2, 3, 4))
     concurrency, reconcilers = rng.choice((1, 4)), rng.choice((1, 2))
     world = World(sched, root, faults, shards=2, merchants_per_shard=merchants, agents_per_merchant=agents,
                   actions_per_agent=actions, concurrency=concurrency,
                   reconcilers=2 if TWO_RECONCILERS in focus else reconcilers)  # fmt: skip
     sched.before_resume = world.strike
+    install_clocks(world, seed, faults.skew_ms, focus)
     # Holds, tasks, a replaced mandate, rail accounts, a merchant moved (simulation.workload).
     # A machine lost (simulation.machine_loss): never with the merchant's move, which a focus on the loss displaces.
     if MACHINE_LOSS in focus:
@@ -181,13 +185,15 @@ def run_seed(seed: int, *, max_steps: int = MAX_STEPS, keep: Path | None = None,
             settle_until = sched.clock.mono_ms + SETTLE_MS
             sched.run(until=_settled(world, extras.replacements), deadline_ms=settle_until)
             settled = sched.counters.steps < sched.max_steps
+            written = write_times(sched)
             evidence = [ShardEvidence(s.name, s.ledger_path, s.rail.journal, s.rail.payment_amounts(),
-                                      s.rail.deliveries, s.settings.rail_timeout_ms)
+                                      s.rail.deliveries, s.settings.rail_timeout_ms, written.of(s.ledger_path),
+                                      s.settings.settlement_window_grace_ms)
                         for s in world.shards.values()]  # fmt: skip
             mandates = {a: m.model_dump(mode="json") for a, m in world.mandates.items()}
             violations = checker.check(evidence, world.actions, world.answers, mandates, settled=settled,
-                                       stopped=frozenset(sched.stopped),
-                                       set_back_ms=sched.clock.set_back_ms)  # fmt: skip
+                                       stopped=frozenset(sched.stopped), set_back_ms=sched.clock.set_back_ms,
+                                       calls=world.received)  # fmt: skip
             workload = {**extras.evidence(), "list_lag_ms": faults.rail.list_lag_ms,
                         "payout_refusals": {s.name: list(s.rail.balance_refusals) for s in world.shards.values()}}
             violations += checker.check_workload(evidence, world.actions, world.answers, mandates, workload)
@@ -250,7 +256,10 @@ FOLLOW_WAIT_MS = 600_000  # the lifecycle follower's polls double from 5 s: by t
 def _payouts_followed(world: World) -> bool:
     """Every entity the bank has finished with: the ones whose money did not reach its payee (a refund failed, a
     settlement reversed, a payout failed, reversed or cancelled) raised to a person in the ledger, or FOLLOW_WAIT_MS
-    gone since, for the checker to name the one never raised (RAISED)."""
+    gone since, for the checker to name the one never raised (RAISED); and no payout still queued under a mandate its
+    shard has replaced, or FOLLOW_WAIT_MS gone since it was queued, for the checker to name the one never withdrawn
+    (WITHDRAWN) — the replacement's rollout restarts the reconciler, whose withdrawal cancels it, seconds after
+    everything else may be definite."""
     now = world.sched.clock.mono_ms
     for shard in world.shards.values():
         payouts = [e for e in shard.rail.journal if e.statuses]
@@ -259,12 +268,17 @@ def _payouts_followed(world: World) -> bool:
         conn = sqlite3.connect(f"file:{shard.ledger_path}?mode=ro", uri=True)
         try:
             raised = {sik for (sik,) in conn.execute("SELECT sik FROM rail_status WHERE attention IS NOT NULL")}
+            replaced = {sik for sik, agent, mandate_hash in conn.execute(
+                "SELECT sik, agent_id, mandate_hash FROM intents WHERE tool = 'create_payout'")
+                if shard.mandates.hash_of(agent) != mandate_hash}  # fmt: skip
         finally:
             conn.close()
         for e in payouts:
             at, status = e.statuses[-1]
             if status in ("processing", "pending", "created") or status in checker.NOT_PAID.get(e.kind, ()) and (
                     e.stamp not in raised and now - at < FOLLOW_WAIT_MS):  # fmt: skip
+                return False
+            if status == "queued" and e.stamp in replaced and now - at < FOLLOW_WAIT_MS:
                 return False
     return True
 

@@ -63,23 +63,80 @@ class Actor:
         return self.wake_at is None and self.until is None or self.wake_at is not None and self.wake_at <= now
 
 
+@dataclass
+class Skew:
+    """Each process's own wall clock (each runs as if on a machine of its own): it reads the shared wall clock plus
+    an offset drawn for it, within ±bound_ms/2 of the others' midpoint, so that no two processes' clocks differ by
+    more than bound_ms; a step of one process's clock keeps it within that. Its monotonic clock is its own too
+    (it started at a drawn uptime), and never jumps."""
+
+    bound_ms: int
+    rng: random.Random
+    offsets: dict[str, int] = field(default_factory=dict)  # process name -> its wall clock's offset (ms)
+    uptimes: dict[str, int] = field(default_factory=dict)  # process name -> its monotonic clock at mono 0 (ms)
+
+    def offset(self, process: str) -> int:
+        if process not in self.offsets:  # drawn on its first reading: the order of readings is the seed's
+            half = self.bound_ms // 2
+            self.offsets[process] = self.rng.randint(-half, half)
+            self.uptimes[process] = self.rng.randrange(0, 30 * 86_400_000)
+        return self.offsets[process]
+
+    def step(self, process: str, step_ms: int) -> int:
+        """Step *process*'s clock by *step_ms*, held within the bound; the step taken."""
+        half, before = self.bound_ms // 2, self.offset(process)
+        self.offsets[process] = max(-half, min(half, before + step_ms))
+        return self.offsets[process] - before
+
+
 class SimClock:
-    """The simulated clocks: a monotonic one that only moves forward, and a wall clock that may be stepped."""
+    """The simulated clocks: a monotonic one that only moves forward (`mono_ms`, the run's true clock), and a wall
+    clock that may be stepped, for every process at once or, with `skew`, for one process alone. Code reading the
+    clock through interlock.clock reads the clocks of the process whose actor is running."""
 
     def __init__(self, start_ms: int, scheduler: Scheduler) -> None:
         self.mono_ms = 0
-        self.wall_offset_ms = start_ms
-        self.set_back_ms = 0  # how far, in all, the wall clock has been stepped back
+        self.wall_offset_ms = start_ms  # the shared wall clock at mono 0, moved by the steps of every clock at once
+        self.set_back_ms = 0  # how far, in all, the shared wall clock has been stepped back
+        self.stepped_ms = 0  # how far, in all, the shared wall clock has been stepped (either way)
+        self.skew: Skew | None = None  # per-process clocks (simulation.clocks), or one clock for every process
         self.scheduler = scheduler
 
+    def true_ms(self) -> int:
+        """The wall time it really is (no step, no skew): what the checker judges by, and the rail's clock."""
+        return self.mono_ms + self.wall_offset_ms - self.stepped_ms
+
+    def wall_ms(self, process: str | None) -> int:
+        """*process*'s wall clock (None: the shared one, read by the scheduler's own timers)."""
+        skew = self.skew
+        offset = skew.offset(process) if skew is not None and process is not None else 0
+        return self.mono_ms + self.wall_offset_ms + offset
+
+    def step(self, step_ms: int, process: str | None = None) -> int:
+        """Step the wall clock of every process, or of *process* alone (held within the skew's bound); the step."""
+        if process is not None and self.skew is not None:
+            return self.skew.step(process, step_ms)
+        self.wall_offset_ms += step_ms
+        self.stepped_ms += step_ms
+        self.set_back_ms += max(-step_ms, 0)
+        return step_ms
+
+    def _process(self) -> str | None:
+        actor = self.scheduler.current
+        return None if actor is None else actor.process.name
+
     def now_ms(self) -> int:
-        return self.mono_ms + self.wall_offset_ms
+        return self.wall_ms(self._process())
 
     def time_ns(self) -> int:
         return self.now_ms() * 1_000_000
 
     def monotonic(self) -> float:
-        return self.mono_ms / 1000
+        skew, process = self.skew, self._process()
+        if skew is None or process is None:
+            return self.mono_ms / 1000
+        skew.offset(process)
+        return (self.mono_ms + skew.uptimes[process]) / 1000
 
     def sleep(self, seconds: float) -> None:
         self.scheduler.sleep(max(int(seconds * 1000), 1))

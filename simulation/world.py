@@ -53,6 +53,7 @@ from reconciler.worker import (
     _read_inbox,
     _wait_for_hints,
 )
+from simulation.clocks import step_clock
 from simulation.ledger import WriteFaults, open_sim_ledger
 from simulation.rail import FaultPlan, SimRail
 from simulation.redis import QueueFaults, SimRedis
@@ -110,6 +111,7 @@ class Faults:
     reconciler_pause: float = 0.0
     reconciler_pause_ms: tuple[int, int] = (200, 4_000)
     clock_step: float = 0.0
+    skew_ms: int = 0  # each process on its own wall clock, no two more than this apart (simulation.clocks)
     partition: float = 0.0
     redis_flush: float = 0.0
     # A rail-worker outage (a stalled host, a long GC, a hung disk): from this simulated instant the shard's rail
@@ -179,6 +181,7 @@ class World:
         self.concurrency = concurrency
         self.shards: dict[str, Shard] = {}
         self.answers: list[Answer] = []
+        self.received: dict[str, tuple[int, int, int]] = {}  # request id -> true, shared and ingress clocks then
         self.actions: list[Action] = []
         self.pending: set[int] = set()  # actions whose agent has not had a definite answer yet
         # The ingress's routing where it differs from each action's first shard: a merchant the shard map moved
@@ -441,6 +444,8 @@ class World:
                             arguments=arguments, received_at_ms=self.sched.clock.now_ms(),
                             task=meta.get(TASK_META_KEY), task_sig=meta.get(TASK_SIG_META_KEY))  # fmt: skip
         self.money_calls += 1
+        clock = self.sched.clock
+        self.received[request_id] = (clock.true_ms(), clock.wall_ms(None), proposal.received_at_ms)
         route = SimpleNamespace(queue_redis=shard.redis, gates_queue=lambda: shard.redis.queue(gates_queue(shard.name)))
         structured: dict[str, Any]
         try:
@@ -489,10 +494,7 @@ class World:
             sched.note(f"partition {proc.name}")
         elif roll < f.crash + pause + f.partition + f.clock_step:
             step = rng.choice((1_000, 5_000, 30_000, -1_000, -30_000))  # NTP sets clocks either way
-            sched.clock.wall_offset_ms += step
-            sched.clock.set_back_ms += max(-step, 0)
-            sched.counters.fault("clock_step")
-            sched.note(f"clock step {step:+d}")
+            step_clock(sched, proc.name, step)  # every process's clock, or (skewed clocks) this one's alone
         elif roll < f.crash + pause + f.partition + f.clock_step + f.redis_flush:
             self.shards[proc.name.rsplit(":", 1)[-1]].redis.flush()
 

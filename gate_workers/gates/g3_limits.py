@@ -21,4 +21,5 @@ def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
         ctx.ledger, ctx.mandate, merchant_id=action.merchant_id, agent_id=action.agent_id, sik=action.sik,
         tool=action.tool, amount_minor=action.amount_minor, currency=action.currency, now_ms=ctx.now_ms,
         rate=ctx.fee_rate, subject=window_subject(action.tool, action.subject or "", action.params),
+        clock_skew_ms=ctx.clock_skew_ms,
     )  # fmt: skip

@@ -219,8 +219,11 @@ class World:
 
 def make_world(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *, group_commit: bool = False,
                **timings: int) -> World:  # fmt: skip
+    # One Clock for every actor here: the deployment is told its clocks agree (INTERLOCK_CLOCK_SKEW_MS 0) unless a
+    # test says otherwise, so the bounds it places are the rules' own.
     settings = load_settings(ledger=tmp_path / "ledger.sqlite3", **{
-        "rail_timeout_ms": 1000, "lease_ttl_ms": 3000, "reconcile_min_delay_ms": 500, **timings})  # fmt: skip
+        "rail_timeout_ms": 1000, "lease_ttl_ms": 3000, "reconcile_min_delay_ms": 500, "clock_skew_ms": 0,
+        **timings})  # fmt: skip
     clock = Clock(T0)
     for module in (execute_module, lease_module, reconciler_module):
         monkeypatch.setattr(module, "now_ms", clock)

@@ -45,9 +45,15 @@ def test_amount_exactly_at_the_cap_passes_and_one_paisa_over_blocks(ledger: sqli
 def test_calls_slide_out_of_the_window(ledger: sqlite3.Connection) -> None:
     mandate = make_mandate(window(max_calls=1))
     put_intent(ledger, "A" * 32, "APPLIED", amount=100, now=NOW - DAY + 1)  # still inside at NOW
-    assert g3_limits.check(refund_action(100), context(ledger, mandate, now=NOW)).verdict is Verdict.BLOCK
+
+    def verdict(now: int) -> Verdict:  # the clocks agree (INTERLOCK_CLOCK_SKEW_MS 0): the edge is exact
+        return g3_limits.check(refund_action(100), context(ledger, mandate, now=now, clock_skew_ms=0)).verdict
+
+    assert verdict(NOW) is Verdict.BLOCK
     # One millisecond later it has slid out.
-    assert g3_limits.check(refund_action(100), context(ledger, mandate, now=NOW + 1)).verdict is Verdict.ALLOW
+    assert verdict(NOW + 1) is Verdict.ALLOW
+    # With clocks up to 5 s apart it is counted 5 s longer (ADR 0032).
+    assert g3_limits.check(refund_action(100), context(ledger, mandate, now=NOW + 5_000)).verdict is Verdict.BLOCK
 
 
 def test_blocked_and_failed_intents_do_not_count(ledger: sqlite3.Connection) -> None:

@@ -317,6 +317,45 @@ def test_a_repeat_past_the_grace_of_a_first_call_settled_before_it_was_received_
     assert intent_count(rail_rt) == 2
 
 
+@pytest.mark.parametrize(("clock_skew_ms", "settlements"), [(0, 2), (2_000, 1)])
+def test_finding_f8_a_repeat_past_the_grace_received_before_its_queued_first_call_was_admitted_lands_on_it_whatever_the_clocks(  # noqa: E501
+    rail_rt: RailRuntime, admit_clock: AdmitClock, clock_skew_ms: int, settlements: int,
+) -> None:
+    """Finding F8 (docs/simulation.md, ADR 0009 amended, ADR 0032). The rule of ADR 0009 past the grace compares the
+    repeat's received_at_ms (the ingress's clock) with the first intent's first_seen_at and updated_at (the clocks
+    of the rail worker and the reconciler that wrote them). Here the rail worker's clock runs 2 s behind the
+    ingress's: the repeat is received at 00:16:00.000 by the ingress's clock, past the grace; the first call, queued
+    since 23:55, is admitted 500 ms later (00:15:58.500 on the worker's clock) and APPLIED 100 ms after that
+    (00:15:58.600), before the repeat is admitted. On the true clock the first was not yet admitted when the repeat
+    was received: the repeat is that call. Compared stamp to stamp, it was admitted and applied before: a second
+    settlement. The rule: an admission or a settling stamped up to INTERLOCK_CLOCK_SKEW_MS before the repeat was
+    received counts as after it (the safe direction: a false merge delays money, a false split pays twice). With the
+    deployment told its clocks agree (0), the stamps are the truth and the repeat is the new day's settlement."""
+    rail_rt.settings = rail_rt.settings.model_copy(update={"clock_skew_ms": clock_skew_ms})
+    received = BOUNDARY + 16 * MINUTE  # the ingress's clock
+    first = gated(rail_rt, "r_2355", BOUNDARY - 5 * MINUTE)
+    repeat = gated(rail_rt, "r_0016", received)
+    admit_clock.at = received - 2_000 + 500  # the worker's clock, 2 s behind the ingress's
+    assert admit(rail_rt, first).execute is not None
+    settle_intent(rail_rt, first.sik or "", at_ms=received - 2_000 + 600)
+    admit_clock.at = received - 2_000 + 700
+    admit(rail_rt, repeat)
+    assert intent_count(rail_rt) == settlements
+
+
+def test_finding_f8_the_gate_keys_the_repeat_onto_a_first_intent_stamped_by_a_clock_behind_the_ingresss(
+    ledger: sqlite3.Connection,
+) -> None:
+    """F8 at the gate, which keys with the same predicate from its snapshot: the first intent admitted and APPLIED
+    after the repeat was received, stamped 1 s before it by a rail worker whose clock runs behind."""
+    received = BOUNDARY + 16 * MINUTE
+    put_intent(ledger, sik_in(PREVIOUS), "APPLIED", amount=30_000, subject="balance", tool=TOOL, now=received - 1_000)
+    assert resolve(proposal("r"), BalanceRail(), ledger, make_mandate(), received, grace_ms=GRACE,
+                   clock_skew_ms=0).sik == sik_in(CURRENT)  # fmt: skip
+    assert resolve(proposal("r"), BalanceRail(), ledger, make_mandate(), received, grace_ms=GRACE,
+                   clock_skew_ms=1_000).sik == sik_in(PREVIOUS)  # fmt: skip
+
+
 def test_the_gate_keys_a_repeat_past_the_grace_onto_a_first_intent_settled_only_after_it_was_received(
     ledger: sqlite3.Connection,
 ) -> None:
@@ -356,6 +395,24 @@ def test_a_full_balance_repeat_past_the_grace_lands_on_the_queued_first_whatever
     assert answer.outcome is not None and (answer.outcome.sik, answer.outcome.replayed) == (first.sik, True)
     assert intent_count(rail_rt) == 1
     gate_ledger.close()
+
+
+def test_a_full_balance_repeat_finds_a_first_admitted_by_a_clock_behind_the_ingresss_as_its_window_began(
+    ledger: sqlite3.Connection,
+) -> None:
+    """ADR 0032: the earlier full-balance request is looked for among intents admitted since the previous window
+    began, a time on the ingress's clock compared with first_seen_at, the admitting worker's. A first call received
+    500 ms into yesterday, admitted by a worker whose clock ran 1.5 s behind, is stamped before yesterday began:
+    it is looked for INTERLOCK_CLOCK_SKEW_MS further back, or its unsettled first is missed and "everything" is
+    settled again at today's balance."""
+    yesterday = BOUNDARY - DAY
+    first = sik_in(PREVIOUS, amount=200_000)
+    put_intent(ledger, first, "UNKNOWN", amount=200_000, subject="balance", tool=TOOL, now=yesterday - 1_000,
+               params={"amount": 200_000, "full": True})  # fmt: skip
+    received = BOUNDARY + 16 * MINUTE  # past the grace; the first is still UNKNOWN
+    keyed = [resolve(proposal("r", settle_full_balance=True), BalanceRail(250_000), ledger, make_mandate(), received,
+                     grace_ms=GRACE, clock_skew_ms=skew).sik for skew in (0, 2_000)]  # fmt: skip
+    assert keyed == [sik_in(CURRENT, amount=250_000), first]
 
 
 def test_a_distinct_reason_past_the_grace_is_not_captured_by_the_queued_first(

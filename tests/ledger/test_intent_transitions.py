@@ -521,16 +521,27 @@ def test_an_attempt_is_abandoned_only_after_its_own_lease_plus_the_deadline(ledg
     assert intents.attempt_lease_expires_at(ledger, M, "J" * 32, 1) is None
     # The reconciler's per-intent lease later overwrites the row's lease: the attempt's own one still decides.
     later = dataclasses.replace(intent, lease_expires_at=T0 + 40, updated_at=T0 + 30)
-    assert intents.abandon_after(ledger, later, 700) == T0 + 5700
+    assert intents.abandon_after(ledger, later, 700, 0) == T0 + 5700
 
 
 def test_an_attempt_row_without_its_lease_falls_back_to_the_intent_row(ledger: sqlite3.Connection) -> None:
     intent = in_flight(ledger)
     ledger.execute("UPDATE intent_attempts SET lease_expires_at = NULL")  # a row from before the column existed
     assert intents.attempt_lease_expires_at(ledger, M, SIK, 1) is None
-    assert intents.abandon_after(ledger, intent, 700) == T0 + 5700
+    assert intents.abandon_after(ledger, intent, 700, 0) == T0 + 5700
     no_lease = dataclasses.replace(intent, lease_expires_at=None)
-    assert intents.abandon_after(ledger, no_lease, 700) == T0 + 2 + 700  # its updated_at
+    assert intents.abandon_after(ledger, no_lease, 700, 0) == T0 + 2 + 700  # its updated_at
+
+
+def test_finding_f7_an_attempt_is_abandoned_only_once_the_callers_clock_is_past_the_skew_too(
+        ledger: sqlite3.Connection) -> None:  # fmt: skip
+    """Finding F7 (docs/simulation.md, ADR 0032): the row lease is a reading of the rail worker's clock; a standby or
+    a reconciler whose clock runs ahead of it reads "lease plus deadline" passed while the worker's request may still
+    be out. The rule: the earliest instant on the caller's clock is the lease plus the deadline plus the most two
+    clocks may differ (INTERLOCK_CLOCK_SKEW_MS)."""
+    intent = in_flight(ledger)  # leased until T0 + 5,000 on the worker's clock
+    assert intents.abandon_after(ledger, intent, 700, 0) == T0 + 5700
+    assert intents.abandon_after(ledger, intent, 700, 1_000) == T0 + 6700
 
 
 # --- decisions, findings, operation refs --------------------------------------------------------------------------

@@ -33,9 +33,10 @@ def limits(windows: list[dict[str, Any]], fee_budgets: dict[str, Any] | None = N
 
 
 def check(conn: sqlite3.Connection, mandate: Mandate, amount: int, *, tool: str = "create_refund",
-          currency: str = "INR", now: int = NOW, sik: str = OWN) -> GateResult:  # fmt: skip
+          currency: str = "INR", now: int = NOW, sik: str = OWN, clock_skew_ms: int = 0) -> GateResult:  # fmt: skip
+    """G3 with the deployment told its clocks agree (INTERLOCK_CLOCK_SKEW_MS 0) unless given: the edges are exact."""
     return check_limits(conn, mandate, merchant_id=MERCHANT, agent_id=AGENT, sik=sik, tool=tool, amount_minor=amount,
-                        currency=currency, now_ms=now, rate=RATE)  # fmt: skip
+                        currency=currency, now_ms=now, rate=RATE, clock_skew_ms=clock_skew_ms)  # fmt: skip
 
 
 def test_the_last_call_a_window_allows_passes_and_the_next_is_blocked_with_its_counts(
@@ -69,6 +70,18 @@ def test_a_call_counts_from_the_first_ms_of_the_window_and_not_one_ms_before(led
     )  # A is still inside a window that ends one ms earlier
     # One ms later B has slid out too.
     assert check(ledger, mandate, 100, now=NOW + 1) == allow("G3_WITHIN_LIMITS")
+
+
+def test_a_window_counts_back_the_clock_skew_further_than_its_length(ledger: sqlite3.Connection) -> None:
+    """ADR 0032: authorized_at was stamped by the process that authorized the call (the rail worker, an operator's
+    release, a reconciler's retry) and the window ends at this caller's clock, which may run up to
+    INTERLOCK_CLOCK_SKEW_MS ahead: a call stamped up to that much before the window is counted in it."""
+    mandate = limits([{"window_ms": DAY, "max_calls": 1, "currency": "INR"}])
+    put_intent(ledger, "A" * 32, "APPLIED", amount=100, now=NOW - DAY - 999)  # by a clock up to 1 s behind: inside
+    assert check(ledger, mandate, 100) == allow("G3_WITHIN_LIMITS")
+    assert check(ledger, mandate, 100, clock_skew_ms=1_000) == block(
+        "G3_WINDOW_CALLS", window=0, window_ms=DAY, calls=1, max_calls=1)
+    assert check(ledger, mandate, 100, clock_skew_ms=998) == allow("G3_WITHIN_LIMITS")
 
 
 def test_a_window_amount_is_reached_exactly_and_one_minor_unit_over_is_blocked(ledger: sqlite3.Connection) -> None:

@@ -18,6 +18,7 @@ CONFIGURED = {
     "INTERLOCK_LEASE_TTL_MS": "20000",
     "INTERLOCK_SETTLEMENT_WINDOW_GRACE_MS": "600000",
     "INTERLOCK_DECISION_MAX_AGE_MS": "3600000",
+    "INTERLOCK_CLOCK_SKEW_MS": "2000",
 }
 
 
@@ -43,6 +44,7 @@ def test_status_prints_each_bound_with_its_value_and_meaning(tmp_path: Path, mon
     assert "=600000 ms: " in bounds["INTERLOCK_SETTLEMENT_WINDOW_GRACE_MS"]
     assert "=3600000 ms: " in bounds["INTERLOCK_DECISION_MAX_AGE_MS"]
     assert "DECISION_EXPIRED" in bounds["INTERLOCK_DECISION_MAX_AGE_MS"]
+    assert "=2000 ms: " in bounds["INTERLOCK_CLOCK_SKEW_MS"] and "ADR 0032" in bounds["INTERLOCK_CLOCK_SKEW_MS"]
 
 
 def test_status_json_carries_the_bounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -313,6 +313,20 @@ def test_a_settlement_waits_only_until_the_end_of_the_window_after_its_own(world
     assert refund.execute is not None
 
 
+def test_a_settlement_waits_until_the_clock_skew_before_the_end_of_the_window_after_its_own(world: World) -> None:
+    """ADR 0032: a first call admitted at the very end of the window after its own could have a repeat received
+    before the admission but stamped in the window after that by an ingress whose clock runs ahead of this worker's,
+    two windows on, where no SIK links them. So the admission ends INTERLOCK_CLOCK_SKEW_MS before that window does."""
+    world.settings = world.settings.model_copy(update={"clock_skew_ms": 1_000})
+    midnight = T0 - T0 % DAY
+    yesterday = midnight - DAY + 5  # received early yesterday; its window ends at midnight tonight
+    world.clock.ms = midnight + DAY - 1_000  # the worker's clock: the bound is reached
+    _refused_at_admit(world, _decision(world, A, request_id="req-late", received_at_ms=yesterday),
+                      "DECISION_EXPIRED", CallerAction.RETRY_SAME_CALL)  # fmt: skip
+    world.clock.ms = midnight + DAY - 1_001
+    assert admit(world.runtime(), _decision(world, B, request_id="req-in-time", received_at_ms=yesterday)).execute
+
+
 def test_an_expired_repeat_of_an_existing_intent_is_answered_with_that_intent_and_reopens_nothing(
     world: World,
 ) -> None:
@@ -534,9 +548,46 @@ def test_a_refund_that_fits_only_if_money_applied_since_the_gates_read_were_in_i
 
 
 def test_money_applied_before_the_gates_read_is_already_in_it(world: World) -> None:
-    _seed(world, C, state=State.APPLIED, amount=20000, updated_at=T0 - 200)
+    # Stamped before the read by more than INTERLOCK_CLOCK_SKEW_MS: before it, whichever clocks stamped the two.
+    _seed(world, C, state=State.APPLIED, amount=20000, updated_at=T0 - 100 - world.settings.clock_skew_ms - 1)
     admission = admit(world.runtime(), _refund(world, A, 60000, 60000, rail_read_at_ms=T0 - 100))
     assert admission.execute is not None
+
+
+def test_finding_f6_money_applied_after_the_gates_read_by_a_clock_behind_the_gates_is_counted(world: World) -> None:
+    """Finding F6 (docs/simulation.md, ADR 0032): the gate read the balance at 10:00:00.000 by its clock; a payout
+    applied after that read was recorded APPLIED by a rail worker whose clock ran 30 ms behind the gate's, stamped
+    09:59:59.990. "Applied since the read" compared the two stamps and left it out, so the admission judged the
+    next call against a read that did not show that money and admitted it (the simulator's seed 228 with skew: a
+    payout the rail then refused for the balance). The rule: every APPLIED intent stamped up to
+    INTERLOCK_CLOCK_SKEW_MS before the gate's read is counted as applied since it, so a recorder's clock behind the
+    gate's by no more than that cannot hide money the read may not show; money counted that the read already showed
+    only refuses (G2_STALE_RAIL_READ, and the repeat is judged against a fresh read)."""
+    read_at = T0 - 100
+    _seed(world, C, state=State.APPLIED, amount=20000, updated_at=read_at - 10)  # applied after it, stamped before
+    # Clocks up to 30 ms apart: it may have been applied after the read, and 60,000 does not fit if it was.
+    world.settings = world.settings.model_copy(update={"clock_skew_ms": 30})
+    _refused_at_admit(world, _refund(world, B, 60000, 60000, rail_read_at_ms=read_at, request_id="two-clocks"),
+                      "G2_STALE_RAIL_READ", CallerAction.RETRY_SAME_CALL)  # fmt: skip
+    # One clock (a bound of 0): the stamp says before the read, so the read showed it; 60,000 fits what the read left.
+    world.settings = world.settings.model_copy(update={"clock_skew_ms": 0})
+    assert admit(world.runtime(), _refund(world, A, 60000, 60000, rail_read_at_ms=read_at,
+                                         request_id="one-clock")).execute is not None  # fmt: skip
+
+
+def test_finding_f6_a_payout_counts_payouts_applied_since_the_read_by_a_clock_behind_the_gates(world: World) -> None:
+    """F6 on the payout path (ADR 0028: one balance for every payee): the same allowance, with each payout's fee."""
+    from rail_worker.admit import _exceeds_rail_basis
+
+    read_at = T0 - 100
+    _seed(world, C, state=State.APPLIED, tool="create_payout", amount=20000, updated_at=read_at - 10)
+    decision = _decision(world, A, tool="create_payout", amount=39001, rail_basis_minor=60000,
+                         rail_read_at_ms=read_at)  # fmt: skip
+    conn = open_ledger(world.path)
+    # 39,001 + 500 of fee fits 60,000; with the payout stamped 10 ms before the read counted (20,000 + 500 of fee),
+    # it does not.
+    assert _exceeds_rail_basis(conn, decision, A, 500, (MERCHANT,), 0) is None
+    assert _exceeds_rail_basis(conn, decision, A, 500, (MERCHANT,), 10) == "G2_STALE_RAIL_READ"
 
 
 def test_a_refund_of_exactly_what_is_left_after_money_applied_since_the_read_is_admitted(world: World) -> None:

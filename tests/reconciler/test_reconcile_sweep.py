@@ -125,6 +125,24 @@ def test_an_in_flight_row_with_no_rail_worker_is_taken_once_its_lease_and_the_ca
     assert world.intent().state is State.UNKNOWN
 
 
+def test_finding_f7_a_reconciler_whose_clock_runs_ahead_of_the_workers_waits_out_the_workers_lease(
+        world: World, conn: sqlite3.Connection, monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Finding F7 (docs/simulation.md, ADR 0032): the row lease is the rail worker's clock's reading; a reconciler
+    whose clock runs 1 s ahead saw "lease plus deadline" pass a second before the worker's own clock did, and took
+    the row while the worker's call could still be out. The rule: a row is abandoned only once the caller's clock
+    is past the lease plus the deadline plus INTERLOCK_CLOCK_SKEW_MS, so on the worker's clock never before the lease
+    plus the deadline."""
+    world.settings = world.settings.model_copy(update={"clock_skew_ms": 1_000})
+    in_flight(world, conn)  # leased until T0 + 3 s on the worker's clock; its call may be out until T0 + 4 s
+    monkeypatch.setattr(reconciler_module, "now_ms", lambda: world.clock() + 1_000)  # the reconciler's clock
+    world.clock.ms = T0 + 3999  # the reconciler reads T0 + 4,999
+    assert world.reconciler().sweep() == 0
+    assert world.intent().state is State.IN_FLIGHT
+    world.clock.ms = T0 + 4000  # the worker's clock is past the lease plus the deadline
+    assert world.reconciler().sweep() == 1
+    assert world.intent().state is State.UNKNOWN
+
+
 def test_a_rail_lease_that_ends_this_millisecond_gives_its_row_no_grace(world: World, conn: sqlite3.Connection) -> None:
     world.runtime("rail:A")  # epoch 1, until T0 + 3 s, never renewed
     in_flight(world, conn, epoch=1, lease_expires_at=T0 + 2000)

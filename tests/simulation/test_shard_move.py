@@ -38,6 +38,7 @@ def _ledger(path: Path, rows: list[tuple[str, str, str, str, str, int, str | Non
     conn.execute("CREATE TABLE intents (merchant_id, sik, state, tool, subject_id, amount_minor, rail_entity_id)")
     conn.execute("CREATE TABLE audit_log (seq, ts, kind, payload_json, prev_hash, hash)")
     conn.execute("CREATE TABLE audit_head (id, seq, hash)")
+    conn.execute("CREATE TABLE rail_status (sik, attention)")  # what RAISED reads (payouts)
     conn.execute("CREATE TRIGGER absorbing BEFORE UPDATE OF state ON intents WHEN OLD.state IN ('APPLIED', 'BLOCKED') "
                  "AND NEW.state IS NOT OLD.state BEGIN SELECT RAISE(ABORT, 'I4'); END")  # fmt: skip
     conn.executemany("INSERT INTO intents VALUES (?, ?, ?, ?, ?, ?, ?)", rows)

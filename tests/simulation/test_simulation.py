@@ -83,6 +83,7 @@ def _ledger(path: Path, rows: list[tuple[str, str, str, str, int, str | None]]) 
     conn.execute("CREATE TABLE intents (merchant_id, sik, state, tool, subject_id, amount_minor, rail_entity_id)")
     conn.execute("CREATE TABLE audit_log (seq, ts, kind, payload_json, prev_hash, hash)")
     conn.execute("CREATE TABLE audit_head (id, seq, hash)")
+    conn.execute("CREATE TABLE rail_status (sik, attention)")  # what RAISED reads (payouts)
     conn.execute("CREATE TABLE intent_attempts (merchant_id, sik, attempt_seq, outcome, rail_entity_id, "
                  "lease_expires_at)")  # fmt: skip
     conn.execute("CREATE TRIGGER absorbing BEFORE UPDATE OF state ON intents WHEN OLD.state IN ('APPLIED', 'BLOCKED') "
@@ -322,3 +323,158 @@ def test_every_mutant_s_edits_still_apply_to_the_code_as_it_is() -> None:
             text = texts.get(edit.path) or (ROOT / edit.path).read_text(encoding="utf-8")
             assert text.count(edit.find) == 1, f"{mutant.name}: {edit.path} no longer holds {edit.find!r} once"
             texts[edit.path] = text.replace(edit.find, edit.replace)
+
+
+def test_each_process_reads_its_own_wall_clock_within_the_bound_and_its_own_monotonic_clock() -> None:
+    """simulation.clocks: with skew, a process's wall clock is the shared one plus its own offset, no two more than
+    the bound apart, a step of one process's clock stays within it, a step of every clock moves none apart, and the
+    true clock (the rail's, the checker's) moves with neither. Monotonic clocks never jump."""
+    import random
+
+    from simulation.scheduler import Scheduler, Skew
+
+    sched = Scheduler(1, start_ms=1_000_000, max_steps=100)
+    sched.clock.skew = Skew(2_000, random.Random(3))
+    readings: dict[str, list[tuple[int, float]]] = {}
+    offsets: dict[str, int] = {}
+
+    def read(process: str) -> None:
+        offsets[process] = sched.clock.now_ms() - sched.clock.wall_ms(None)
+        readings.setdefault(process, []).append((sched.clock.now_ms(), sched.clock.monotonic()))
+        sched.sleep(10)
+        readings[process].append((sched.clock.now_ms(), sched.clock.monotonic()))
+
+    names = [f"p{i}" for i in range(12)]
+    for name in names:
+        sched.spawn(name, sched.process(name), lambda name=name: read(name))  # type: ignore[misc]
+    sched.clock.step(5_000, "p0")
+    sched.clock.step(-30_000, "p1")
+    sched.clock.step(1_000)  # every clock at once
+    sched.run()
+    assert max(offsets.values()) - min(offsets.values()) <= 2_000
+    assert len(set(offsets.values())) > 1, "the clocks differ"
+    assert offsets["p0"] == 1_000 and offsets["p1"] == -1_000, "a step of one clock is held within the bound"
+    assert sched.clock.true_ms() == 1_000_000 + sched.clock.mono_ms
+    assert sched.clock.wall_ms(None) == sched.clock.true_ms() + 1_000
+    for name in names:
+        (wall0, mono0), (wall1, mono1) = readings[name]
+        assert wall1 - wall0 == round((mono1 - mono0) * 1000) >= 10  # each its own, moving alike
+    assert len({readings[name][0][1] for name in names}) == len(names), "no two monotonic clocks read the same"
+
+
+def test_a_seed_that_draws_no_skew_keeps_one_clock_and_tells_the_deployment_so() -> None:
+    from simulation.clocks import SKEW, plan_skew
+
+    plain = next(seed for seed in range(1, 50) if plan_skew(seed) == 0)
+    assert plan_skew(plain, focus=frozenset({SKEW})) > 0
+    assert plan_skew(plain, disabled=frozenset({SKEW}), focus=frozenset({SKEW})) == 0
+    skewed = next(seed for seed in range(1, 50) if plan_skew(seed) > 0)
+    assert run_seed(skewed).faults == run_seed(skewed).faults  # still replays
+
+
+def _abandoned(ledger: Path, *, offsets: tuple[int, int]) -> set[str]:
+    """An attempt leased to 10,000 (its IN_FLIGHT record stamped 4,000 by a writer whose clock is offsets[0] off the
+    shared one) and abandoned, stamped 12,500 by a clock offsets[1] off it; the call's deadline is 2,000."""
+    written = {1: (4_000 - offsets[0], 4_000 - offsets[0], 4_000), 2: (12_500 - offsets[1], 12_500 - offsets[1],
+                                                                        12_500)}  # fmt: skip
+    found = check([ShardEvidence("s0", ledger, [], {}, call_deadline_ms=2_000, written=written)], [], [], LIMITS,
+                  settled=False)  # fmt: skip
+    return {v.kind for v in found} & {"ABANDONED_EARLY", "AUDIT_TIME"}
+
+
+def test_the_checker_judges_an_abandoned_lease_on_the_shared_clock_whatever_each_process_s_clock_read(
+    tmp_path: Path,
+) -> None:
+    import json
+
+    ledger = _ledger(tmp_path / "l.sqlite3", [("S1", "UNKNOWN", "create_instant_settlement", "balance", 500, None)])
+    into = json.dumps({"sik": "S1", "event": "ATTEMPT_STARTED", "from": "AUTHORIZED", "to": "IN_FLIGHT",
+                       "attempt_seq": 1})  # fmt: skip
+    out = json.dumps({"sik": "S1", "event": "LEASE_EXPIRED", "from": "IN_FLIGHT", "to": "UNKNOWN", "attempt_seq": 1})
+    _sql(ledger, ("INSERT INTO intent_attempts VALUES ('m', 'S1', 1, NULL, NULL, 10000)", ()),
+         ("INSERT INTO audit_log VALUES (1, 4000, 'TRANSITION', ?, '', '')", (into,)),
+         ("INSERT INTO audit_log VALUES (2, 12500, 'TRANSITION', ?, '', '')", (out,)))  # fmt: skip
+    # The stamps alone say 12,500 >= 10,000 + 2,000. One clock: so it was.
+    assert _abandoned(ledger, offsets=(0, 0)) == set()
+    # The writer's clock 1 s behind the shared one: its lease ran to 11,000 there, and 12,500 is past 13,000 - 500.
+    assert _abandoned(ledger, offsets=(-1_000, 0)) == {"ABANDONED_EARLY"}
+    # The abandoner's clock 1 s ahead: it abandoned at 11,500 on the shared clock, before the lease plus the deadline.
+    assert _abandoned(ledger, offsets=(0, 1_000)) == {"ABANDONED_EARLY"}
+    # Both 1 s ahead (every clock stepped at once, or one skew for both): one clock again.
+    assert _abandoned(ledger, offsets=(1_000, 1_000)) == set()
+
+
+def test_the_checker_names_a_record_whose_writer_read_the_time_before_the_record_it_follows_was_committed(
+    tmp_path: Path,
+) -> None:
+    """AUDIT_TIME on the true clock: stamps may go back between writers on different clocks (here the second writer's
+    clock is 3 s behind the first's), but no writer reads its time before the transaction before its own committed
+    (a moment before its own commit is no matter: its records share that commit)."""
+    import hashlib
+
+    import rfc8785
+
+    from simulation.checker import GENESIS
+
+    ledger = _ledger(tmp_path / "l.sqlite3", [])
+    prev = GENESIS
+    for seq, ts in ((1, 9_000), (2, 6_005), (3, 6_005)):  # 2 and 3: one transaction
+        body = rfc8785.dumps({"seq": seq, "ts": ts, "kind": "X", "payload": {}})
+        digest = hashlib.sha256(prev.encode() + b"\n" + body).hexdigest()
+        _sql(ledger, ("INSERT INTO audit_log VALUES (?, ?, 'X', '{}', ?, ?)", (seq, ts, prev, digest)))
+        prev = digest
+    _sql(ledger, ("INSERT INTO audit_head VALUES (1, 3, ?)", (prev,)))
+
+    def audit_time(second: tuple[int, int, int]) -> list[str]:
+        written = {1: (9_000, 9_000, 9_000), 2: second, 3: second}
+        return [v.detail for v in check([ShardEvidence("s0", ledger, [], {}, written=written)], [], [], LIMITS,
+                                        settled=False) if v.kind == "AUDIT_TIME"]  # fmt: skip
+
+    # Committed at true 9,010 by a writer whose clock read 6,010 then: it read 6,005 at true 9,005, under the lock.
+    assert audit_time((9_010, 9_010, 6_010)) == []
+    # Its clock read 6,020 at the commit: it read 6,005 at true 8,995, before the first record was committed.
+    assert audit_time((9_010, 9_010, 6_020)) == ["s0: seq 2 (X) is stamped 6005: its writer read the time 5 ms before "
+                                                 "the record it follows was committed"]  # fmt: skip
+
+
+def test_the_checker_lets_a_settlement_repeated_past_the_grace_be_the_next_window_s_only_once_its_first_settled(
+    tmp_path: Path,
+) -> None:
+    """ADR 0009 in the checker: a settlement repeated past its window's grace is the next window's operation when
+    its first call's intent was admitted and settled before the repeat was received (on the shared clock); while
+    it was unsettled, or within the grace, a second entity is a double settlement."""
+    import json
+
+    day, boundary = 86_400_000, 1_900_000_000_000 - 1_900_000_000_000 % 86_400_000
+
+    def ones(*, settled_at: int, received: int, grace_ms: int) -> list[str]:
+        path = tmp_path / f"l{settled_at}-{received}-{grace_ms}.sqlite3"
+        ledger = _ledger(path, [(f"S{n}", "APPLIED", "create_instant_settlement", "balance", 500, f"setlod_{n}")
+                                for n in (1, 2)])  # fmt: skip
+        records = [(1, boundary - 5_000, "DECISION", {"sik": "S1"}),
+                   (2, boundary - 5_000, "INTENT_PROPOSED", {"sik": "S1"}),
+                   (3, settled_at, "TRANSITION", {"sik": "S1", "from": "IN_FLIGHT", "to": "APPLIED"}),
+                   (4, received + 10, "DECISION", {"sik": "S2"}),
+                   (5, received + 10, "INTENT_PROPOSED", {"sik": "S2"})]  # fmt: skip
+        _sql(ledger, ("ALTER TABLE intents ADD COLUMN agent_id", ()), ("UPDATE intents SET agent_id = 'a'", ()),
+             ("CREATE TABLE decisions (request_id, sik, verdict, audit_seq)", ()),
+             ("INSERT INTO decisions VALUES ('r1', 'S1', 'ALLOW', 1), ('r2', 'S2', 'ALLOW', 4)", ()),
+             *[("INSERT INTO audit_log VALUES (?, ?, ?, ?, '', '')", (seq, ts, kind, json.dumps(p)))
+               for seq, ts, kind, p in records])  # fmt: skip
+        journal = [JournalEntry("settlement", f"setlod_{n}", "m", "balance", 500, 2, f"S{n}", 0, 500)
+                   for n in (1, 2)]  # fmt: skip
+        journal[1].created_ms = 1
+        limits = {"a": {**LIMITS["a"], "idempotency": {"create_instant_settlement": {"window_ms": day}}}}
+        calls = {"r1": (boundary - 5_000,) * 3, "r2": (received,) * 3}
+        found = check([ShardEvidence("s0", ledger, journal, {}, grace_ms=grace_ms)],
+                      [_Action("a", "s0", "create_instant_settlement", "balance", 500)], [], limits, settled=False,
+                      calls=calls)  # fmt: skip
+        return [v.kind for v in found if v.kind == "ONE_ENTITY_PER_ACTION"]
+
+    # Applied before the repeat, received 10 s past the boundary with no grace: the next day's settlement.
+    assert ones(settled_at=boundary - 1_000, received=boundary + 10_000, grace_ms=0) == []
+    # Applied only after the repeat was received: the repeat was that call.
+    assert ones(settled_at=boundary + 10_500, received=boundary + 10_000, grace_ms=0) == ["ONE_ENTITY_PER_ACTION"]
+    # Within the grace it is that call in any state.
+    assert ones(settled_at=boundary - 1_000, received=boundary + 10_000, grace_ms=900_000) == [
+        "ONE_ENTITY_PER_ACTION"]
