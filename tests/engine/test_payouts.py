@@ -57,7 +57,10 @@ def payout_engine(engine_factory: Callable[..., Engine], tmp_path: Path) -> Call
             **mandate_changes,
         }
         path = write_mandate(tmp_path / f"payout-mandate-{next(_ids)}.yaml", changes)
-        engine = engine_factory(env={"INTERLOCK_MANDATE": str(path)})
+        # One host, one clock: no skew to allow between its processes (ADR 0032). With the default 5 s, a payout
+        # applied within 5 s before the gate's balance read is counted again, and an exact fit is refused
+        # G2_STALE_RAIL_READ until the allowance has passed — this file tests the arithmetic, not that wait.
+        engine = engine_factory(env={"INTERLOCK_MANDATE": str(path), "INTERLOCK_CLOCK_SKEW_MS": "0"})
         engine.rail.add_fund_account(payees["listed"])
         engine.rail.add_fund_account(payees["inactive"], active=False)
         engine.rail.add_fund_account(payees["by_contact"], account_type="vpa", contact={"id": contact})

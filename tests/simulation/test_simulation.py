@@ -164,7 +164,6 @@ def test_the_checker_names_a_payout_to_an_unnamed_payee_queued_unasked_refused_f
     ledger = _ledger(tmp_path / "l.sqlite3", [("P1", "APPLIED", "create_payout", "fa_B", 500, "pout_1")])
     conn = sqlite3.connect(ledger)
     conn.execute("ALTER TABLE intent_attempts ADD COLUMN started_at")
-    conn.execute("CREATE TABLE rail_status (merchant_id, sik, attention)")
     conn.commit()
     conn.close()
 
@@ -198,7 +197,7 @@ def test_the_checker_names_a_payout_to_an_unnamed_payee_queued_unasked_refused_f
     assert kinds(payout("processed"), payout_refusals={"s0": [{**refusal, "queued": 1490}]}) == []  # queued took it
     assert kinds(payout("processed"), payout_refusals={"s0": [refusal]}, list_lag_ms=500) == []  # lists may lag
     conn = sqlite3.connect(ledger)
-    conn.execute("INSERT INTO rail_status VALUES ('m', 'P1', 'PAYOUT_FAILED')")
+    conn.execute("INSERT INTO rail_status (sik, attention) VALUES ('P1', 'PAYOUT_FAILED')")
     conn.commit()
     conn.close()
     assert kinds(payout("failed")) == []  # a person was told
