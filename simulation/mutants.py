@@ -274,7 +274,7 @@ SEARCHES: dict[str, Search] = {
     "move_leaves_intents_behind": Search(200, frozenset({"move"})),
     # the payout path: payouts in every seed, not six in ten
     "payee_not_checked": Search(120, frozenset({"payouts"})),
-    "payout_balance_recheck_ok": Search(200, frozenset({"payouts"})),
+    "payout_balance_recheck_ok": Search(200, frozenset({"payout_race"}), frozenset({"PAYOUT_BALANCE"})),
     # a payout applied with its answer lost and listed late: the reconciler reads a keyed call early, and its retry
     # is safe only under the first attempt's key
     "payout_key_per_attempt": Search(200, frozenset({"payouts", "ambiguous_retries", "refund_list_late"})),

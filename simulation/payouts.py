@@ -60,8 +60,10 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
                         if m.merchant_id in shard.merchants and not a.endswith(("x", "hostile")))  # fmt: skip
         chosen = rng.sample(agents, min(len(agents), rng.choice((1, 2))))
         cost = 0
+        # payout_race: every payout within 20,000 paise above this (drawn only then: other seeds run as before)
+        race = 100 * rng.randrange(1_000, 2_000) if w.payout_race else 0
         for agent in chosen:
-            queue = rng.random() < 0.3
+            queue = rng.random() < 0.3 and not w.payout_race
             payees = {"contact_ids": [names["A"]], "fund_account_ids": [names["B_bank"]]}
 
             def grant(d: dict[str, Any], queue: bool = queue, payees: dict[str, Any] = payees,
@@ -81,6 +83,8 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
             for contact, accounts in (("A", ("A_bank", "A_upi")), ("B", ("B_bank",)), ("A", ("A_bank", "A_upi")),
                                       ("C", ("C_bank",))):  # fmt: skip
                 amount = 100 * rng.randrange(100, 3_000) + rng.randrange(100)
+                if w.payout_race:
+                    amount = race + rng.randrange(20_000)
                 while amount in used:
                     amount += 1
                 used.add(amount)
@@ -90,3 +94,12 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
                 if contact != "C":
                     cost += amount + PAYOUT_FEE
         shard.rail.banking_balance = int(cost * rng.uniform(*BALANCE_SHARE))
+        if w.payout_race:
+            # Every payout agent's first two calls are payouts, made on both of its lanes at once, past the gate
+            # together, against a balance that pays any one of them and no two (each within 20,000 paise of the
+            # same Rs 1,000-2,000): only the admission's re-check of the balance less what is in motion stands between
+            # them and a payout the rail refuses (PAYOUT_BALANCE).
+            shard.rail.banking_balance = race * 16 // 10
+    if w.payout_race:
+        plan.list_lag_ms = 0  # what PAYOUT_BALANCE judges: nothing waits unlisted
+        world.actions.sort(key=lambda a: a.tool != PAYOUT or a.subject.startswith("cont_PAYEEC"))  # stable

@@ -130,12 +130,16 @@ LIFECYCLE = "lifecycle"  # refunds failed and settlements reversed at the bank, 
 ACCOUNT = "account"  # every mandate names its rail account (the deployment names its own), in every seed
 UPSTREAM = "upstream"  # one shard's rail an upstream MCP server (proxy mode), in every seed, not a quarter
 CROWD = "crowd"  # lists longer than a page (simulation.crowd), in every seed, not three in ten
+# Payouts in every seed, each payout agent's first two calls payouts racing past the gate against a balance that pays
+# one of them, lists that do not lag (simulation.payouts): aimed at the admission's balance re-check.
+PAYOUT_RACE = "payout_race"
 # A shard's machine lost and the shard restored from its replica (simulation.machine_loss), in every seed instead
 # of some; it displaces the merchant's move.
 MACHINE_LOSS = "machine_loss"
-PARTS = frozenset({MOVE, HOLDS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD})  # the workload's
+# The workload's parts a focus may name.
+PARTS = frozenset({MOVE, HOLDS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, PAYOUT_RACE})
 FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS,
-               WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, MACHINE_LOSS, SHORT_GRACE)
+               WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, MACHINE_LOSS, SHORT_GRACE, PAYOUT_RACE)
 
 
 # Scheduling steps a seed may take before it counts as never settling (STEP_BUDGET). Payouts, webhooks and the
