@@ -196,6 +196,12 @@ EQUIVALENT: dict[str, str] = {
     "fenced_answer_not_evidence": "the answer is still kept on its attempt row, and the reconciler's pass and the "
                                   "next attempt's transaction settle the intent from it (tests/engine/"
                                   "test_send_side_fences.py)",
+    "payout_key_per_attempt": "a payout is read by the reconciler only after its call's deadline plus the delay (it "
+                              "is not read early as a keyed refund is), when a rail inside ADR 0010's bound lists it, "
+                              "so no retry follows a payout that was applied: the key guards only past that bound "
+                              "(tests/engine/test_payouts.py, test_a_payout_never_applied_is_retried_under_the_same_"
+                              "key, holds the rule; 200 seeds of focus payouts, ambiguous_retries, refund_list_late "
+                              "found nothing)",
     "claim_by_repeat": "a repeat made during its call is answered IN_FLIGHT at once instead of with the outcome: "
                        "true, and the agent repeats; nothing the checker judges from outside changes "
                        "(tests/rail_worker/test_dispatch_claims.py)",
