@@ -281,9 +281,6 @@ SEARCHES: dict[str, Search] = {
     # the payout path: payouts in every seed, not six in ten
     "payee_not_checked": Search(120, frozenset({"payouts"})),
     "payout_balance_recheck_ok": Search(200, frozenset({"payout_race"}), frozenset({"PAYOUT_BALANCE"})),
-    # a payout applied with its answer lost and listed late: the reconciler reads a keyed call early, and its retry
-    # is safe only under the first attempt's key
-    "payout_key_per_attempt": Search(200, frozenset({"payouts", "ambiguous_retries", "refund_list_late"})),
     "payout_queued_whatever_the_mandate": Search(120, frozenset({"payouts"})),
     "payout_failure_not_raised": Search(120, frozenset({"payouts"})),
     # webhooks in every seed, forged ones among them; the bank's lifecycle in every seed
