@@ -101,6 +101,18 @@ def deliver(inbox: sqlite3.Connection, event_id: str, event: str, entity: dict[s
     webhook_inbox.store(inbox, event_id=event_id, body=body, event=event, account_id=M, created_at=1, now=10)
 
 
+def processed_by_webhook(ledger: sqlite3.Connection, inbox: sqlite3.Connection, clock: Clock,
+                         rail: Rail) -> tuple[LifecycleFollower, InboxReader]:  # fmt: skip
+    """A payout answered processing, followed by webhook to processed (final) — the start of a reversal's story."""
+    applied(ledger, payout("processing"), now=clock.ms)
+    f = follower(ledger, rail, clock, webhooks=True)
+    reader = reader_telling(f, ledger, inbox, clock)
+    deliver(inbox, "evt_p", "payout.processed", payout("processed"))
+    reader.read()
+    assert followed(ledger) == ("processed", True, None)
+    return f, reader
+
+
 def followed(ledger: sqlite3.Connection, sik: str = SIK) -> tuple[str, bool, str | None]:
     row = lifecycle.current(ledger, M, sik)
     assert row is not None
@@ -126,12 +138,7 @@ def test_a_payout_answered_processing_is_followed_by_webhook_and_a_late_initiate
 
 def test_a_processed_payout_reversed_later_is_taken_and_raised(ledger, inbox, clock, caplog) -> None:
     rail = Rail()
-    applied(ledger, payout("processing"), now=clock.ms)
-    f = follower(ledger, rail, clock, webhooks=True)
-    reader = reader_telling(f, ledger, inbox, clock)
-    deliver(inbox, "evt_p", "payout.processed", payout("processed"))
-    reader.read()
-    assert followed(ledger) == ("processed", True, None)
+    f, reader = processed_by_webhook(ledger, inbox, clock, rail)
     clock.ms += 86_400_000  # the beneficiary bank sends it back a day later
     deliver(inbox, "evt_r", "payout.reversed", payout("reversed"))
     with caplog.at_level("ERROR"):
@@ -150,12 +157,7 @@ def test_a_processed_payout_whose_reversal_webhook_never_comes_is_found_reversed
     six hours, for a week (WATCHED_FOR_MS); before, it stopped at processed."""
     rail = Rail()
     rail.entities[POUT] = payout("processed")
-    applied(ledger, payout("processing"), now=clock.ms)
-    f = follower(ledger, rail, clock, webhooks=True)
-    reader = reader_telling(f, ledger, inbox, clock)
-    deliver(inbox, "evt_p", "payout.processed", payout("processed"))
-    reader.read()
-    assert followed(ledger) == ("processed", True, None)
+    f, _ = processed_by_webhook(ledger, inbox, clock, rail)
     for _ in range(3):  # fetched again and again while it stays processed, further and further apart
         clock.ms = lifecycle.current(ledger, M, SIK).next_poll_at  # type: ignore[assignment,union-attr]
         f.step()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,6 +15,7 @@ from simulation import machine_loss
 from simulation.checker import ShardEvidence, check_workload
 from simulation.machine_loss import plan_loss
 from simulation.run import MACHINE_LOSS, quiet_logs, run_seed
+from tests.simulation.test_simulation import _Action, _Answer
 
 LOSS = frozenset({MACHINE_LOSS})
 
@@ -80,22 +80,6 @@ def test_a_paused_machine_that_wakes_unfenced_sends_and_the_checker_names_it(mon
             assert records[-1]["sent_after_fence"]
             return
     pytest.fail("no paused machine sent after its fence was taken away")
-
-
-@dataclass
-class _Action:
-    agent: str
-    shard: str
-    tool: str
-    subject: str
-    amount: int
-
-
-@dataclass
-class _Answer:
-    action: _Action
-    structured: dict[str, object]
-    shard: str = "s0"
 
 
 def _told(action: _Action, state: str, entity: str | None, action_word: str = "DONE") -> _Answer:
