@@ -37,7 +37,7 @@ from interlock.shards import ShardMap, load_shard_map
 from interlock.tools import current_pins
 from ledger import ownership
 from ledger.db import open_ledger
-from ledger.queries import PAYOUT_TOOL, SETTLEMENT_TOOL
+from ledger.queries import PAYOUT_TOOL, SETTLEMENT_TOOL, applied_mark
 from rails.base import RAIL_MCP_UPSTREAM, make_rail
 from rails.mcp_upstream import FETCH_BALANCE, NO_PAYOUTS
 from rails.razorpay import RailError
@@ -253,6 +253,8 @@ def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
     # a job redelivered or picked up late must key the same settlement the same way (ADR 0009).
     missing = rt.missing_balance_read() if proposal.tool == SETTLEMENT_TOOL else None
     no_payouts = NO_PAYOUTS if proposal.tool == PAYOUT_TOOL and rt.upstream is not None else None
+    # Before the rail read: every intent applied after this mark may be missing from it (finding F9).
+    mark = applied_mark(rt.reader())
     action = resolve(proposal, rt.rail, rt.reader(), mandate, proposal.received_at_ms,
                      grace_ms=rt.settings.settlement_window_grace_ms, balance_read_missing=missing,
                      account_merchants=rt.account_merchants(mandate), payouts_missing=no_payouts,
@@ -260,13 +262,16 @@ def decide(proposal: Proposal, rt: GateRuntime) -> Decision:
     action = bind_task(action, proposal, mandate, now)  # SPEC §10: verified here, judged by G1 and G2
     trace = {**proposal.trace, "rail_read_done": trace_now()}
     ctx = rt.gate_context(mandate, now)
-    return build_decision(action, ctx, mandate, trace=trace, mandate_hash=rt.mandates.hash_of(proposal.agent_id))
+    return build_decision(action, ctx, mandate, trace=trace, mandate_hash=rt.mandates.hash_of(proposal.agent_id),
+                          applied_mark=mark)  # fmt: skip
 
 
 def build_decision(action: ResolvedAction, ctx: GateContext, mandate: Mandate | None, *,
-                   trace: Trace | None = None, mandate_hash: str | None = None) -> Decision:  # fmt: skip
+                   trace: Trace | None = None, mandate_hash: str | None = None,
+                   applied_mark: int | None = None) -> Decision:  # fmt: skip
     """The ladder's verdict on *action*, as the Decision the rail worker admits; *trace* is the call's per-hop
-    trace so far (interlock.messages.Trace), carried on; *mandate_hash* is the mandate's, when already known."""
+    trace so far (interlock.messages.Trace), carried on; *mandate_hash* is the mandate's, when already known;
+    *applied_mark* is the ledger's applied order as read before the rail read (ledger.queries.applied_mark)."""
     outcome = evaluate(action, ctx)
     if mandate_hash is None and mandate is not None:
         mandate_hash = mandate.mandate_hash
@@ -282,7 +287,7 @@ def build_decision(action: ResolvedAction, ctx: GateContext, mandate: Mandate | 
         mandate_id=mandate.mandate_id if mandate else None, mandate_hash=mandate_hash,
         operation_ref=action.operation_ref, distinct_reason=action.distinct_reason, window=action.window,
         grace_siks=list(action.grace_siks), previous_sik=action.previous_sik, received_at_ms=action.received_at_ms,
-        rail_basis_minor=_rail_basis(action), rail_read_at_ms=ctx.now_ms,
+        rail_basis_minor=_rail_basis(action), rail_read_at_ms=ctx.now_ms, applied_mark=applied_mark,
         decided_at_ms=ctx.now_ms, trace=dict(trace or {}), **_task_fields(action),
     )  # fmt: skip
 

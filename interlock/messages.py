@@ -116,6 +116,10 @@ class Decision(_Message):
     # worker re-checks G2 against it inside the admitting transaction (SPEC §8 step 6).
     rail_basis_minor: int | None = None
     rail_read_at_ms: int | None = None
+    # The ledger's position in the order intents became APPLIED (ledger.queries.applied_mark), read before that
+    # rail read: the admission counts every intent applied after it (finding F9). None from older gates, or a
+    # ledger without the order yet: then money applied since the read is judged by rail_read_at_ms, less the skew.
+    applied_mark: int | None = None
     # The verified task this call is bound to (SPEC §10): recorded on the decision and the intent; the rail worker
     # re-asserts its audience (v2: the merchant and agents it names), its expiry and its ceiling on the sum moved or
     # in motion under (task_signer, task_id) inside the admit transaction. A Decision with a task_id and no

@@ -80,6 +80,39 @@ def applied_since(
     return int(row[0])
 
 
+def applied_mark(conn: sqlite3.Connection) -> int | None:
+    """The ledger's position in the order intents became APPLIED (schema.sql applied_order): read before a rail read
+    for G2, so that every intent applied after it — whatever any clock says — is counted as money that read may not
+    show (finding F9). None on a ledger whose rail worker has not created the order yet: the caller falls back to
+    comparing clocks."""
+    try:
+        row = conn.execute("SELECT COALESCE(MAX(seq), 0) FROM applied_order").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "no such table" in str(exc):
+            return None
+        raise
+    return int(row[0])
+
+
+def applied_after(
+    conn: sqlite3.Connection, merchant_ids: str | Sequence[str], *, mark: int, exclude_sik: str, currency: str | None,
+    subject_id: str | None = None, tool: str | None = None, per_call_minor: int = 0,
+) -> int:
+    """Minor units (each with *per_call_minor* added: a payout's fee) of the other intents of every merchant in
+    *merchant_ids* (one rail account) that became APPLIED after *mark* (applied_mark) — on *subject_id*, or of
+    *tool* on every subject: money a rail read taken after the mark may not show yet. Read from the end of the
+    order, so its cost is what was applied since the mark, not the ledger's size."""
+    who, merchants = _merchants(merchant_ids)
+    row = conn.execute(
+        f"""SELECT COALESCE(SUM(i.amount_minor + ?), 0) FROM applied_order o
+            JOIN intents i ON i.merchant_id = o.merchant_id AND i.sik = o.sik
+            WHERE o.seq > ? AND o.merchant_id IN ({who}) AND i.sik <> ? AND i.state = 'APPLIED'
+              AND (? IS NULL OR i.subject_id = ?) AND (? IS NULL OR i.tool = ?) AND (? IS NULL OR i.currency = ?)""",
+        (per_call_minor, mark, *merchants, exclude_sik, subject_id, subject_id, tool, tool, currency, currency),
+    ).fetchone()
+    return int(row[0])
+
+
 def money_committed_for_tool(
     conn: sqlite3.Connection, merchant_ids: str | Sequence[str], tool: str, *, exclude_sik: str, currency: str,
     applied_since_ms: int | None = None, per_call_minor: int = 0,

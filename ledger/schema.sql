@@ -176,6 +176,25 @@ BEGIN
     INSERT OR IGNORE INTO rail_status_owed (merchant_id, sik) VALUES (NEW.merchant_id, NEW.sik);
 END;
 
+-- The order in which intents became APPLIED, by commit (finding F9, ADR 0032 amended). A gate notes the highest seq
+-- (queries.applied_mark) before it reads the rail for G2; the admission, and a hold's release, count as "applied
+-- since that read" every intent with a higher seq. Commit order needs no clock: a wall clock stepped back for every
+-- process, further than any skew allowance, cannot hide money applied after the read. Filled by the trigger below in
+-- the transaction that makes the intent APPLIED, whichever actor commits it. Never updated or deleted: an intent
+-- is APPLIED once (I4), and the restore copies the table with the rest of the file.
+CREATE TABLE IF NOT EXISTS applied_order (
+    seq          INTEGER PRIMARY KEY,   -- the highest + 1: rows are never deleted, so it only grows
+    merchant_id  TEXT    NOT NULL,
+    sik          TEXT    NOT NULL
+) STRICT;
+
+CREATE TRIGGER IF NOT EXISTS intents_applied_in_order
+AFTER UPDATE OF state ON intents
+WHEN NEW.state = 'APPLIED' AND OLD.state IS NOT 'APPLIED'
+BEGIN
+    INSERT INTO applied_order (merchant_id, sik) VALUES (NEW.merchant_id, NEW.sik);
+END;
+
 -- An operator's acknowledgement of an attention (issue 27; docs/webhooks.md): a person has taken it in hand, so it
 -- no longer counts as waiting for one (the metric, `interlock status`, the console list). It covers the attention as
 -- it was raised (raised_seq = rail_status.raised_seq then: the observation, status and amounts, the person saw): a

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
@@ -31,7 +31,13 @@ from interlock.queues import EXECUTE_JOB
 from ledger import operator
 from ledger.db import transaction
 from ledger.intents import Intent
-from ledger.queries import PAYOUT_TOOL, money_committed_for_subject, money_committed_for_tool
+from ledger.queries import (
+    PAYOUT_TOOL,
+    applied_after,
+    applied_mark,
+    money_committed_for_subject,
+    money_committed_for_tool,
+)
 from ledger.states import State
 from ops.approvers import Approver
 from ops.context import OpsContext
@@ -151,13 +157,21 @@ class _RailView:
     banking_balance: BankingBalance | None = None
     payouts_waiting_minor: int = 0
     problem: str | None = None
+    # The ledger's applied order as read before the rail (ledger.queries.applied_mark): what became APPLIED after
+    # it may be missing from the read, so the release counts it (finding F9).
+    applied_mark: int | None = None
 
 
 def _read_referent(ctx: OpsContext, sik: str, merchant_id: str | None) -> _RailView:
     with ctx.ledger(readonly=True) as conn:
         intent = find_intent(conn, sik, merchant_id)
+        mark = applied_mark(conn)
     if intent.state is not State.HELD:
         return _RailView()  # refused under the lock as not HELD; nothing to read
+    return replace(_read_rail(ctx, intent), applied_mark=mark)
+
+
+def _read_rail(ctx: OpsContext, intent: Intent) -> _RailView:
     what = {REFUND_TOOL: f"payment {intent.subject_id}", PAYOUT_TOOL: f"payee {intent.subject_id} and balance"}.get(
         intent.tool, "settlement balance")
     try:
@@ -209,6 +223,9 @@ def _value_problem(conn: sqlite3.Connection, intent: Intent, view: _RailView, me
     amount, currency = intent.amount_minor, intent.currency
     others = money_committed_for_subject(conn, merchants, intent.subject_id, exclude_sik=intent.sik,
                                          currency=currency)  # fmt: skip
+    if view.applied_mark is not None and view.banking_balance is None:
+        others += applied_after(conn, merchants, mark=view.applied_mark, exclude_sik=intent.sik, currency=currency,
+                                subject_id=intent.subject_id)  # fmt: skip
     if view.payment is not None:
         pay = view.payment
         room = pay.amount - pay.amount_refunded - others
@@ -225,6 +242,9 @@ def _value_problem(conn: sqlite3.Connection, intent: Intent, view: _RailView, me
         fee = DEFAULT_FEE_RATE.project_payout()  # debited beside each payout's amount
         others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=intent.sik, currency=currency,
                                           per_call_minor=fee)  # fmt: skip
+        if view.applied_mark is not None:
+            others += applied_after(conn, merchants, mark=view.applied_mark, exclude_sik=intent.sik,
+                                    currency=currency, tool=PAYOUT_TOOL, per_call_minor=fee)  # fmt: skip
         banking = view.banking_balance
         room = banking.amount - view.payouts_waiting_minor - others - fee
         basis = (f"RazorpayX balance {format_minor(banking.amount, banking.currency)} - payouts the rail holds "

@@ -23,6 +23,8 @@ from ledger.intents import Intent
 from ledger.limits import check_limits, check_task_ceiling, reassert
 from ledger.queries import (
     PAYOUT_TOOL,
+    applied_after,
+    applied_mark,
     applied_since,
     money_committed_for_subject,
     money_committed_for_tool,
@@ -228,31 +230,45 @@ def _exceeds_rail_basis(conn: sqlite3.Connection, decision: Decision, sik: str, 
     counted under the write lock, so calls admitted together can never pass the refundable amount or the
     balance together (SPEC §8 step 6).
 
-    "Since that read" compares the gate's clock (rail_read_at_ms) with the clocks of whoever recorded each intent
-    APPLIED (this worker, another, a reconciler: updated_at). A recorder whose clock runs behind the gate's
-    stamps money applied after the read with a time before it (finding F6, ADR 0032): so every APPLIED intent
-    stamped up to INTERLOCK_CLOCK_SKEW_MS before the read is counted too. Money counted that the read already
-    showed only refuses (G2_STALE_RAIL_READ: the repeat is judged against a fresh read)."""
+    "Since that read" is by commit order: every intent that became APPLIED after the mark the gate read from the
+    ledger before its rail read (decision.applied_mark; finding F9, ADR 0032 amended). No clock enters it, so
+    neither a recorder's clock behind the gate's (F6) nor every clock stepped back at once (F9) can hide money
+    applied after the read. A Decision without a mark (an older gate) falls back to the clocks: every APPLIED
+    intent stamped at or after the read, less INTERLOCK_CLOCK_SKEW_MS. Money counted that the read already showed
+    only refuses (G2_STALE_RAIL_READ: the repeat is judged against a fresh read)."""
     terms = decision.terms
     if decision.rail_basis_minor is None or terms is None:
         return None
+    mark = decision.applied_mark
     since = (decision.rail_read_at_ms or 0) - skew_ms
+    if mark is not None and mark > (applied_mark(conn) or 0):
+        # The gate read a ledger further along than this one: restored from a replica behind it (ADR 0029). What
+        # this ledger applied after its own end is not ordered against that read; the repeat gets a fresh one.
+        return G2_STALE_READ
     if decision.tool == PAYOUT_TOOL:
         # One balance for every payee (ADR 0028): counted by tool, not by subject, each payout with its fee.
         others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=sik, currency=terms.currency,
                                           per_call_minor=payout_fee)  # fmt: skip
         if terms.amount_minor + payout_fee > decision.rail_basis_minor - others:
             return "G2_EXCEEDS_PAYOUT_BALANCE"
-        others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=sik, currency=terms.currency,
-                                          applied_since_ms=since,
-                                          per_call_minor=payout_fee) + payout_fee  # fmt: skip
+        if mark is not None:
+            others += applied_after(conn, merchants, mark=mark, exclude_sik=sik, currency=terms.currency,
+                                    tool=PAYOUT_TOOL, per_call_minor=payout_fee)  # fmt: skip
+        else:
+            others = money_committed_for_tool(conn, merchants, PAYOUT_TOOL, exclude_sik=sik, currency=terms.currency,
+                                              applied_since_ms=since, per_call_minor=payout_fee)  # fmt: skip
+        others += payout_fee
     else:
         others = money_committed_for_subject(conn, merchants, terms.subject, exclude_sik=sik,
                                              currency=terms.currency)  # fmt: skip
         if terms.amount_minor > decision.rail_basis_minor - others:
             return "G2_EXCEEDS_REFUNDABLE" if decision.tool == REFUND_TOOL else "G2_EXCEEDS_BALANCE"
-        others += applied_since(conn, merchants, terms.subject, since_ms=since,
-                                exclude_sik=sik, currency=terms.currency)  # fmt: skip
+        if mark is not None:
+            others += applied_after(conn, merchants, mark=mark, exclude_sik=sik, currency=terms.currency,
+                                    subject_id=terms.subject)  # fmt: skip
+        else:
+            others += applied_since(conn, merchants, terms.subject, since_ms=since, exclude_sik=sik,
+                                    currency=terms.currency)  # fmt: skip
     if terms.amount_minor > decision.rail_basis_minor - others:
         # Refused only because money applied since the gate's read may or may not be in that read: the
         # repeat of the same call is judged against a fresh one (nothing was recorded, nothing moved).

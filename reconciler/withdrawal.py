@@ -9,10 +9,12 @@ queued ones only), records the rail's answer as an observation of the payout's l
 raises PAYOUT_NOT_PAID for a person: the agent was told the payout was accepted) and audits each cancellation with
 the reason (PAYOUT_CANCELLED). One the rail will not cancel — it started meanwhile, or the rail is unreachable —
 is audited as PAYOUT_NOT_CANCELLED, counted, logged, and its lifecycle fetched again soon; a refusal is not tried
-again until the reconciler restarts, an outage a minute later. A withdrawn payout waiting `pending` (RazorpayX's
+again while the payout stays in the status it was refused in (or until the reconciler restarts), an outage a minute
+later. A withdrawn payout waiting `pending` (RazorpayX's
 approval workflow) or `scheduled` cannot be cancelled through the API at all (SPEC §18): it is audited
 PAYOUT_NOT_CANCELLED once, with what a person must do (reject it in the approval workflow, or cancel the schedule
-on the dashboard), and not sent a cancel the rail would refuse.
+on the dashboard), and not sent a cancel the rail would refuse. When a person approves it and the balance is short,
+it moves on to `queued`, and then it is cancelled like any other (found by the simulator, seed 118).
 
 It moves no money forward: a cancel only stops a payout that has not debited anything.
 """
@@ -72,7 +74,8 @@ class PayoutWithdrawal:
     owner: str
     clock: Callable[[], int] = now_ms
     counts: Counter[str] = field(default_factory=Counter)
-    _refused: set[tuple[str, str, str]] = field(default_factory=set)  # (merchant, sik, reason) the rail refused
+    # (merchant, sik, reason, status) the rail refused, or could not be asked, in the status the ledger knew then
+    _refused: set[tuple[str, str, str, str]] = field(default_factory=set)
     _retry_at: dict[tuple[str, str], int] = field(default_factory=dict)  # (merchant, sik) the rail did not answer
 
     def step(self) -> int:
@@ -80,7 +83,7 @@ class PayoutWithdrawal:
         requests a second); returns how many the rail cancelled. Every queued payout is looked at, in key order, so
         many legitimately queued ones never hide a withdrawn one."""
         now = self.clock()
-        due: list[tuple[str, str, str, str, str | None]] = []
+        due: list[tuple[str, str, str, str, str, str | None]] = []
         after = ("", "")
         while len(due) < CANCELS_PER_STEP:
             rows = self.ledger.execute(
@@ -94,18 +97,20 @@ class PayoutWithdrawal:
             for merchant_id, sik, entity_id, status, agent_id, mandate_hash in rows:
                 reason = withdrawn(self.mandates.get(agent_id), mandate_hash, now)
                 waiting = self._retry_at.get((merchant_id, sik), 0) > now
-                if reason is None or (merchant_id, sik, reason) in self._refused or waiting:
+                if reason is None or (merchant_id, sik, reason, status) in self._refused or waiting:
                     continue
                 if status in NOT_CANCELLABLE:
-                    self._cannot_cancel(merchant_id, sik, entity_id, reason, mandate_hash, NOT_CANCELLABLE[status])
+                    self._cannot_cancel(merchant_id, sik, entity_id, status, reason, mandate_hash,
+                                        NOT_CANCELLABLE[status])  # fmt: skip
                 else:
-                    due.append((merchant_id, sik, entity_id, reason, mandate_hash))
+                    due.append((merchant_id, sik, entity_id, status, reason, mandate_hash))
             if len(rows) < SCAN_PAGE:
                 break
             after = (rows[-1][0], rows[-1][1])
         return sum(self._cancel(*found) for found in due[:CANCELS_PER_STEP])
 
-    def _cancel(self, merchant_id: str, sik: str, entity_id: str, reason: str, mandate_hash: str | None) -> int:
+    def _cancel(self, merchant_id: str, sik: str, entity_id: str, status: str, reason: str,
+                mandate_hash: str | None) -> int:  # fmt: skip
         try:
             payout = self.rail.cancel_payout(entity_id)
         except RailError as exc:
@@ -113,7 +118,7 @@ class PayoutWithdrawal:
             # tries; a 429, a 5xx, a timeout or no answer is tried again later.
             refused = exc.kind is RailErrorKind.REJECTED and exc.http_status != 429
             if refused:
-                self._refused.add((merchant_id, sik, reason))
+                self._refused.add((merchant_id, sik, reason, status))
             else:
                 self._retry_at[(merchant_id, sik)] = self.clock() + RETRY_MS
             self._not_cancelled(merchant_id, sik, entity_id, reason, mandate_hash, str(exc)[:500], refused=refused)
@@ -131,10 +136,11 @@ class PayoutWithdrawal:
         logger.warning("queued payout %s of %s cancelled on the rail: %s", payout.id, sik, reason)
         return 1
 
-    def _cannot_cancel(self, merchant_id: str, sik: str, entity_id: str, reason: str, mandate_hash: str | None,
-                       why: str) -> None:  # fmt: skip
-        """A withdrawn payout the API cannot cancel: said once, with what a person must do; no call is made."""
-        self._refused.add((merchant_id, sik, reason))
+    def _cannot_cancel(self, merchant_id: str, sik: str, entity_id: str, status: str, reason: str,
+                       mandate_hash: str | None, why: str) -> None:  # fmt: skip
+        """A withdrawn payout the API cannot cancel: said once per status, with what a person must do; no call is
+        made."""
+        self._refused.add((merchant_id, sik, reason, status))
         self._not_cancelled(merchant_id, sik, entity_id, reason, mandate_hash, why, refused=True)
 
     def _not_cancelled(self, merchant_id: str, sik: str, entity_id: str, reason: str, mandate_hash: str | None,

@@ -700,7 +700,8 @@ def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvid
         for name, refusals in evidence.get("payout_refusals", {}).items():
             retried = _retried(shards[name]) if name in shards else None
             for r in refusals:
-                if r["queued"] == 0 and not (retried is not None and retried(r["stamp"], r.get("at_ms"))):
+                if r["queued"] == 0 and not r.get("overtaken_by_queueing") and not (
+                        retried is not None and retried(r["stamp"], r.get("at_ms"))):  # fmt: skip
                     out.append(Violation("PAYOUT_BALANCE", f"{name}: payout {r['stamp']} of {r['amount']} (with its "
                                                            f"fee {r['cost']}) admitted; the rail had {r['balance']} "
                                                            "and nothing queued"))  # fmt: skip

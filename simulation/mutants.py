@@ -175,8 +175,9 @@ LIST_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
 # Rules that compare one process's timestamps with another's, back on one clock (ADR 0032): each holds only while
 # every process reads the same wall clock, and each is found with every process on its own (the skew focus).
 SKEW_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
-    _m("applied_since_on_one_clock", "F6, ADR 0032: money applied since the gate's read counts what a recorder's clock "
-       "behind the gate's stamped before it",
+    _m("applied_since_by_clock", "F6 and F9, ADR 0032: money applied since the gate's read is counted by commit "
+       "order (the gate's mark), not by comparing the gate's clock with the recorder's",
+       Edit("rail_worker/admit.py", "    mark = decision.applied_mark\n", "    mark = None\n"),
        Edit("rail_worker/admit.py", "    since = (decision.rail_read_at_ms or 0) - skew_ms\n",
             "    since = decision.rail_read_at_ms or 0\n")),
     _m("abandon_on_one_clock", "F7, ADR 0032: an attempt is abandoned only once the caller's clock is past its lease "
@@ -300,9 +301,10 @@ SEARCHES: dict[str, Search] = {
     "restore_owners_by_grant": Search(200, LOSS),
     "restore_refunds_read_twice": Search(200, LOSS),
     "task_ceiling_ignores_recovered": Search(200, LOSS),
-    # every process on its own clock: a gate's read stamped ahead of the payouts recorded after it (payouts as drawn:
-    # with payouts in every seed, 197 seeds of 4..200 showed none)
-    "applied_since_on_one_clock": Search(400, frozenset({"skew"}), frozenset({"PAYOUT_BALANCE"})),
+    # every process on its own clock, and steps of the clocks: a gate's read stamped ahead of the payouts recorded
+    # after it; concurrent payouts near the balance
+    "applied_since_by_clock": Search(400, frozenset({"skew", "clock_step", "payout_race"}),
+                                     frozenset({"PAYOUT_BALANCE"})),
     # every process on its own clock: a standby or reconciler ahead of the worker whose row lease it reads
     "abandon_on_one_clock": Search(120, frozenset({"skew"}), frozenset({"ABANDONED_EARLY"})),
     # every process on its own clock, no grace, a start seconds before midnight and the rail workers stopped from the

@@ -156,6 +156,9 @@ class SimRail:
         self.banking_balance = banking_balance
         self.fund_accounts: dict[str, dict[str, Any]] = {}
         self.payouts: list[dict[str, Any]] = []
+        # Payouts sent with queue_if_low_balance, by id, with when their request reached the rail: no admission bounds
+        # them by the balance (the mandate lets the rail queue them), so one may take room another's admission kept.
+        self._queueing_sent: dict[str, int] = {}
         self.payout_keys: dict[str, tuple[str, dict[str, Any] | RailError]] = {}  # key → (body, first answer)
         self.payout_keys_busy: set[str] = set()  # received, not applied yet: a request under it is answered 409
         self.balance_refusals: list[dict[str, Any]] = []  # payouts refused for the balance, with the account then
@@ -360,8 +363,14 @@ class SimRail:
             # so such a refusal means a payout was admitted that the balance, less what was in motion, could not
             # pay — unless payouts queued on the rail took the room (they are not debited until they start).
             waiting = sum(int(p["amount"]) + PAYOUT_FEE for p in self.payouts if p["status"] in ("queued", "pending"))
+            # ... or unless a queueing mandate's payout, sent after this request and so not in motion when it was
+            # admitted, was debited first: an admission counts it in motion only if it was admitted before.
+            overtaken = sum(int(p["amount"]) + PAYOUT_FEE for p in self.payouts
+                            if self._queueing_sent.get(p["id"], -1) >= self._sent_mono_ms
+                            and p["status"] in ("processing", "processed"))  # fmt: skip
             self.balance_refusals.append({"stamp": _stamp(body["notes"]), "amount": amount, "cost": cost,
                                           "balance": self.banking_balance, "queued": waiting,
+                                          "overtaken_by_queueing": overtaken,
                                           "mono_ms": self._now(), "at_ms": self.sched.clock.true_ms()})  # fmt: skip
             return self._rejected("Your account does not have enough balance to carry out the payout operation.",
                                   "/v1/payouts")  # fmt: skip
@@ -373,6 +382,8 @@ class SimRail:
             "created_at": self.sched.clock.true_ms() // 1000,
         }  # fmt: skip
         self.payouts.append(raw)
+        if queue:
+            self._queueing_sent[raw["id"]] = self._sent_mono_ms
         if self.plan.payout_approval:  # the account's approval workflow: pending until a person of the business decides
             raw["status"] = "pending"
             self._status_log(raw)

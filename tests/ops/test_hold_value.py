@@ -4,6 +4,7 @@ since the call was held may leave no room for it, and then nothing is released."
 from __future__ import annotations
 
 import socket
+import sqlite3
 
 import pytest
 
@@ -71,3 +72,35 @@ def test_an_approval_when_the_rail_cannot_be_read_releases_nothing(
     with pytest.raises(OperatorRefused, match="could not re-read the payment .* on the rail to re-run G2"):
         operated.approve(sik, reason="checked", ops=blind)
     assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
+
+
+def test_a_release_counts_what_was_applied_after_its_ledger_mark_however_it_was_stamped(
+    ledger: sqlite3.Connection,
+) -> None:
+    """Finding F9 at a hold's release: the release marks the ledger's applied order before it reads the rail, and
+    counts every intent applied after the mark — a refund the rail answered while the approver's read was on its
+    way may be missing from that read, whatever clock stamped it."""
+    from ledger.queries import applied_mark
+    from rails.models import Payment
+    from tests.ledger.helpers import put_intent
+
+    def payment(refunded: int) -> Payment:
+        return Payment(id="pay_T0001", amount=500_000, currency="INR", status="captured", amount_refunded=refunded)
+
+    held = put_intent(ledger, "H" * 32, "HELD", amount=300_000)
+    before = applied_mark(ledger)
+    put_intent(ledger, "A" * 32, "APPLIED", amount=250_000, now=-3_600_000)  # stamped an hour back
+    after = applied_mark(ledger)
+    merchants = (held.merchant_id,)
+
+    def problem(refunded: int, mark: int | None) -> str | None:
+        return holds._value_problem(ledger, held, holds._RailView(payment=payment(refunded), applied_mark=mark),
+                                    merchants)  # fmt: skip
+
+    # Marked before it, read without it: 5,000.00 - 2,500.00 applied since = 2,500.00 left, not 3,000.00.
+    assert problem(0, None) is None  # what an unmarked release would have done
+    refused = problem(0, before)
+    assert refused is not None and refused.startswith("G2_EXCEEDS_REFUNDABLE")
+    # Marked after it: the read shows what was refunded, which is not counted again (3,000.00 left fits 3,000.00).
+    assert problem(200_000, after) is None
+    assert problem(200_000, before) is not None

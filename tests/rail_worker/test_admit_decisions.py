@@ -590,6 +590,52 @@ def test_finding_f6_a_payout_counts_payouts_applied_since_the_read_by_a_clock_be
     assert _exceeds_rail_basis(conn, decision, A, 500, (MERCHANT,), 10) == "G2_STALE_RAIL_READ"
 
 
+def _mark(world: World) -> int:
+    from ledger.queries import applied_mark
+
+    mark = applied_mark(open_ledger(world.path))
+    assert mark is not None
+    return mark
+
+
+def test_finding_f9_money_applied_after_the_gates_mark_is_counted_whatever_its_stamp(world: World) -> None:
+    """Finding F9 (docs/simulation.md, ADR 0032 amended): "applied since the gate's read" compared wall-clock
+    stamps, so a step back of every clock further than INTERLOCK_CLOCK_SKEW_MS could stamp money applied after the
+    read an hour before it. The gate now notes the ledger's applied order before it reads the rail, and the
+    admission counts every intent applied after that mark, whatever its stamp says."""
+    read_at = T0 - 100
+    before = _mark(world)
+    _seed(world, C, state=State.APPLIED, amount=20000, updated_at=read_at - 3_600_000)  # a clock an hour back
+    _refused_at_admit(world, _refund(world, B, 60000, 60000, rail_read_at_ms=read_at, applied_mark=before,
+                                     request_id="after-the-mark"), "G2_STALE_RAIL_READ", CallerAction.RETRY_SAME_CALL)
+    # Applied before the mark: committed before the gate read the rail, so that read showed it, whatever its stamp
+    # (here a clock a minute ahead of the read), and it is not counted twice.
+    _seed(world, "D" * 32, state=State.APPLIED, amount=5000, updated_at=read_at + 60_000)
+    after = _mark(world)
+    assert after > before
+    assert admit(world.runtime(), _refund(world, A, 60000, 60000, rail_read_at_ms=read_at, applied_mark=after,
+                                         request_id="before-the-mark")).execute is not None  # fmt: skip
+
+
+def test_finding_f9_a_payout_counts_payouts_applied_after_the_mark_with_their_fees(world: World) -> None:
+    from rail_worker.admit import _exceeds_rail_basis
+
+    before = _mark(world)
+    _seed(world, C, state=State.APPLIED, tool="create_payout", amount=20000, updated_at=T0 - 3_600_000)
+    _seed(world, "D" * 32, state=State.APPLIED, amount=30000, updated_at=T0)  # a refund: another basis
+    conn = open_ledger(world.path)
+    # 39,001 + 500 of fee fits 60,000 alone; with the payout applied after the mark (20,000 + 500) it does not.
+    fits = _decision(world, A, tool="create_payout", amount=39000, rail_basis_minor=60000, applied_mark=before)
+    over = _decision(world, A, tool="create_payout", amount=39001, rail_basis_minor=60000, applied_mark=before)
+    assert _exceeds_rail_basis(conn, fits, A, 500, (MERCHANT,), 0) is None
+    assert _exceeds_rail_basis(conn, over, A, 500, (MERCHANT,), 0) == "G2_STALE_RAIL_READ"
+    assert _exceeds_rail_basis(conn, over.model_copy(update={"applied_mark": _mark(world)}), A, 500, (MERCHANT,),
+                               0) is None  # fmt: skip
+    # A mark beyond this ledger's end: the gate read a ledger this one was restored behind (ADR 0029).
+    assert _exceeds_rail_basis(conn, fits.model_copy(update={"applied_mark": _mark(world) + 1}), A, 500, (MERCHANT,),
+                               0) == "G2_STALE_RAIL_READ"  # fmt: skip
+
+
 def test_a_refund_of_exactly_what_is_left_after_money_applied_since_the_read_is_admitted(world: World) -> None:
     _seed(world, C, state=State.APPLIED, amount=20000, updated_at=T0 - 10)
     admission = admit(world.runtime(), _refund(world, A, 40000, 60000, rail_read_at_ms=T0 - 100))

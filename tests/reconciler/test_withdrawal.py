@@ -159,3 +159,20 @@ def test_a_rate_limited_cancel_is_tried_again_not_given_up(ledger: sqlite3.Conne
     clock[0] += 60_000
     limited.error = None
     assert step.step() == 1 and limited.calls == [POUT, POUT]
+
+
+def test_a_withdrawn_payout_approved_into_the_queue_is_then_cancelled(ledger: sqlite3.Connection) -> None:
+    """Found by the simulator (seed 118 of {crowd, ambiguous_retries}): a payout reported once while `pending`
+    approval was remembered as refused, so when a person approved it and it waited `queued` for a top-up, it was
+    never cancelled."""
+    rail = Canceller()
+    queued(ledger, payout_mandate(), status="pending")
+    step = withdrawal(ledger, None, rail)
+    assert step.step() == 0 and rail.calls == []
+    with transaction(ledger):
+        lifecycle.observe(ledger, merchant_id=MERCHANT, sik=SIK, tool=PAYOUT_TOOL, entity_id=POUT, status="queued",
+                          entity={"amount": 40_000, "fees": 0, "tax": 0}, source=lifecycle.WEBHOOK, ref=None,
+                          now=NOW, next_poll_at=NOW, actor="test")  # fmt: skip
+    assert step.step() == 1 and rail.calls == [POUT]
+    [record] = audited(ledger, "PAYOUT_CANCELLED")
+    assert (record["rail_entity_id"], record["reason"]) == (POUT, GRANT_WITHDRAWN)
