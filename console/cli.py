@@ -12,7 +12,6 @@ import click
 
 from interlock.config import load_settings
 from interlock.errors import ConfigError
-from interlock.ports import port_in_use
 
 logger = logging.getLogger(__name__)
 
@@ -32,15 +31,14 @@ def console_command(ctx: click.Context, host: str, port: int) -> None:
     lets that person decide."""
     if ctx.invoked_subcommand is not None:
         return
-    import uvicorn
-
     from console.app import create_app
+    from interlock.http_serve import bind, guard_for, reserve_file_descriptors, serve
     from ops.context import OpsContext
 
     settings = load_settings()
     token: str = settings.require("console_token")
-    if port_in_use(port):
-        raise ConfigError(f"console port {port} on {host} is already in use; pass --port", variable="--port")
+    reserve_file_descriptors(settings, "console")
+    sock = bind(host, port)
     ops = OpsContext.from_settings(settings)
     if settings.approvers is None:
         logger.warning("INTERLOCK_APPROVERS is not set: the console shows everything and nobody can decide a hold")
@@ -50,8 +48,9 @@ def console_command(ctx: click.Context, host: str, port: int) -> None:
         app = create_app(ops, token)
     except ValueError as exc:
         raise ConfigError(str(exc), variable="INTERLOCK_CONSOLE_TOKEN") from None
-    logger.info("console on http://%s:%d/", host, port)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    logger.info("console on http://%s:%d/ (at most %d connections)", host, sock.getsockname()[1],
+                settings.http_max_connections)  # fmt: skip
+    serve(app, sock, guard_for(settings, "console"))
 
 
 @console_command.command("screenshot")

@@ -15,40 +15,27 @@ once discovery answers anything else).
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
-import resource
-import socket
 from collections.abc import Sequence
 from typing import Any
 
-import uvicorn
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ingress.app import AGENT_SCOPE_KEY, QUEUE_POOL_SIZE, Ingress
 from ingress.frames import MAX_MESSAGE_BYTES, refusal
-from ingress.http_guard import ConnectionGuard
 from ingress.server import build_server
 from ingress.sessions import streamable_http_app
 from ingress.tokens import TokenTable
-from interlock.config import Settings
-from interlock.errors import ConfigError, InterlockError
+from interlock.http_serve import bind, guard_for, reserve_file_descriptors, serve
 
 logger = logging.getLogger(__name__)
 
 MCP_PATH = "/mcp"
-# The listen queue, and also (asyncio uses the one number for both) how many connections one pass of the event
-# loop accepts before any of them reaches the guard: under a flood about three passes' worth are open beyond
-# INTERLOCK_HTTP_MAX_CONNECTIONS until the guard closes them (uvicorn's default of 2048 let a burst of
-# half-sent requests hit EMFILE before the cap could act).
-LISTEN_BACKLOG = 64
 WELL_KNOWN_PREFIX = "/.well-known/"
 TOO_LARGE = {"error": "payload_too_large", "detail": f"the body exceeds {MAX_MESSAGE_BYTES} bytes"}
-# uvicorn's default: an idle kept-alive connection is closed after 5 s (and first in line at the connection cap).
-KEEP_ALIVE_S = 5
 NO_OAUTH = "OAuth is not configured on this server; send a static token as `Authorization: Bearer <token>`"
 
 
@@ -176,60 +163,15 @@ def build_app(ingress: Ingress, tokens: TokenTable, host: str) -> ASGIApp:
     return BearerAuth(app, tokens)
 
 
-def reserve_file_descriptors(settings: Settings, shards: int) -> int:
-    """Make sure the process may open every socket its limits allow, raising the soft RLIMIT_NOFILE up to
-    the hard one if needed; refuse to start when even that is too few (else the ingress would fail to
-    accept an agent's connection, or to reach Redis, at exactly the moment it is busiest)."""
-    # Per shard: the wait pool (one connection per admitted wait) and the queue pool; then the ledger files,
-    # the rail client, logs and the listening socket.
-    needed = (settings.http_max_connections + 3 * LISTEN_BACKLOG
-              + shards * (settings.ingress_max_money_calls + QUEUE_POOL_SIZE) + 64)  # fmt: skip
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or soft >= needed:
-        return needed
-    if hard != resource.RLIM_INFINITY and hard < needed:
-        raise ConfigError(
-            f"the ingress's limits need {needed} file descriptors (INTERLOCK_HTTP_MAX_CONNECTIONS="
-            f"{settings.http_max_connections}, INTERLOCK_INGRESS_MAX_MONEY_CALLS={settings.ingress_max_money_calls}"
-            f" on {shards} shard(s)) but this process may open only {hard} (ulimit -n); lower those or raise the "
-            "limit",
-            variable="INTERLOCK_HTTP_MAX_CONNECTIONS",
-        )
-    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
-    return needed
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """Bind the listening socket ourselves, so a port in use is a clear error naming it (SPEC §16)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    # proto=IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY on accepted sockets only when it can see they are
-    # TCP. Without it every answer (SSE chunks: several small writes) waited ~40 ms on Nagle + delayed ACK.
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        if exc.errno == errno.EADDRINUSE:
-            raise InterlockError(f"port {port} on {host} is already in use; choose another with --port") from None
-        raise InterlockError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
-    sock.listen(LISTEN_BACKLOG)
-    sock.set_inheritable(True)
-    return sock
-
-
 def serve_http(ingress: Ingress, tokens: TokenTable, host: str, port: int) -> None:
     settings = ingress.settings
-    reserve_file_descriptors(settings, len(ingress.routes))
+    # Per shard: the wait pool (one connection per admitted wait) and the queue pool.
+    reserve_file_descriptors(settings, "ingress",
+                             extra=len(ingress.routes) * (settings.ingress_max_money_calls + QUEUE_POOL_SIZE))
     sock = bind(host, port)
     actual_port = sock.getsockname()[1]
     app = build_app(ingress, tokens, host)
-    guard = ConnectionGuard(settings.http_max_connections, settings.http_header_timeout_ms / 1000,
-                            settings.http_body_timeout_ms / 1000)  # fmt: skip
-    # ws="none": the ingress serves no WebSocket, so an Upgrade is never handed to a protocol without our limits.
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", access_log=False, http=guard.protocol(),
-                            ws="none", timeout_keep_alive=KEEP_ALIVE_S, backlog=LISTEN_BACKLOG)  # fmt: skip
     logger.info("ingress listening on http://%s:%d%s (%d agent tokens; at most %d connections, %d sessions, %d per "
                 "agent)", host, actual_port, MCP_PATH, len(tokens.digests), settings.http_max_connections,
                 settings.http_max_sessions, settings.http_agent_max_sessions)  # fmt: skip
-    uvicorn.Server(config).run(sockets=[sock])
+    serve(app, sock, guard_for(settings, "ingress"), lifespan="on")

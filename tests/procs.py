@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -66,3 +67,16 @@ def wait_until(predicate: Callable[[], Any], *, timeout: float = 30.0, what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}")
         time.sleep(0.05)
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Read until the server closes (True) or the generous read deadline passes with it still open (False)."""
+    sock.settimeout(60)
+    try:
+        while sock.recv(4096):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        return True  # reset by the server
+    return True

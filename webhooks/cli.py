@@ -9,7 +9,6 @@ import click
 
 from interlock.config import Settings, load_settings
 from interlock.errors import ConfigError
-from interlock.ports import port_in_use
 from ledger import webhook_inbox
 
 logger = logging.getLogger(__name__)
@@ -31,20 +30,21 @@ def inbox_path(settings: Settings) -> Path:
 @click.option("--port", type=int, default=8720, show_default=True)
 def webhooks_command(host: str, port: int) -> None:
     """Receive Razorpay webhooks at POST /webhooks/razorpay: verified against INTERLOCK_WEBHOOK_SECRETS, stored in
-    the inbox before they are acknowledged."""
-    import uvicorn
-
+    the inbox before they are acknowledged. Served under the connection limits every listener has
+    (interlock.http_serve: INTERLOCK_HTTP_MAX_CONNECTIONS, _HEADER_TIMEOUT_MS, _BODY_TIMEOUT_MS)."""
+    from interlock.http_serve import bind, guard_for, reserve_file_descriptors, serve
     from webhooks.receiver import PATH, Receiver, create_app
     from webhooks.signature import parse_secrets
 
     settings = load_settings()
     secrets = parse_secrets(settings.webhook_secrets)
     inbox = inbox_path(settings)
-    if port_in_use(port):
-        raise ConfigError(f"webhook port {port} on {host} is already in use; pass --port", variable="--port")
+    reserve_file_descriptors(settings, "webhook receiver")
+    sock = bind(host, port)
     receiver = Receiver(inbox, secrets, rate_per_second=settings.webhook_rate)
-    logger.info("webhooks on http://%s:%d%s (inbox %s, %d secret(s))", host, port, PATH, inbox, len(secrets))
+    logger.info("webhooks on http://%s:%d%s (inbox %s, %d secret(s); at most %d connections)", host,
+                sock.getsockname()[1], PATH, inbox, len(secrets), settings.http_max_connections)  # fmt: skip
     try:
-        uvicorn.run(create_app(receiver), host=host, port=port, log_level="warning")
+        serve(create_app(receiver), sock, guard_for(settings, "webhook receiver"))
     finally:
         receiver.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import socket
 
-from ingress.http import bind
+from interlock.http_serve import bind
 
 
 def test_connections_accepted_by_the_ingress_socket_do_not_wait_on_nagle() -> None:

@@ -33,6 +33,7 @@ from interlock.ports import free_port
 from interlock.queues import gates_queue, rq_queue
 from tests.ingress.helpers import HttpIngress, applied_outcome, error_of, wait_until
 from tests.mandates import write_mandate
+from tests.procs import closed_by_server
 
 TOKENS = {"agent_a": "tok-agent-a-1234567890", "agent_b": "tok-agent-b-0987654321", "agent_c": "tok-agent-c-55555"}
 MCP_HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
@@ -88,19 +89,6 @@ def admitted(server: HttpIngress, agent: str, within_s: float = 60) -> httpx.Res
         if answer.status_code != 503 or "too_many_connections" not in answer.text or time.monotonic() > deadline:
             return answer
         time.sleep(0.2)
-
-
-def closed_by_server(sock: socket.socket) -> bool:
-    """Read until the server closes (True) or the generous read deadline passes with it still open (False)."""
-    sock.settimeout(60)
-    try:
-        while sock.recv(4096):
-            pass
-    except TimeoutError:
-        return False
-    except OSError:
-        return True  # reset by the server
-    return True
 
 
 def test_half_sent_requests_cannot_lock_an_agent_out_and_are_closed(
