@@ -260,9 +260,23 @@ def _self_test(seed: int, out: Path, *, write_results: bool) -> int:
 @click.option("--seed", type=int, default=20261130, show_default=True)
 @click.option("--out", type=click.Path(path_type=Path), default=Path("data/fuzz"), show_default=True)
 @click.option("--write/--no-write", default=True, show_default=True, help="regenerate RESULTS.md's fuzz section")
-def fuzz_command(n: int, seed: int, out: Path, write: bool) -> None:
+@click.option("--flood", is_flag=True, help="instead: flood each HTTP listener (ingress, webhooks, console) with "
+              "hostile connections while a real client is timed; writes RESULTS.md's flood section")
+@click.option("--hostile", type=click.IntRange(1), default=2000, show_default=True,
+              help="with --flood: hostile connections kept open at once")
+@click.option("--requests", type=click.IntRange(2), default=30, show_default=True,
+              help="with --flood: real requests timed per listener")
+@click.option("--max-connections", type=click.IntRange(2), default=4096, show_default=True,
+              help="with --flood: each listener's INTERLOCK_HTTP_MAX_CONNECTIONS")
+def fuzz_command(n: int, seed: int, out: Path, write: bool, flood: bool, hostile: int, requests: int,
+                 max_connections: int) -> None:  # fmt: skip
     """Throw malformed tool arguments, JSON-RPC frames and raw HTTP at the ingress (HTTP and stdio) of a real
-    stack; pass only if it never dies, stays bounded, answers each with a clear error and records nothing."""
+    stack; pass only if it never dies, stays bounded, answers each with a clear error and records nothing. With
+    --flood, hold every listener with hostile connections instead and time a real client's requests."""
+    if flood:
+        from chaos.flood import flood_main
+
+        sys.exit(flood_main(hostile, requests, out, write=write, max_connections=max_connections))
     from chaos.fuzz import fuzz_main
 
     sys.exit(fuzz_main(n, seed, out, write=write))
