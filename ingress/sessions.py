@@ -11,12 +11,17 @@ SDK counts a request being served or an open GET stream as in flight, which is t
 
 The SDK binds each session to the credential that opened it (`_session_owners`); the agent is that
 credential's client_id, stamped by ingress.http.BearerAuth.
+
+A refusal is logged once, by us, with the agent's count and cap. The SDK logs its own line for any refusal
+("%d sessions are already open", naming its global cap), which is false for an agent's: that line is dropped
+for the request an agent's cap refused, and kept when the global cap refused it (then it is true).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from contextvars import ContextVar
 from typing import Any
 
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
@@ -29,6 +34,22 @@ from starlette.routing import Route
 
 logger = logging.getLogger(__name__)
 
+# Whether the request being served was refused by its agent's cap: set by _admit_session, read by the filter on
+# the SDK's logger, which logs its refusal line in the same task right after (each request is a task of its own).
+_REFUSED_BY_AGENT_CAP: ContextVar[bool] = ContextVar("interlock_refused_by_agent_cap", default=False)
+_SDK_REFUSAL = "Refusing to open a new session"
+
+
+class _DropSdkLineForAgentCap(logging.Filter):
+    """Drops the SDK's refusal line, which names its global cap, for a refusal that was an agent's cap."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (_REFUSED_BY_AGENT_CAP.get() and str(record.msg).startswith(_SDK_REFUSAL))
+
+
+_SDK_LOGGER = logging.getLogger(StreamableHTTPSessionManager.__module__)
+_SDK_LINE_FILTER = _DropSdkLineForAgentCap()
+
 
 class AgentSessionManager(StreamableHTTPSessionManager):
     """The SDK's session manager with a cap per agent under its global one."""
@@ -36,15 +57,19 @@ class AgentSessionManager(StreamableHTTPSessionManager):
     def __init__(self, app: Server[Any], *, per_agent: int, **kwargs: Any) -> None:
         super().__init__(app, **kwargs)
         self.per_agent = per_agent
+        _SDK_LOGGER.addFilter(_SDK_LINE_FILTER)  # once: the same filter is never added twice
 
     def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
         # Runs under the SDK's session-creation lock, with no await: the count and the eviction are one step.
+        _REFUSED_BY_AGENT_CAP.set(False)
         if requestor is not None:
             own = [sid for sid, owner in self._session_owners.items() if owner == requestor]
             if len(own) >= self.per_agent and not self._close_oldest_idle(own, requestor):
-                logger.warning("refusing a new MCP session for agent %s: it holds its maximum of %d, each with "
-                               "a request in flight (INTERLOCK_HTTP_AGENT_MAX_SESSIONS)", requestor["client_id"],
-                               self.per_agent)  # fmt: skip
+                _REFUSED_BY_AGENT_CAP.set(True)
+                logger.warning("refusing a new MCP session for agent %s: it holds %d open sessions, its maximum "
+                               "(INTERLOCK_HTTP_AGENT_MAX_SESSIONS=%d), each with a request in flight; %d sessions "
+                               "are open in all (at most %s)", requestor["client_id"], len(own), self.per_agent,
+                               len(self._server_instances), self.max_sessions)  # fmt: skip
                 return None
         return super()._admit_session(requestor)
 

@@ -13,10 +13,9 @@ from typing import Any
 
 from interlock.errors import InvalidInput
 from interlock.money import parse_amount
-from interlock.sik import RESERVED_NOTE_KEYS
+from interlock.notes import AGENT_MAX_NOTES, MAX_NOTE_CHARS, RAIL_MAX_NOTES, RESERVED_NOTE_KEYS
 from interlock.tools import (
     FUND_ACCOUNT_PATTERN,
-    MAX_NOTES,
     PAYOUT_MODES,
     PAYOUT_NARRATION_PATTERN,
     PAYOUT_PURPOSE_PATTERN,
@@ -24,7 +23,6 @@ from interlock.tools import (
 
 MAX_ARGUMENTS_BYTES = 64 * 1024
 MAX_DEPTH = 32
-MAX_NOTE_CHARS = 256
 MAX_DISTINCT_CHARS = 200
 _ID = re.compile(r"^[A-Za-z0-9_]{1,64}$")
 _SIK = re.compile(r"^[A-Z2-7]{32}$")
@@ -113,21 +111,30 @@ def parse_id(value: Any, field: str) -> str:
 
 
 def parse_notes(value: Any) -> dict[str, str]:
+    """The agent's own notes, refused unless every key Interlock writes (interlock.notes) still fits beside them
+    under the rail's limits: at most AGENT_MAX_NOTES keys, none of them reserved, each key 1 to MAX_NOTE_CHARS
+    characters and each value a string of at most MAX_NOTE_CHARS."""
     if value is None:
         return {}
     if not isinstance(value, dict):
         raise InvalidInput(f"notes must be an object of string values, got {type(value).__name__}", field="notes")
-    if len(value) > MAX_NOTES:
-        raise InvalidInput(f"notes has {len(value)} keys; the limit is {MAX_NOTES} (the rail allows 15 and "
-                           "Interlock's stamp takes one)", field="notes")  # fmt: skip
+    reserved = ", ".join(RESERVED_NOTE_KEYS)
+    if len(value) > AGENT_MAX_NOTES:
+        raise InvalidInput(f"notes: at most {AGENT_MAX_NOTES} of your own, this call has {len(value)}: Razorpay "
+                           f"allows {RAIL_MAX_NOTES} and Interlock writes {len(RESERVED_NOTE_KEYS)} ({reserved})",
+                           field="notes")  # fmt: skip
     for key, item in value.items():
+        if key in RESERVED_NOTE_KEYS:
+            raise InvalidInput(f"notes.{key} is reserved: Interlock writes {reserved} itself on every money call",
+                               field=f"notes.{key}")  # fmt: skip
+        if not key or len(key) > MAX_NOTE_CHARS:
+            raise InvalidInput(f"notes keys must be 1 to {MAX_NOTE_CHARS} characters, got one of {len(key)}",
+                               field="notes")  # fmt: skip
         if not isinstance(item, str):
             raise InvalidInput(f"notes.{key} must be a string, got {type(item).__name__}", field=f"notes.{key}")
-        if len(key) > MAX_NOTE_CHARS or len(item) > MAX_NOTE_CHARS:
-            raise InvalidInput(f"notes.{key[:40]}: keys and values are limited to {MAX_NOTE_CHARS} characters",
-                               field="notes")  # fmt: skip
-        if key in RESERVED_NOTE_KEYS:
-            raise InvalidInput(f"notes.{key} is reserved for Interlock's own stamp", field=f"notes.{key}")
+        if len(item) > MAX_NOTE_CHARS:
+            raise InvalidInput(f"notes.{key[:40]} is {len(item)} characters; values are limited to {MAX_NOTE_CHARS}",
+                               field=f"notes.{key[:40]}")  # fmt: skip
     return dict(value)
 
 

@@ -14,19 +14,11 @@ from typing import Any
 
 from interlock.canonical import canonical_json
 from interlock.money import parse_amount, parse_currency
-from interlock.tools import RAIL_MAX_NOTES
+from interlock.notes import AGENT_STAMP_KEY, MERCHANT_STAMP_KEY, NOTES_STAMP_KEY, RAIL_MAX_NOTES
 
 SIK_VERSION = 1
 SIK_LENGTH = 32
 RECEIPT_PREFIX = "ilk_"
-NOTES_STAMP_KEY = "interlock_sik"
-# Whose call made the entity: a restored shard serving several merchants (or agents) records an entity its ledger
-# lost under the one that sent it (ADR 0029). Beside the SIK, never part of it: the stamp is still the identity.
-# Written only where the agent's notes leave room under the rail's limit (the tools' schemas, which mandates pin,
-# keep one key for the stamp: a call with more than RAIL_MAX_NOTES - 3 notes of its own goes without the owner).
-MERCHANT_STAMP_KEY = "interlock_merchant"
-AGENT_STAMP_KEY = "interlock_agent"
-RESERVED_NOTE_KEYS = (NOTES_STAMP_KEY, MERCHANT_STAMP_KEY, AGENT_STAMP_KEY)
 SETTLEMENT_SUBJECT = "balance"
 
 
@@ -93,10 +85,13 @@ def idempotency_key_for(sik: str) -> str:
 
 def stamp_notes(sik: str, notes: dict[str, str] | None = None, *,
                 owner: tuple[str, str] | None = None) -> dict[str, str]:  # fmt: skip
-    """The agent's notes plus our stamp, and the (merchant, agent) whose call it is when *owner* is given. Ours
-    always win: the stamp is the only identity we match on."""
+    """The agent's notes plus our stamp, and the (merchant, agent) whose call it is when *owner* is given: every
+    reserved key (interlock.notes) when the agent's notes are within its allowance. Ours always win: the stamp is the
+    only identity we match on."""
     stamped = dict(notes or {})
     stamped[NOTES_STAMP_KEY] = sik
+    # No room only for an intent admitted before the agent's allowance made room for the owner (up to 14 notes of
+    # its own): it goes without the owner, as it did then, rather than over the rail's limit.
     if owner is not None and len(stamped) + 2 <= RAIL_MAX_NOTES:
         stamped[MERCHANT_STAMP_KEY], stamped[AGENT_STAMP_KEY] = owner
     return stamped

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from interlock.canonical import canonical_hash, canonical_json
+from interlock.notes import AGENT_MAX_NOTES, MAX_NOTE_CHARS, RESERVED_NOTE_KEYS
 
 ID_PATTERN = r"^[A-Za-z0-9_]{1,64}$"
 SIK_PATTERN = r"^[A-Z2-7]{32}$"  # first 32 characters of RFC 4648 base32 (SPEC §4)
@@ -23,9 +24,6 @@ FUND_ACCOUNT_PATTERN = r"^fa_[A-Za-z0-9]{14}$"  # a RazorpayX fund account id (S
 PAYOUT_MODES = ("IMPS", "NEFT", "RTGS", "UPI")
 PAYOUT_PURPOSE_PATTERN = r"^[A-Za-z0-9 _-]{1,30}$"  # refund, salary, vendor bill, ... or the business's own
 PAYOUT_NARRATION_PATTERN = r"^[A-Za-z0-9 ]{1,30}$"  # RazorpayX: letters, digits and spaces, at most 30
-RAIL_MAX_NOTES = 15  # Razorpay's limit (SPEC §10)
-MAX_NOTES = RAIL_MAX_NOTES - 1  # one key is Interlock's stamp, notes.interlock_sik
-MAX_NOTE_CHARS = 256
 MAX_DISTINCT_REASON_CHARS = 200
 
 CALLER_ACTIONS = ("DONE", "RETRY_SAME_CALL", "WAIT_FOR_APPROVAL", "DO_NOT_RETRY", "ESCALATE_TO_OPERATOR")
@@ -33,10 +31,13 @@ CALLER_ACTIONS = ("DONE", "RETRY_SAME_CALL", "WAIT_FOR_APPROVAL", "DO_NOT_RETRY"
 _AMOUNT = {"type": "integer", "minimum": 1, "description": "integer minor units (paise): 50000 means Rs 500.00"}
 _NOTES = {
     "type": "object",
-    "maxProperties": MAX_NOTES,
+    "maxProperties": AGENT_MAX_NOTES,
     "propertyNames": {"minLength": 1, "maxLength": MAX_NOTE_CHARS},
     "additionalProperties": {"type": "string", "maxLength": MAX_NOTE_CHARS},
-    "description": f"free-form key/value notes kept on the rail entity (at most {MAX_NOTES} keys)",
+    # The reserved keys are named in words rather than by a schema `not`, which is outside the schema subset some
+    # model APIs accept for tools (as oneOf is, below).
+    "description": f"free-form key/value notes kept on the rail entity (at most {AGENT_MAX_NOTES} keys; "
+    f"{', '.join(RESERVED_NOTE_KEYS)} are Interlock's own)",
 }
 _DISTINCT = {
     "type": "string",

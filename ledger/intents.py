@@ -15,7 +15,7 @@ from typing import Any
 from interlock.canonical import canonical_json, sha256_hex
 from interlock.errors import IllegalTransition, IntentNotFound, KeyConflict, StaleLease
 from interlock.messages import Verdict
-from interlock.sik import MERCHANT_STAMP_KEY
+from interlock.notes import MERCHANT_STAMP_KEY
 from interlock.terms import terms_mismatch
 from interlock.verdicts import GateResult
 from ledger import audit, sightings

@@ -103,9 +103,11 @@ class Receiver:
     def judge(self, body: bytes, signature: str | None, event_id: str) -> JSONResponse:
         """A delivery whose body is read: verified, parsed and stored, or refused with its reason counted. In a
         worker thread (the inbox is SQLite); the seeded simulation delivers its events here."""
+        if not signature:
+            return self._refuse(401, "signature_missing", "the X-Razorpay-Signature header is missing (or empty)")
         if not verify(body, signature, self.secrets):
-            reason = "signature_missing" if not signature else "signature_mismatch"
-            return self._refuse(401, reason, "X-Razorpay-Signature does not verify with any configured secret")
+            return self._refuse(401, "signature_mismatch", "X-Razorpay-Signature does not verify with any configured "
+                                "secret")  # fmt: skip
         if not EVENT_ID.match(event_id):
             return self._refuse(400, "event_id_missing", "x-razorpay-event-id is missing or malformed")
         event = _event(body)

@@ -80,6 +80,11 @@ MALFORMED: list[tuple[str, dict[str, Any], str]] = [
     ("create_refund", {"payment_id": "pay_1", "amount": 100, "agent_id": "agent_admin"}, "agent_id"),
     ("create_refund", {"amount": 100}, "payment_id"),
     ("create_refund", {"payment_id": "pay_1", "amount": 100, "notes": {"k": "x" * (70 * 1024)}}, "arguments"),
+    # Issue 46: notes that leave no room for the keys Interlock writes, or that use one of them.
+    ("create_refund", {"payment_id": "pay_1", "amount": 100, "notes": {f"k{i}": "v" for i in range(13)}}, "notes"),
+    ("create_payout", {"fund_account_id": "fa_DEMOVENDOR0001", "amount": 100, "currency": "INR", "mode": "IMPS",
+                       "purpose": "vendor bill", "notes": {"interlock_merchant": "acc_OTHER"}},
+     "notes.interlock_merchant"),
     ("create_instant_settlement", {"amount": 100, "settle_full_balance": True}, "amount"),
     ("fetch_payment", {"payment_id": "pay 1; DROP"}, "payment_id"),
     ("interlock_status", {}, "sik"),
@@ -94,6 +99,8 @@ async def test_malformed_calls_are_errors_naming_the_field_and_record_nothing(en
             assert (error["code"], error["field"]) == ("INVALID_INPUT", field), error
             assert field in error["message"] or field == "arguments"
             assert body["caller_action"] == "DO_NOT_RETRY"
+            if field == "notes":
+                assert "at most 12 of your own, this call has 13: Razorpay allows 15" in error["message"]
 
         unknown = error_of(await client.call_tool("create_payment_link", {"amount": 100}))
         assert unknown["error"]["code"] == "UNKNOWN_TOOL"

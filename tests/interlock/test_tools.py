@@ -35,8 +35,8 @@ def test_input_schemas_refuse_unknown_arguments_and_bound_ids_and_notes() -> Non
     # queue_if_low_balance and the account are the mandate's, never the agent's (ADR 0028).
     assert "queue_if_low_balance" not in payout["properties"] and "account_number" not in payout["properties"]
     for name in MONEY_TOOLS:
-        # 15 on the rail, one of which is the stamp.
-        assert TOOLS[name].input_schema["properties"]["notes"]["maxProperties"] == 14
+        # 15 on the rail, three of which are Interlock's own (interlock.notes).
+        assert TOOLS[name].input_schema["properties"]["notes"]["maxProperties"] == 12
         assert TOOLS[name].input_schema["properties"]["interlock_distinct_reason"]["maxLength"] == 200
 
 

@@ -71,16 +71,3 @@ def test_every_money_call_names_whose_it_is_except_the_retry_of_one_sent_before_
         intents.start_attempt(ledger, MERCHANT, older, now=5, lease_owner="w", lease_epoch=1, lease_expires_at=9,
                               request=unowned)  # fmt: skip
     assert intents.sent_without_owner(ledger, MERCHANT, older)
-
-
-def test_an_agent_s_notes_keep_their_room_and_the_owner_goes_unnamed_when_the_rail_s_limit_is_reached() -> None:
-    """The tools' schemas (which mandates pin) leave the agent 14 of the rail's 15 notes; the owner takes two more
-    only where they fit."""
-    from interlock.sik import stamp_notes
-    from interlock.tools import MAX_NOTES, RAIL_MAX_NOTES
-
-    owner = (MERCHANT, "agent_demo")
-    roomy = stamp_notes(SIK, {f"k{i}": "v" for i in range(RAIL_MAX_NOTES - 3)}, owner=owner)
-    assert len(roomy) == RAIL_MAX_NOTES and roomy["interlock_merchant"] == MERCHANT
-    full = stamp_notes(SIK, {f"k{i}": "v" for i in range(MAX_NOTES)}, owner=owner)
-    assert len(full) == RAIL_MAX_NOTES and "interlock_merchant" not in full and full["interlock_sik"] == SIK

@@ -104,6 +104,18 @@ def test_a_delivery_without_a_signature_that_verifies_is_refused_401_and_records
     assert answer.status_code == 401
     assert rows(inbox) == []
     assert refusals(inbox) == {"signature_missing" if case == "missing" else "signature_mismatch": 1}
+    # The detail says what is wrong: no header is not a wrong signature.
+    detail = ("the X-Razorpay-Signature header is missing (or empty)" if case == "missing"
+              else "X-Razorpay-Signature does not verify with any configured secret")  # fmt: skip
+    assert answer.json()["detail"] == detail
+
+
+def test_a_delivery_with_an_empty_signature_header_is_refused_as_missing(client: TestClient, inbox: Path) -> None:
+    body = event()
+    answer = client.post(PATH, content=body, headers={**headers(body), "X-Razorpay-Signature": ""})
+    assert answer.status_code == 401 and answer.json()["error"] == "signature_missing"
+    assert "header is missing" in answer.json()["detail"]
+    assert rows(inbox) == [] and refusals(inbox) == {"signature_missing": 1}
 
 
 @pytest.mark.parametrize(("body", "reason"), [
