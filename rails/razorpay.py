@@ -8,12 +8,14 @@ about the money, which the rail worker maps to state transitions (SPEC §8):
   processing", a 429 (rate limited: not a decision), a timeout or reset after the request left, an
   unreadable body, a 4xx that is not a Razorpay error (a proxy's page), a 4xx about the payout idempotency
   key (used before with another body).
-* NOT_SENT  — nothing left this machine: connection refused, connect or pool timeout, or the caller's
+* NOT_SENT  — nothing left this machine: connection refused, connect or pool timeout, a forward proxy
+  that cannot be reached or refuses the CONNECT tunnel (HTTPS_PROXY, rails.egress), or the caller's
   send window (rails.deadline.send_window) closed before the request's first byte was written.
 
 Every request has ONE total deadline, `timeout_ms` (INTERLOCK_RAIL_TIMEOUT_MS, shorter than the lease),
-covering connect, the write and the read of the whole response; it is enforced at the socket (rails.wire),
-so a rail that trickles its answer a byte at a time cannot outlive it. Running out before the first byte
+covering connect (through a proxy: its connect, the CONNECT and the TLS handshake), the write and the read
+of the whole response; it is enforced at the socket (rails.wire), so a rail that trickles its answer a
+byte at a time cannot outlive it. Running out before the first byte
 is NOT_SENT; running out once the request may have left is AMBIGUOUS.
 
 The client never retries, at any layer (I3): the wire writes each request once and no method loops.

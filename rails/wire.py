@@ -17,6 +17,10 @@ the rail: a timeout, reset or unreadable answer after the first byte). Nothing h
 Each thread keeps one connection per client (the rail worker's call slots are threads); a kept connection
 idle past KEEPALIVE_S, or one the server has closed (readable while idle), or one from before a fork, is
 closed and replaced before a request is written on it.
+
+Through a forward proxy (rails.egress): an https rail through a CONNECT tunnel, TLS to the rail inside it; an
+http rail's request in absolute form to the proxy, as curl sends it. The proxy's connect, the CONNECT and the
+handshake make the connection: they share the deadline and fail NotSent; the window is checked after them.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ import certifi
 
 from interlock import clock
 from rails.deadline import admit_first_byte
+from rails.egress import Proxy, TunnelRefused, connect_request, open_tunnel, proxy_for
 
 KEEPALIVE_S = 5.0  # a connection idle longer is not reused (httpx kept the same expiry)
 _MAX_BODY = 16 * 1024 * 1024  # a rail answer larger than this (decoded, too) is not a rail answer
@@ -119,13 +124,14 @@ class _Connection:
 
 
 class Wire:
-    """HTTP/1.1 to one origin (http or https, with an optional path prefix), basic auth, fixed headers;
-    `exchange` makes one request."""
+    """HTTP/1.1 to one origin (http or https, with an optional path prefix), basic auth, fixed headers, through the
+    environment's forward proxy if it names one (rails.egress); `exchange` makes one request."""
 
     def __init__(self, origin: str, key_id: str, key_secret: str, *, connect_timeout_s: float, user_agent: str,
-                 tls: ssl.SSLContext | None = None) -> None:  # fmt: skip
+                 tls: ssl.SSLContext | None = None, environ: Mapping[str, str] | None = None) -> None:  # fmt: skip
         """*tls* replaces the default verifying context, which trusts certifi's CA bundle (tests give one that trusts
-        their own CA)."""
+        their own CA). The proxy, if any, is read once, here, from *environ* (default: os.environ); ConfigError
+        when its variable is malformed."""
         parts = urlsplit(origin)
         if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
             raise ValueError(f"the rail URL must be http(s)://host[:port][/path], got {origin!r}")
@@ -146,6 +152,16 @@ class Wire:
                        f"Authorization: Basic {token}\r\n")  # fmt: skip
         if not _VALUE.match(user_agent):
             raise ValueError(f"the user agent must be printable ASCII, got {user_agent!r}")
+        self.proxy: Proxy | None = proxy_for(parts.scheme, self.host, os.environ if environ is None else environ)
+        self._absolute = ""  # what goes before the target: the origin, for an http rail through a proxy
+        self._tunnel: tuple[str, bytes] | None = None  # the CONNECT's target and request, for an https rail
+        if self.proxy is not None and self.https:
+            target = f"{host}:{self.port}"
+            self._tunnel = target, connect_request(self.proxy, target, user_agent)
+        elif self.proxy is not None:
+            self._absolute = f"http://{host_header}"
+            if self.proxy.authorization is not None:
+                self._fixed += f"Proxy-Authorization: {self.proxy.authorization}\r\n"
         self._mine = threading.local()
         self._all: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
@@ -202,9 +218,13 @@ class Wire:
         return conn
 
     def _connect(self, deadline: float) -> socket.socket:
-        """A new socket to the origin (TLS done); NotSent when it cannot be made by the deadline. Every wait —
-        name resolution, each address's connect, the TLS handshake — gets what is left of the deadline."""
-        addresses = self._resolve(deadline)
+        """A new socket to the origin (through the proxy's tunnel, if any; TLS done); NotSent when it cannot be made
+        by the deadline. Every wait — name resolution, each address's connect, the CONNECT exchange, the TLS
+        handshake — gets what is left of the deadline, each at most connect_timeout_s."""
+        proxy = self.proxy
+        via = f"through {proxy}: " if proxy is not None else ""
+        peer = (proxy.host, proxy.port) if proxy is not None else (self.host, self.port)
+        addresses = self._resolve(*peer, deadline, via)
         failure: BaseException | None = None
         for family, kind, proto, _, address in addresses:
             left = deadline - clock.monotonic()
@@ -215,34 +235,41 @@ class Wire:
                 sock.settimeout(min(self.connect_timeout_s, left))
                 sock.connect(address)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                if proxy is not None and self._tunnel is not None:
+                    # A CONNECT carries the rail's host and port, no request byte: a refusal is still NOT_SENT.
+                    until = min(deadline, clock.monotonic() + self.connect_timeout_s)
+                    open_tunnel(sock, proxy, *self._tunnel, until)
                 if self._tls is None:
                     return sock
                 # The handshake is not request bytes: a failure here is still NOT_SENT.
                 sock.settimeout(max(min(self.connect_timeout_s, deadline - clock.monotonic()), 0.001))
                 return self._tls.wrap_socket(sock, server_hostname=self.host)
+            except TunnelRefused as exc:
+                sock.close()  # an answer, not a failure to connect: no other address of the proxy is asked
+                raise NotSent(f"{exc}: nothing was sent to the rail") from exc
             except BaseException as exc:
                 sock.close()
                 if not isinstance(exc, (OSError, ValueError)):
                     raise
                 failure = exc
         if failure is None:
-            raise NotSent("the rail call's total deadline passed before connecting")
-        raise NotSent(describe_error(failure)) from failure
+            raise NotSent(f"{via}the rail call's total deadline passed before connecting")
+        raise NotSent(via + describe_error(failure)) from failure
 
-    def _resolve(self, deadline: float) -> list[Any]:
+    def _resolve(self, host: str, port: int, deadline: float, via: str) -> list[Any]:
         try:
-            ip_address(self.host)
+            ip_address(host)
         except ValueError:
             pass
         else:  # a literal address: nothing to look up
-            return socket.getaddrinfo(self.host, self.port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
-        lookup = _resolver.submit(socket.getaddrinfo, self.host, self.port, type=socket.SOCK_STREAM)
+            return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+        lookup = _resolver.submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
         try:
             return lookup.result(timeout=max(deadline - clock.monotonic(), 0))
         except ResolveTimeout as exc:
-            raise NotSent(f"resolving {self.host} took longer than the call's deadline") from exc
+            raise NotSent(f"{via}resolving {host} took longer than the call's deadline") from exc
         except (OSError, UnicodeError) as exc:
-            raise NotSent(describe_error(exc)) from exc
+            raise NotSent(via + describe_error(exc)) from exc
 
     def _drop(self, conn: _Connection) -> None:
         conn.close()
@@ -260,7 +287,7 @@ class Wire:
         target = self._prefix + path + (f"?{urlencode(params)}" if params else "")
         if not _TOKEN.match(method) or not _TARGET.match(target):
             raise NotSent(f"cannot write {method!r} {target!r} as a request line: nothing was sent")
-        lines = [f"{method} {target} HTTP/1.1\r\n", self._fixed]
+        lines = [f"{method} {self._absolute}{target} HTTP/1.1\r\n", self._fixed]
         for name, value in (headers or {}).items():
             if not _TOKEN.match(name) or not _VALUE.match(value):
                 raise NotSent(f"header {name!r} cannot be written as it is (only printable ASCII): nothing was sent")

@@ -3,7 +3,6 @@ framed every way a server may frame them, and what is known about a request when
 
 from __future__ import annotations
 
-import datetime
 import gzip
 import http.server
 import re
@@ -20,6 +19,7 @@ import pytest
 import rails.wire
 from rails.wire import Lost, NotSent, Wire, encode_json
 from sandbox.testing import free_port, wait_for
+from tests.rails.certs import self_signed
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -325,7 +325,7 @@ def test_a_name_lookup_that_hangs_ends_at_the_deadline_unsent(monkeypatch: pytes
 
 
 def test_https_verifies_the_server_and_keeps_the_connection(tmp_path: Path) -> None:
-    cert, key = _self_signed(tmp_path)
+    cert, key = self_signed(tmp_path)
     server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     server_tls.load_cert_chain(cert, key)
     trusting = ssl.create_default_context(cafile=str(cert))
@@ -340,27 +340,3 @@ def test_https_verifies_the_server_and_keeps_the_connection(tmp_path: Path) -> N
         with pytest.raises(NotSent):
             wire_to(url, tls=ssl.create_default_context()).exchange("GET", "/v1/balance", deadline=soon())
         assert len(srv.requests) == 2
-
-
-def _self_signed(directory: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
-        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )  # fmt: skip
-    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                           serialization.NoEncryption()))  # fmt: skip
-    return cert_path, key_path
