@@ -123,6 +123,11 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
         env.pop("INTERLOCK_SHARDS", None)  # one shard: no map, as before
     webhook_url = f"http://127.0.0.1:{webhook_port}/webhooks/razorpay"
     if sandbox:
+        # The sandbox is on this machine: a shell's HTTP_PROXY (honoured by the rail client, ADR 0031) must not send
+        # its calls to a proxy that cannot reach this loopback. Both spellings: the lower-case one wins when set.
+        loopback = ",".join(x for x in ((os.environ.get("no_proxy") or os.environ.get("NO_PROXY") or ""),
+                                        "127.0.0.1,localhost") if x)  # fmt: skip
+        env.update({"NO_PROXY": loopback, "no_proxy": loopback})
         env.update({"INTERLOCK_RAIL_URL": f"http://127.0.0.1:{sandbox_port}",
                     "INTERLOCK_RAIL_KEY_ID": env.get("INTERLOCK_RAIL_KEY_ID", SANDBOX_KEY_ID),
                     "INTERLOCK_RAIL_KEY_SECRET": env.get("INTERLOCK_RAIL_KEY_SECRET", SANDBOX_KEY_SECRET),
