@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,8 @@ from starlette.templating import Jinja2Templates
 
 from console import actions, pages
 from console.auth import COOKIE, PUBLIC_PATHS, SESSION_MS, ConsoleAuth, Principal, safe_next
-from interlock.errors import ConfigError
+from console.sessions import SessionStore
+from interlock.errors import ConfigError, InterlockError
 from ops.approvers import ApproverTable
 from ops.context import OpsContext
 from ops.format import format_minor, format_ms
@@ -65,15 +67,34 @@ async def login_page(request: Request) -> Response:
     if principal is None:
         logger.warning("console login refused from %s", request.client.host if request.client else "?")
         return render(request, "login.html", {"next": target, "error": "That token is not right."}, status_code=401)
+    try:
+        session = await run_in_threadpool(auth.open_session, principal)
+    except (InterlockError, sqlite3.Error) as exc:
+        logger.error("console login of %s refused: the session cannot be recorded (%s)", principal.name, exc)
+        return render(request, "login.html", {"next": target, "error": "The console cannot record a session now "
+                                              f"({exc}); use a bearer token or try again."}, status_code=503)
     logger.info("console login: %s", principal.name)
     response = RedirectResponse(target, status_code=303)
-    response.set_cookie(COOKIE, auth.session_value(principal), httponly=True, samesite="strict", path="/",
-                        max_age=SESSION_MS // 1000)  # fmt: skip
+    response.set_cookie(COOKIE, session, httponly=True, samesite="strict", path="/", max_age=SESSION_MS // 1000)
     return response
 
 
 async def logout(request: Request) -> Response:
+    """Revoke the session the cookie names, on the server (a copy of the cookie opens nothing afterwards), then
+    delete the cookie. No CSRF value is asked for: ending a session is what anyone holding its cookie may do."""
+    auth: ConsoleAuth = request.app.state.auth
+    cookie = request.cookies.get(COOKIE, "")
     response = RedirectResponse("/login", status_code=303)
+    if cookie:
+        try:
+            ended = await run_in_threadpool(auth.end_session, cookie)
+        except (InterlockError, sqlite3.Error) as exc:
+            # Say so rather than pretend it ended: the cookie is kept, so that logging out can be tried again.
+            logger.error("console logout could not revoke the session (%s); it stays open until it expires", exc)
+            return PlainTextResponse(f"503: the session could not be ended on the server ({exc}); try again",
+                                     status_code=503)  # fmt: skip
+        principal: Principal | None = getattr(request.state, "principal", None)
+        logger.info("console logout: %s%s", principal.name if principal else "?", "" if ended else " (not open)")
     response.delete_cookie(COOKIE, path="/")
     return response
 
@@ -116,7 +137,8 @@ def create_app(ctx: OpsContext, token: str) -> Starlette:
     ]
     app = Starlette(routes=routes, middleware=[Middleware(TokenLock)])
     app.state.ctx = ctx
-    app.state.auth = ConsoleAuth(token, lambda: _approvers(ctx))
+    # Sessions live in one ledger every console process agrees on (console.sessions): the first shard's.
+    app.state.auth = ConsoleAuth(token, lambda: _approvers(ctx), SessionStore(lambda: ctx.shards()[0].ledger_path))
     app.state.templates = templates
     url = ctx.settings.redis_url
     # No PING here: the console starts (and shows the ledger) while Redis is down; scrapes just omit queues.

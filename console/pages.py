@@ -72,7 +72,8 @@ def _intent(ctx: OpsContext, merchant_id: str, sik: str) -> dict[str, Any] | Non
                 "refresh": intent.state in IN_TRANSIT, "settled": intent.state in SETTLED, "shard": ctx.shard,
                 "terms_digest": holds.terms_digest(intent), "rail_status": rail,
                 "acknowledged": lifecycle.acknowledgement(conn, rail) if rail is not None else None,
-                "rail_history": lifecycle.history(conn, merchant_id, sik)}  # fmt: skip
+                "rail_history": lifecycle.history(conn, merchant_id, sik),
+                "approvers": _approvers(ctx, {intent.agent_id})[intent.agent_id]}  # fmt: skip
 
 
 async def intent_page(request: Request) -> Response:
@@ -85,21 +86,30 @@ async def intent_page(request: Request) -> Response:
     return _render(request, "intent.html", data)
 
 
+def _approvers(ctx: OpsContext, agent_ids: set[str]) -> dict[str, list[str]]:
+    """Who each agent's mandate names: the only people who may decide its holds, quarantines and attentions
+    (ops.approvers.approver_problem decides; this only shows it)."""
+    mandates = ctx.mandates()
+    return {agent: list(m.approval.approvers) if (m := mandates.get(agent)) else [] for agent in agent_ids}
+
+
 def _holds(ctx: OpsContext) -> dict[str, Any]:
     held = [i for shard in ctx.shards() for i in holds.list_holds(shard)]
-    mandates = ctx.mandates()
-    approvers = {i.agent_id: (m.approval.approvers if (m := mandates.get(i.agent_id)) else []) for i in held}
-    return {"holds": [(i, holds.terms_digest(i)) for i in held], "approvers": approvers}
+    return {"holds": [(i, holds.terms_digest(i)) for i in held],
+            "approvers": _approvers(ctx, {i.agent_id for i in held})}  # fmt: skip
 
 
 async def holds_page(request: Request) -> Response:
     return _render(request, "holds.html", await run_in_threadpool(_holds, _ctx(request)))
 
 
+def _quarantined(ctx: OpsContext) -> dict[str, Any]:
+    found = [i for shard in ctx.shards() for i in quarantine.list_quarantined(shard)]
+    return {"intents": found, "approvers": _approvers(ctx, {i.agent_id for i in found})}
+
+
 async def quarantine_page(request: Request) -> Response:
-    ctx = _ctx(request)
-    found = await run_in_threadpool(lambda: [i for s in ctx.shards() for i in quarantine.list_quarantined(s)])
-    return _render(request, "quarantine.html", {"intents": found})
+    return _render(request, "quarantine.html", await run_in_threadpool(_quarantined, _ctx(request)))
 
 
 def _audit(ctx: OpsContext) -> dict[str, Any]:

@@ -297,3 +297,18 @@ CREATE TABLE IF NOT EXISTS shard_ownership (
     ownership_json TEXT    NOT NULL,
     accepted_at    INTEGER NOT NULL
 ) STRICT, WITHOUT ROWID;
+
+-- The operator console's sessions (console/auth.py, ADR 0015): a login writes one row, every request a cookie
+-- carries is checked against it, and a logout revokes it, so a copied cookie authenticates nobody once its session
+-- ended, on every console process serving this ledger and after a restart. Only the sha256 of the cookie's random
+-- id is kept: a copy of the ledger (a replica, a backup) opens no session. Operator state, not money: no audit row.
+CREATE TABLE IF NOT EXISTS console_sessions (
+    session_sha256    TEXT    NOT NULL PRIMARY KEY,
+    kind              TEXT    NOT NULL CHECK (kind IN ('approver', 'console')),
+    approver_id       TEXT,                 -- the person, for kind 'approver'; NULL for the console token (looks only)
+    credential_sha256 TEXT    NOT NULL,     -- the token it was opened with: a rotated or removed one ends it
+    issued_at         INTEGER NOT NULL,
+    expires_at        INTEGER NOT NULL CHECK (expires_at > issued_at),
+    revoked_at        INTEGER,              -- set by logout; a revoked session authenticates nobody
+    CHECK ((kind = 'approver') = (approver_id IS NOT NULL))
+) STRICT, WITHOUT ROWID;

@@ -5,9 +5,11 @@ name written twice is refused). Each token is minted by `interlock approver new 
 once — so only its sha256 is kept: a 256-bit random secret needs no slow, salted hash (nothing to guess), and
 a leaked file lets nobody log in. A presented token is hashed and compared against every entry in constant time.
 
-The file authenticates people; the intent's mandate (`approval.approvers`) still decides whether that person
-may approve that call. The file is re-read on every action, so removing or rotating an entry takes effect at
-once: an `Approver` carries the digest it authenticated with and is refused when the file no longer has it.
+The file authenticates people; the intent's mandate (`approval.approvers`) decides whether that person may decide
+for that intent at all (`approver_problem`): approve or reject its hold, resolve its quarantine, acknowledge its
+attention — the same rule for the CLI and the console, which calls these ops/ functions. The file is re-read on
+every action, so removing or rotating an entry takes effect at once: an `Approver` carries the digest it
+authenticated with and is refused when the file no longer has it.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from typing import Any
 
 from interlock import strict_yaml
 from interlock.errors import ConfigError
+from interlock.mandate import MandateStore
+from ledger.intents import Intent
 
 VARIABLE = "INTERLOCK_APPROVERS"
 TOKEN_VARIABLE = "INTERLOCK_APPROVER_TOKEN"
@@ -114,3 +118,23 @@ class ApproverTable:
         """Whether this credential is still in the file (not removed, not rotated since it was presented)."""
         digest = self.digests.get(approver.approver_id)
         return digest is not None and hmac.compare_digest(digest, approver.token_sha256)
+
+
+def approver_problem(mandates: MandateStore, intent: Intent, approver_id: str) -> str | None:
+    """Why *approver_id* may not decide anything for *intent*, naming who may; None if they may.
+
+    Only an approver named by the mandate configured now for the intent's agent, and only while that mandate is for
+    the intent's merchant, decides its hold, its quarantine or its attention: an approver of one merchant decides
+    nothing of another's."""
+    mandate = mandates.get(intent.agent_id)
+    if mandate is None:
+        return f"no mandate is configured for agent {intent.agent_id!r}, so nobody may decide for it"
+    if mandate.merchant_id != intent.merchant_id:
+        return (f"mandate {mandate.mandate_id} is for merchant {mandate.merchant_id}, not {intent.merchant_id}; "
+                f"nobody it names decides for {intent.merchant_id}")  # fmt: skip
+    if approver_id not in mandate.approval.approvers:
+        named = ", ".join(mandate.approval.approvers)
+        who = f"only {named} may decide" if named else "it names no approver, so nobody may decide"
+        return (f"{approver_id!r} is not an approver of mandate {mandate.mandate_id} (it names: {named or 'nobody'}); "
+                f"{who} for merchant {intent.merchant_id}")  # fmt: skip
+    return None

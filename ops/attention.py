@@ -11,8 +11,10 @@ stay as the rail said, no money moves, and the agent is still told that a person
 ESCALATE_TO_OPERATOR). A new refund after a failed one, or a new payout after one the payee did not get, is a new
 business action, taken by the merchant, never by this command.
 
-Who acknowledged it: as for a quarantine resolution, the console passes the person's authenticated approver
-credential and the record names it; the CLI's `--as NAME` is what the operator typed, and the record says so.
+Who may acknowledge it: as for a hold or a quarantine, only an approver the intent's agent's mandate names
+(ops.approvers.approver_problem); anyone else is refused, naming who may, with nothing written. The console passes
+the person's authenticated approver credential and the record names it; the CLI's `--as NAME` is what the operator
+typed (it too must be an approver the mandate names), and the record says so.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from interlock.clock import now_ms
 from interlock.errors import OperatorRefused
 from ledger import lifecycle
 from ledger.db import transaction
-from ops.approvers import Approver
+from ops.approvers import Approver, approver_problem
 from ops.context import OpsContext
 from ops.holds import find_intent
 
@@ -49,9 +51,13 @@ def acknowledge(ctx: OpsContext, sik: str, *, attention: str, operator_id: str, 
     if authenticated is not None and (authenticated.approver_id != operator_id
                                       or not ctx.approvers().current(authenticated)):  # fmt: skip
         raise OperatorRefused(sik, f"the credential {authenticated.credential} is not current for {operator_id!r}")
+    mandates = ctx.mandates()
     with ctx.ledger() as conn:
         with transaction(conn):
             intent = find_intent(conn, sik, merchant_id)
+            problem = approver_problem(mandates, intent, operator_id)
+            if problem is not None:
+                raise OperatorRefused(sik, problem)  # rolls the transaction back: nothing was written
             row = lifecycle.acknowledge(conn, merchant_id=intent.merchant_id, sik=sik, attention=attention,
                                         operator=operator_id, note=note, now=now_ms(), raised_seq=raised_seq,
                                         credential=authenticated.credential if authenticated else None)  # fmt: skip

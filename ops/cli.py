@@ -91,6 +91,10 @@ def holds_reject(sik: str, approver_id: str, reason: str, merchant: str | None) 
     click.echo(f"rejected: {sik} is {intent.state.value}")
 
 
+_AS_TYPED_HELP = ("your approver id, as typed: one the intent's mandate names (anyone else is refused); the audit "
+                  "record says it was not authenticated, the console records an authenticated one")  # fmt: skip
+
+
 @click.group("quarantine")
 def quarantine_group() -> None:
     """Intents the reconciler could not settle: list them, resolve one with evidence."""
@@ -110,8 +114,7 @@ def quarantine_list() -> None:
 @click.option("--applied", "entity_id", metavar="RAIL_ENTITY_ID", help="the rail entity that carries our stamp")
 @click.option("--not-applied", is_flag=True, help="the rail has no entity with our stamp (re-checked to the end)")
 @click.option("--evidence", help="what you checked and where (required with --not-applied)")
-@click.option("--as", "operator_id", required=True, help="operator identity, as typed (the audit record says it "
-              "was not authenticated; the console records an authenticated one)")
+@click.option("--as", "operator_id", required=True, help=_AS_TYPED_HELP)
 @click.option("--merchant", help="merchant id: when merchants share a ledger, and with INTERLOCK_SHARDS")
 def quarantine_resolve(sik: str, entity_id: str | None, not_applied: bool, evidence: str | None, operator_id: str,
                        merchant: str | None) -> None:  # fmt: skip
@@ -148,8 +151,7 @@ def attention_list(show_all: bool) -> None:
 @click.option("--attention", "reason", required=True, type=click.Choice(ATTENTIONS),
               help="the attention you are acknowledging, as listed (a newer one on the same intent is not silenced)")
 @click.option("--note", required=True, help="what is being done about it (e.g. the customer contacted, ticket id)")
-@click.option("--as", "operator_id", required=True, help="operator identity, as typed (the audit record says it "
-              "was not authenticated; the console records an authenticated one)")
+@click.option("--as", "operator_id", required=True, help=_AS_TYPED_HELP)
 @click.option("--merchant", help="merchant id: when merchants share a ledger, and with INTERLOCK_SHARDS")
 @click.option("--raised", "raised_seq", type=int, help="the raising you looked at, as listed (raised=N): refused if "
               "the attention has been raised again since (the money at stake changed)")

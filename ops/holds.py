@@ -39,7 +39,7 @@ from ledger.queries import (
     money_committed_for_tool,
 )
 from ledger.states import State
-from ops.approvers import Approver
+from ops.approvers import Approver, approver_problem
 from ops.context import OpsContext
 from ops.format import format_minor
 from ops.rail_check import REFUND_TOOL
@@ -275,7 +275,7 @@ def reject(ctx: OpsContext, sik: str, *, approver: Approver, reason: str, mercha
         with transaction(conn):
             now = now if now is not None else now_ms()  # under the write lock, like every ledger writer
             intent = find_intent(conn, sik, merchant_id)
-            problem = _not_held(intent) or _approver_problem(mandates, intent, approver.approver_id)
+            problem = _not_held(intent) or approver_problem(mandates, intent, approver.approver_id)
             if problem is None:
                 intent = operator.reject_hold(conn, intent, actor=approver.approver_id, reason=reason, now=now,
                                               credential=approver.credential)  # fmt: skip
@@ -299,18 +299,8 @@ def _not_held(intent: Intent) -> str | None:
             "(a hold is decided once)")  # fmt: skip
 
 
-def _approver_problem(mandates: MandateStore, intent: Intent, approver: str) -> str | None:
-    mandate = mandates.get(intent.agent_id)
-    if mandate is None:
-        return f"no mandate is configured for agent {intent.agent_id!r}"
-    if approver not in mandate.approval.approvers:
-        named = ", ".join(mandate.approval.approvers) or "nobody"
-        return f"{approver!r} is not an approver of mandate {mandate.mandate_id} (it names: {named})"
-    return None
-
-
 def _approval_problem(mandates: MandateStore, intent: Intent, approver: str, now: int) -> str | None:
-    problem = _not_held(intent) or _approver_problem(mandates, intent, approver)
+    problem = _not_held(intent) or approver_problem(mandates, intent, approver)
     if problem is not None:
         return problem
     mandate = mandates.require(intent.agent_id)
@@ -318,8 +308,6 @@ def _approval_problem(mandates: MandateStore, intent: Intent, approver: str, now
         return (f"the call was held under mandate {intent.mandate_id} {intent.mandate_hash[:12]}…, but the configured "
                 f"mandate is {mandate.mandate_id} {mandate.mandate_hash[:12]}…; an approval binds to the mandate the "
                 "call was judged under — reject it and let the agent repeat the call under the current mandate")
-    if mandate.merchant_id != intent.merchant_id:
-        return f"mandate {mandate.mandate_id} is for merchant {mandate.merchant_id}, not {intent.merchant_id}"
     if not mandate.is_active(now):
         return f"mandate {mandate.mandate_id} is not active now (valid {mandate.issued_at}..{mandate.expires_at})"
     return None

@@ -6,9 +6,11 @@ a person's belief never outranks the rail. `--applied ID` is refused unless that
 carries our stamp. The rail is read first, outside the transaction (a QUARANTINED intent has no rail
 worker calling for it); the write then re-reads the row and refuses if it moved meanwhile.
 
-Who resolved it: the console passes the person's authenticated approver credential (ADR 0016) and the record
-names it; the CLI's `--as NAME` is what the operator typed, and the record says so ("credential": "none: name
-as typed") — the rail check, not the name, is what makes a resolution safe.
+Who may resolve it: only an approver the intent's agent's mandate names (ops.approvers.approver_problem, as for a
+hold); anyone else is refused, naming who may, before the rail is read and with nothing written. The console
+passes the person's authenticated approver credential (ADR 0016) and the record names it; the CLI's `--as NAME`
+is what the operator typed (it too must be an approver the mandate names), and the record says so ("credential":
+"none: name as typed") — the rail check, not the name, is what makes a resolution safe.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from ledger import operator
 from ledger.db import transaction
 from ledger.intents import Intent
 from ledger.states import State
-from ops.approvers import Approver
+from ops.approvers import Approver, approver_problem
 from ops.context import OpsContext
 from ops.holds import find_intent
 from ops.rail_check import check_entity, page_for_stamp
@@ -51,6 +53,9 @@ def resolve(
         intent = find_intent(conn, sik, merchant_id)
     if intent.state is not State.QUARANTINED:
         raise OperatorRefused(sik, f"it is {intent.state.value}, not QUARANTINED")
+    problem = approver_problem(ctx.mandates(), intent, operator_id)
+    if problem is not None:
+        raise OperatorRefused(sik, problem)
     rail = ctx.rail()
     try:
         if applied_entity_id is not None:

@@ -6,7 +6,8 @@ protocol, run once on the restored file before any rail worker may take its leas
 
 1. The audit chain must verify (a broken one is not served).
 2. RESTORE_STARTED is audited (the last seq and commit the replica holds, the rail window to re-read). From then on
-   the rail worker refuses to boot on this ledger until RESTORE_FINISHED follows (`pending`).
+   the rail worker refuses to boot on this ledger until RESTORE_FINISHED follows (`pending`). Every console session
+   the replica holds is revoked with it: the lost tail may have held its logout.
 3. Every intent the replica shows in motion (AUTHORIZED, IN_FLIGHT, RECONCILING) becomes UNKNOWN: the reconciler
    reads its stamp, as after any crash. Nothing restored is ever executed from AUTHORIZED.
 4. The rail's lists — refunds, instant settlements, each payout account's payouts — are paged newest first until
@@ -49,7 +50,7 @@ from interlock.mandate import Mandate
 from interlock.sik import stamped_owner, stamped_siks
 from interlock.terms import REFUND_TOOL, entity_terms, terms_mismatch
 from interlock.tools import PAYOUT_TOOL
-from ledger import audit, intents
+from ledger import audit, console_sessions, intents
 from ledger.db import transaction
 from ledger.queries import SETTLEMENT_TOOL
 from ledger.restore import FINISHED, STARTED, pending
@@ -172,6 +173,8 @@ def begin(conn: sqlite3.Connection, *, now: Callable[[], int], actor: str,
                "actor": actor}  # fmt: skip
     with transaction(conn):
         audit.append(conn, STARTED, started, now())
+        # The lost tail may hold a console logout the replica lacks: a session it shows open may have been revoked.
+        console_sessions.revoke_all(conn, now())
     return started
 
 

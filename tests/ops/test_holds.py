@@ -105,6 +105,22 @@ def test_approval_under_a_changed_mandate_is_refused(operated: Operated, tmp_pat
     assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
 
 
+def test_an_approver_named_by_a_mandate_for_another_merchant_decides_nothing_of_this_one(
+    operated: Operated, tmp_path, monkeypatch  # type: ignore[no-untyped-def]
+) -> None:
+    """Issue 46 item 3: the agent's mandate now is for another merchant; the approver it names is that merchant's,
+    and may neither approve nor reject a hold of this one (a rejection was not checked for this before)."""
+    _, sik = operated.held()
+    moved = write_mandate(tmp_path / "moved.yaml", {"merchant_id": "acc_ELSEWHERE001"})
+    ops = ops_context_for(operated.engine, monkeypatch, INTERLOCK_MANDATE=str(moved))
+    refusal = "mandate mnd_demo_support is for merchant acc_ELSEWHERE001, not acc_DEMO000001; nobody it names"
+    with pytest.raises(OperatorRefused, match=refusal):
+        holds.reject(ops, sik, approver=operated.approver(), reason="not ours")
+    with pytest.raises(OperatorRefused, match=refusal):
+        operated.approve(sik, reason="ok", ops=ops)
+    assert operated.engine.intent(sik).state is State.HELD  # type: ignore[union-attr]
+
+
 def test_reject_blocks_the_call_and_nothing_moves(operated: Operated) -> None:
     pid, sik = operated.held()
     with pytest.raises(OperatorRefused, match="needs a reason"):

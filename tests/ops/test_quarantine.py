@@ -3,14 +3,18 @@ entity carrying the stamp exists; "applied" is refused for an entity that does n
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from click.testing import CliRunner
 
 from interlock.errors import OperatorRefused
 from ledger.states import State
 from ops import quarantine
-from tests.ops.conftest import Operated
+from tests.mandates import MERCHANT
+from tests.ops.conftest import APPROVER, OTHER, OTHER_TOKEN, Operated
 
-OPERATOR = "oncall@example.com"
+OPERATOR = APPROVER  # only an approver the intent's mandate names may resolve its quarantine
 
 
 def _quarantined(operated: Operated, fault: str) -> tuple[str, str]:
@@ -70,3 +74,35 @@ def test_not_applied_after_an_exhaustive_recheck_lets_the_agent_retry_once(quick
     assert quick.refunds_of(pid) == []
     retry = quick.engine.outcome(quick.engine.propose({"payment_id": pid, "amount": 20_000}))
     assert retry.state == "APPLIED" and quick.engine.rail.count_stamped(sik) == 1
+
+
+def _written(operated: Operated) -> tuple[int, int]:
+    conn = operated.engine.ledger()
+    try:
+        row = conn.execute("SELECT (SELECT COUNT(*) FROM audit_log), (SELECT COUNT(*) FROM recon_findings)").fetchone()
+        return int(row[0]), int(row[1])
+    finally:
+        conn.close()
+
+
+def test_only_an_approver_the_mandate_names_may_resolve_a_quarantine(quick: Operated) -> None:
+    """Issue 46 item 3, the rule a hold already had: one the intent's mandate does not name is refused, naming who
+    may decide, before the rail is read and with nothing written — with her own credential (as the console passes
+    it) or a name typed at the CLI. The named approver then resolves it."""
+    from interlock.cli import cli
+
+    pid, sik = _quarantined(quick, "fail_504")
+    before = _written(quick)
+    named = re.escape(f"only {APPROVER} may decide for merchant {MERCHANT}")
+    with pytest.raises(OperatorRefused, match=f"{OTHER!r} is not an approver of mandate mnd_demo_support .*{named}"):
+        quarantine.resolve(quick.ops, sik, operator_id=OTHER, authenticated=quick.approver(OTHER_TOKEN),
+                           applied_entity_id=None, not_applied=True, evidence="checked the dashboard")  # fmt: skip
+    typed = CliRunner().invoke(cli, ["quarantine", "resolve", sik, "--not-applied", "--evidence", "checked",
+                                     "--as", "oncall@example.com"])  # fmt: skip
+    said = typed.output + str(typed.exception or "")
+    assert typed.exit_code != 0 and "'oncall@example.com' is not an approver of mandate" in said, said
+    assert _written(quick) == before, "a refusal writes nothing"
+    assert quick.engine.intent(sik).state is State.QUARANTINED  # type: ignore[union-attr]
+    intent = quarantine.resolve(quick.ops, sik, operator_id=APPROVER, authenticated=quick.approver(),
+                                applied_entity_id=None, not_applied=True, evidence="rail support: no refund")
+    assert intent.state is State.CONFIRMED_NOT_APPLIED and quick.refunds_of(pid) == []

@@ -18,6 +18,7 @@ from ops.metrics import ShardSource, build_registry
 from ops.status_cli import status_command
 from tests.ledger.helpers import put_intent
 from tests.mandates import EXAMPLE
+from tests.ops.conftest import APPROVER
 
 M = "acc_DEMO000001"
 
@@ -97,7 +98,7 @@ def test_an_acknowledged_attention_stops_waiting_for_a_person_and_changes_nothin
     before = (conn.execute("SELECT * FROM intents ORDER BY sik").fetchall(),
               conn.execute("SELECT * FROM rail_status ORDER BY sik").fetchall())  # fmt: skip
     conn.close()
-    code, out = ack(ledger, monkeypatch, "ack", "C" * 32, "--attention", "REFUND_FAILED", "--as", "asha",
+    code, out = ack(ledger, monkeypatch, "ack", "C" * 32, "--attention", "REFUND_FAILED", "--as", APPROVER,
                     "--note", "customer told; refund re-issued by bank transfer, ticket T-12")  # fmt: skip
     assert code == 0, out
     assert "acknowledged: REFUND_FAILED on " + "C" * 32 in out
@@ -105,7 +106,7 @@ def test_an_acknowledged_attention_stops_waiting_for_a_person_and_changes_nothin
     assert [r["entity_id"] for r in report["needs_attention"]] == ["setlod_D"]
     [taken] = report["acknowledged_attention"]
     assert (taken["entity_id"], taken["acknowledged"]["operator"], taken["acknowledged"]["credential"]) == \
-        ("rfnd_C", "asha", "none: name as typed")  # fmt: skip
+        ("rfnd_C", APPROVER, "none: name as typed")  # fmt: skip
     text = status(ledger, monkeypatch)
     assert "NEEDS A PERSON: REFUND_FAILED" not in text and "NEEDS A PERSON: SETTLEMENT_REVERSED" in text
     assert "attention acknowledged by a person: 1" in text
@@ -121,14 +122,14 @@ def test_an_acknowledged_attention_stops_waiting_for_a_person_and_changes_nothin
         [record] = [json.loads(r[0]) for r in conn.execute(
             "SELECT payload_json FROM audit_log WHERE kind = 'RAIL_ATTENTION_ACK'")]
         assert (record["sik"], record["attention"], record["operator"], record["rail_entity_id"]) == \
-            ("C" * 32, "REFUND_FAILED", "asha", "rfnd_C")  # fmt: skip
+            ("C" * 32, "REFUND_FAILED", APPROVER, "rfnd_C")  # fmt: skip
         from ledger import audit
 
         assert audit.verify_chain(conn) is None
     finally:
         conn.close()
     code, out = ack(ledger, monkeypatch, "list", "--all")
-    assert code == 0 and "1 waiting for a person" in out and "acknowledged by asha" in out, out
+    assert code == 0 and "1 waiting for a person" in out and f"acknowledged by {APPROVER}" in out, out
 
 
 @pytest.mark.parametrize(("sik", "attention", "note", "why"), [
@@ -139,7 +140,7 @@ def test_an_acknowledged_attention_stops_waiting_for_a_person_and_changes_nothin
 ])  # fmt: skip
 def test_an_acknowledgement_of_something_else_is_refused_and_records_nothing(ledger, monkeypatch, sik, attention,
                                                                             note, why) -> None:  # fmt: skip
-    code, out = ack(ledger, monkeypatch, "ack", sik, "--attention", attention, "--as", "asha", "--note", note)
+    code, out = ack(ledger, monkeypatch, "ack", sik, "--attention", attention, "--as", APPROVER, "--note", note)
     assert code != 0 and why in out, out
     conn = open_ledger(ledger)
     try:
@@ -149,13 +150,31 @@ def test_an_acknowledgement_of_something_else_is_refused_and_records_nothing(led
         conn.close()
 
 
-def test_a_new_attention_on_an_acknowledged_intent_is_raised_again(ledger, monkeypatch) -> None:
+def test_only_an_approver_the_mandate_names_may_acknowledge_an_attention(ledger, monkeypatch) -> None:
+    """Issue 46 item 3: the same rule as for a hold. A name the intent's mandate does not list is refused, naming who
+    may decide, and nothing is written; the named approver then acknowledges it."""
     code, out = ack(ledger, monkeypatch, "ack", "C" * 32, "--attention", "REFUND_FAILED", "--as", "asha",
                     "--note", "customer told")  # fmt: skip
+    assert code != 0 and "'asha' is not an approver of mandate mnd_demo_support" in out, out
+    assert f"only {APPROVER} may decide for merchant {M}" in out, out
+    conn = open_ledger(ledger)
+    try:
+        assert conn.execute("SELECT COUNT(*) FROM rail_attention_acks").fetchone()[0] == 0
+        assert conn.execute("SELECT COUNT(*) FROM audit_log WHERE kind = 'RAIL_ATTENTION_ACK'").fetchone()[0] == 0
+    finally:
+        conn.close()
+    code, out = ack(ledger, monkeypatch, "ack", "C" * 32, "--attention", "REFUND_FAILED", "--as", APPROVER,
+                    "--note", "customer told")  # fmt: skip
     assert code == 0, out
-    code, out = ack(ledger, monkeypatch, "ack", "C" * 32, "--attention", "REFUND_FAILED", "--as", "ravi",
+
+
+def test_a_new_attention_on_an_acknowledged_intent_is_raised_again(ledger, monkeypatch) -> None:
+    code, out = ack(ledger, monkeypatch, "ack", "C" * 32, "--attention", "REFUND_FAILED", "--as", APPROVER,
+                    "--note", "customer told")  # fmt: skip
+    assert code == 0, out
+    code, out = ack(ledger, monkeypatch, "ack", "C" * 32, "--attention", "REFUND_FAILED", "--as", APPROVER,
                     "--note", "again")  # fmt: skip
-    assert code != 0 and "already acknowledged by asha" in out, out
+    assert code != 0 and f"already acknowledged by {APPROVER}" in out, out
     conn = open_ledger(ledger)
     with transaction(conn):  # the bank's word changes after the acknowledgement: a second, contradicting final
         lifecycle.observe(conn, merchant_id=M, sik="C" * 32, tool="create_refund", entity_id="rfnd_C",
@@ -199,7 +218,7 @@ def test_a_reversed_payout_waits_for_a_person_until_acknowledged_and_the_agent_i
     assert (answer["state"], answer["caller_action"], answer["rail_status"]["status"]) == \
         ("APPLIED", "ESCALATE_TO_OPERATOR", "reversed")  # fmt: skip
     assert answer["rail_status"]["amounts"] == {"amount": 5000, "fees": 590, "tax": 90}
-    code, out = ack(ledger, monkeypatch, "ack", "P" * 32, "--attention", "PAYOUT_REVERSED", "--as", "asha",
+    code, out = ack(ledger, monkeypatch, "ack", "P" * 32, "--attention", "PAYOUT_REVERSED", "--as", APPROVER,
                     "--note", "beneficiary bank returned it; vendor asked for new account details, ticket T-40")
     assert code == 0, out
     exposition = generate_latest(build_registry([ShardSource("s1", ledger, None)])).decode()
@@ -223,7 +242,7 @@ def test_an_acknowledged_partial_reversal_waits_for_a_person_again_when_more_is_
     [line] = [x for x in listed.splitlines() if x.startswith("E" * 32)]
     raised = line.rsplit("raised=", 1)[1]
     code, out = ack(ledger, monkeypatch, "ack", "E" * 32, "--attention", "SETTLEMENT_REVERSED", "--raised", raised,
-                    "--as", "asha", "--note", "Rs 10 came back; re-settled by hand")  # fmt: skip
+                    "--as", APPROVER, "--note", "Rs 10 came back; re-settled by hand")  # fmt: skip
     assert code == 0, out
     assert "E" * 32 not in json.dumps(json.loads(status(ledger, monkeypatch, "--json"))["needs_attention"])
     conn = open_ledger(ledger)
@@ -245,7 +264,7 @@ def test_an_acknowledged_partial_reversal_waits_for_a_person_again_when_more_is_
     assert 'interlock_rail_attention{reason="SETTLEMENT_REVERSED",shard="s1"} 2.0' in exposition  # D's and E's
     assert 'interlock_rail_attention_acknowledged{reason="SETTLEMENT_REVERSED",shard="s1"} 0.0' in exposition
     code, out = ack(ledger, monkeypatch, "ack", "E" * 32, "--attention", "SETTLEMENT_REVERSED", "--raised", raised,
-                    "--as", "asha", "--note", "as before")  # fmt: skip
+                    "--as", APPROVER, "--note", "as before")  # fmt: skip
     assert code != 0 and "raised again since" in out, out
     code, out = ack(ledger, monkeypatch, "list", "--all")
     assert code == 0 and "3 waiting for a person" in out and "0 acknowledged" in out, out  # C, D and E

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from interlock.errors import OperatorRefused
+from interlock.mandate import MandateStore
 from ledger import leases
 from ledger.db import open_ledger
 from ledger.states import State
@@ -22,7 +23,7 @@ from rail_worker.execute import execute
 from rails.models import Refund, Settlement
 from tests.engine import send_world
 from tests.engine.send_world import REFUND, SETTLEMENT, World
-from tests.mandates import MERCHANT
+from tests.mandates import AGENT, MERCHANT
 
 SIK = "S" * 32
 world = send_world.world  # the fixture: one world per commit mode
@@ -124,11 +125,18 @@ def test_a_fenced_stamped_answer_on_other_terms_quarantines_the_retry_instead_of
     assert world.intent().state is State.QUARANTINED
 
 
+APPROVER = "ops_lead@example.com"  # whom the example mandate names: the only one who may resolve its quarantines
+
+
 @dataclasses.dataclass
 class _Ops(OpsContext):
     """The operator's tools against this world's ledger and scripted rail."""
 
     scripted: Any = None
+    mandate: Any = None
+
+    def mandates(self) -> MandateStore:
+        return MandateStore({AGENT: self.mandate})
 
     def rail(self) -> Any:
         rail = self.scripted
@@ -145,8 +153,8 @@ def test_a_person_cannot_resolve_as_not_applied_what_the_rail_answered_with_our_
     execute(world.runtime(), MERCHANT, SIK, request_id=None)
     assert world.intent().state is State.QUARANTINED
     world.rail.listed = False  # the list lags behind the answer
-    ops = _Ops(settings=world.settings, scripted=world.rail)
+    ops = _Ops(settings=world.settings, scripted=world.rail, mandate=world.mandate)
     with pytest.raises(OperatorRefused, match="answered attempt 1 with rfnd_FAKE000000001"):
-        quarantine.resolve(ops, SIK, operator_id="oncall@example.com", applied_entity_id=None, not_applied=True,
+        quarantine.resolve(ops, SIK, operator_id=APPROVER, applied_entity_id=None, not_applied=True,
                            evidence="paged the rail to the end")  # fmt: skip
     assert world.intent().state is State.QUARANTINED
