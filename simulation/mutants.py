@@ -123,11 +123,14 @@ PAYOUT_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
        Edit("interlock/mandate_model.py",
             "        return fund_account_id in self.fund_account_ids or contact_id in self.contact_ids",
             "        return True")),
+    # The whole re-check answers "ok" (the review's defect). Dropping only its first comparison changes nothing the
+    # checker can see: the stale-read comparison after it counts the same money and more, and refuses all the same
+    # (G2_STALE_RAIL_READ instead of G2_EXCEEDS_PAYOUT_BALANCE; tests/rail_worker/test_payout_balance_at_admission.py
+    # holds the reason).
     _m("payout_balance_recheck_ok", "ADR 0028: the admission re-asserts amount + fee against the balance less what "
        "is in motion, under the write lock",
-       Edit("rail_worker/admit.py", "        if terms.amount_minor + payout_fee > decision.rail_basis_minor - others:\n"
-            "            return \"G2_EXCEEDS_PAYOUT_BALANCE\"",
-            "        if False:\n            return \"G2_EXCEEDS_PAYOUT_BALANCE\"")),
+       Edit("rail_worker/admit.py", "    if decision.tool == PAYOUT_TOOL:\n        # One balance for every payee",
+            "    if decision.tool == PAYOUT_TOOL:\n        return None\n        # One balance for every payee")),
     _m("payout_key_per_attempt", "SPEC §18: every attempt of one payout sends the same X-Payout-Idempotency key",
        Edit("rail_worker/execute.py",
             "            \"idempotency_key\": intent.sik if refusals == 0 else f\"{intent.sik}-{refusals}\",",
@@ -281,7 +284,9 @@ SEARCHES: dict[str, Search] = {
     "move_leaves_intents_behind": Search(200, frozenset({"move"})),
     # the payout path: payouts in every seed, not six in ten
     "payee_not_checked": Search(120, frozenset({"payouts"})),
-    "payout_balance_recheck_ok": Search(200, frozenset({"payout_race"}), frozenset({"PAYOUT_BALANCE"})),
+    # ... judged by the gates while the rail workers are stopped (an outage, from the start in half the seeds), so
+    # both racing payouts' Decisions wait to be admitted against the same ledger
+    "payout_balance_recheck_ok": Search(200, frozenset({"payout_race", "rail_outage"}), frozenset({"PAYOUT_BALANCE"})),
     "payout_queued_whatever_the_mandate": Search(120, frozenset({"payouts"})),
     "payout_failure_not_raised": Search(120, frozenset({"payouts"})),
     # webhooks in every seed, forged ones among them; the bank's lifecycle in every seed

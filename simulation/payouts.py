@@ -101,5 +101,7 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
             # them and a payout the rail refuses (PAYOUT_BALANCE).
             shard.rail.banking_balance = race * 16 // 10
     if w.payout_race:
-        plan.list_lag_ms = 0  # what PAYOUT_BALANCE judges: nothing waits unlisted
+        # What PAYOUT_BALANCE judges: nothing waits unlisted (a payout's list also lags past the bound with
+        # refund_list_late: keyed entities do; seed 3 of {payout_race, rail_outage}, finding F11).
+        plan.list_lag_ms = plan.refund_list_past_bound_ms = 0
         world.actions.sort(key=lambda a: a.tool != PAYOUT or a.subject.startswith("cont_PAYEEC"))  # stable

@@ -198,7 +198,10 @@ def run_seed(seed: int, *, max_steps: int = MAX_STEPS, keep: Path | None = None,
             violations = checker.check(evidence, world.actions, world.answers, mandates, settled=settled,
                                        stopped=frozenset(sched.stopped), set_back_ms=sched.clock.set_back_ms,
                                        calls=world.received)  # fmt: skip
-            workload = {**extras.evidence(), "list_lag_ms": faults.rail.list_lag_ms,
+            # Payout lists lag with list_lag, and past the bound with refund_list_late (keyed entities): PAYOUT_BALANCE
+            # is not judged then (finding F11).
+            lag = max(faults.rail.list_lag_ms, faults.rail.refund_list_past_bound_ms or 0)
+            workload = {**extras.evidence(), "list_lag_ms": lag,
                         "payout_refusals": {s.name: list(s.rail.balance_refusals) for s in world.shards.values()}}
             violations += checker.check_workload(evidence, world.actions, world.answers, mandates, workload)
             if not settled:
