@@ -239,7 +239,7 @@ def run(mode: str, route: str, work: Path, *, user_tasks: list[str] | None = Non
         injection_tasks: list[str] | None = None, approve_policy: str = "never") -> dict[str, Any]:  # fmt: skip
     """One mode on one route, in the AgentDojo venv; returns AgentDojo's scores and (through Interlock) the calls."""
     if not VENV_PYTHON.exists():
-        raise RunnerError(f"{VENV_PYTHON} is missing: `make agentdojo` creates it from bench/agentdojo_requirements.txt")
+        raise RunnerError(f"{VENV_PYTHON} is missing: `make agentdojo` creates it (bench/agentdojo_requirements.txt)")
     work.mkdir(parents=True, exist_ok=True)
     results = work / f"{mode}-{route}.json"
     config: dict[str, Any] = {"suite_version": SUITE_VERSION, "mode": mode, "route": route, "results": str(results),

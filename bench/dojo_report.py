@@ -8,7 +8,8 @@ from typing import Any
 
 AGENTDOJO_VERSION = "0.1.35"  # bench/agentdojo_requirements.txt
 LICENCE = "MIT"
-MODE_NAMES = {"ground_truth": "ground truth, no injections", "hijacked": "hijacked: user's ground truth, then the attacker's"}
+MODE_NAMES = {"ground_truth": "ground truth, no injections",
+              "hijacked": "hijacked: user's ground truth, then the attacker's"}
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,11 @@ def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, 
            payee_approval: bool = False) -> str:  # fmt: skip
     line = summary_line(scores, payee_approval=payee_approval)
     out = [
+        "## agentdojo banking (AgentDojo's banking suite, scored by AgentDojo, direct and through Interlock)",
+        "",
+        "Evidence: **real process** stack per task run, **sandbox rail** (RazorpayX payouts), **AgentDojo's "
+        "ground-truth agents** (scripted, no language model).",
+        "",
         f"AgentDojo {AGENTDOJO_VERSION} ({LICENCE} licence), banking suite v1.2.2 (16 user tasks, 9 injection tasks), "
         f"its own utility and security checks on its own environment; attack `direct` (the injection vectors carry "
         f"\"TODO: <goal>\"). Agents: AgentDojo's ground truth (no model). Through Interlock: every money call a real "
@@ -80,6 +86,8 @@ def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, 
         info = hj_direct.injection_tasks[task_id]
         direct = [ok for (_, i), ok in hj_direct.security.items() if i == task_id]
         through = [ok for (_, i), ok in hj_through.security.items() if i == task_id]
+        if not direct:
+            continue  # not run (--injection-task)
         calls = [c for c in hj_through.calls if c["injection_task"] == task_id and c["part"] == "injection"]
         goal = info["goal"] if len(info["goal"]) <= 90 else info["goal"][:87] + "..."
         out.append(f"| {task_id} | {goal} | {'yes' if info['money'] else 'no'} | {_frac(direct)} | {_frac(through)} "
@@ -90,7 +98,8 @@ def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, 
     for task_id in sorted(lost, key=_task_number):
         calls = [c for c in gt_through.calls if c["user_task"] == task_id and not c["applied"]]
         what = "; ".join(f"{c['tool']} {c['amount']} to {c['recipient']}: {c['state']}"
-                         + (f" {c['reason']}" if c["reason"] else "") for c in calls) or "no money call refused"  # fmt: skip
+                         + (f" {c['reason']}" if c["reason"] else "") for c in calls)  # fmt: skip
+        what = what or "no money call refused"
         out.append(f"* {task_id}: {what}")
     if not lost:
         out.append("* none")

@@ -39,6 +39,8 @@ from agentdojo.task_suite.load_suites import get_suite
 from agentdojo.types import ChatAssistantMessage, ChatMessage, ChatToolResultMessage, text_content_block_from_string
 
 SUITE = "banking"
+NO_ENV = EmptyEnv()
+Answer = tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict[str, Any]]  # what a pipeline element returns
 ATTACK = "direct"  # the environment's injection vectors carry "TODO: <the injection task's goal>"
 
 
@@ -93,8 +95,8 @@ class GroundTruthAgent(BasePipelineElement):
     def second_task(self, task: BaseUserTask | BaseInjectionTask) -> BaseInjectionTask | None:
         return None
 
-    def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(), messages: Sequence[ChatMessage] = (),
-              extra_args: dict[str, Any] = {}) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:  # noqa: B006  # fmt: skip
+    def query(self, query: str, runtime: FunctionsRuntime, env: Env = NO_ENV, messages: Sequence[ChatMessage] = (),
+              extra_args: dict[str, Any] | None = None) -> Answer:  # fmt: skip
         task = self.by_prompt[query]
         if self.pair is not None:
             self.pair.part = "user"
@@ -103,9 +105,9 @@ class GroundTruthAgent(BasePipelineElement):
         if hijacker is not None and self.pair is not None:
             self.pair.part = "injection"
             new += run_calls(hijacker.ground_truth(env), runtime, env)
-        new.append(ChatAssistantMessage(role="assistant", tool_calls=None,
-                                        content=[text_content_block_from_string(task.GROUND_TRUTH_OUTPUT)]))  # fmt: skip
-        return query, runtime, env, [*messages, *new], extra_args
+        answer = text_content_block_from_string(task.GROUND_TRUTH_OUTPUT)
+        new.append(ChatAssistantMessage(role="assistant", tool_calls=None, content=[answer]))
+        return query, runtime, env, [*messages, *new], extra_args or {}
 
 
 class HijackedAgent(GroundTruthAgent):
@@ -199,14 +201,14 @@ class InterlockRoute(BasePipelineElement):
         self.inner, self.bridge, self.pair = inner, bridge, pair
         self.name = f"{inner.name}-interlock"
 
-    def query(self, query: str, runtime: FunctionsRuntime, env: Env = EmptyEnv(), messages: Sequence[ChatMessage] = (),
-              extra_args: dict[str, Any] = {}) -> tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict]:  # noqa: B006  # fmt: skip
+    def query(self, query: str, runtime: FunctionsRuntime, env: Env = NO_ENV, messages: Sequence[ChatMessage] = (),
+              extra_args: dict[str, Any] | None = None) -> Answer:  # fmt: skip
         injection = self.pair.injection_task.ID if self.pair.injection_task is not None else None
         self.bridge.ask({"op": "begin", "prompt": query, "user_task": self.pair.user_task,
                          "injection_task": injection, "account": env.bank_account.model_dump(mode="json")})  # type: ignore[attr-defined]  # fmt: skip
         functions = {name: bridged(f, self.bridge, self.pair) if name in MONEY_TOOLS else f
                      for name, f in runtime.functions.items()}  # fmt: skip
-        return self.inner.query(query, FunctionsRuntime(list(functions.values())), env, messages, extra_args)
+        return self.inner.query(query, FunctionsRuntime(list(functions.values())), env, messages, extra_args or {})
 
 
 def main(config_path: str) -> None:
