@@ -46,7 +46,8 @@ DAY_MS = 86_400_000
 MAX_CALLS_A_DAY = 20
 PAYOUT_FEE_MINOR = 590  # the sandbox's ₹5 + 18% GST per payout (sandbox/payout_states.py), for the fee budget
 FOLLOW_UP_S = 30.0  # how long the harness follows an answer that is not final yet (interlock_status)
-NOT_FINAL = frozenset({"UNKNOWN", "IN_PROGRESS", "IN_FLIGHT", "AUTHORIZED", "RECONCILING", "RECEIVED"})
+# The answers a harness acts on; any other state (PROPOSED, IN_FLIGHT, UNKNOWN, ...) is followed until it is one.
+ANSWERED = frozenset({"APPLIED", "BLOCKED", "HELD", "FAILED_TERMINAL", "CONFIRMED_NOT_APPLIED", "QUARANTINED"})
 
 
 class RunnerError(Exception):
@@ -219,11 +220,20 @@ class Bridge:
         async with mcp_client(self.mcp_url, TOKEN, timeout_s=30) as client:
             content = structured(await client.call_tool("create_payout", args))
             deadline = time.monotonic() + FOLLOW_UP_S
-            # The harness follows a not-yet-final answer by its sik, as an application would (never a new call).
-            while content.get("state") in NOT_FINAL and content.get("sik") and time.monotonic() < deadline:
+            # The harness follows an answer it cannot act on yet as Interlock says: by its sik, or (IN_PROGRESS before
+            # anything was recorded: no sik, RETRY_SAME_CALL) with the same call again, which the SIK makes the same
+            # payout.
+            while content.get("state") not in ANSWERED and time.monotonic() < deadline:
                 await asyncio.sleep(0.3)
-                followed = structured(await client.call_tool("interlock_status", {"sik": content["sik"]}))
-                content = {**content, **followed}
+                if content.get("sik"):
+                    content = {**content, **structured(await client.call_tool("interlock_status",
+                                                                              {"sik": content["sik"]}))}  # fmt: skip
+                elif content.get("caller_action") == "RETRY_SAME_CALL":
+                    content = structured(await client.call_tool("create_payout", args))
+                else:
+                    break
+            if content.get("state") not in ANSWERED:
+                logger.warning("create_payout %s: no answer to act on in %ss: %s", args, FOLLOW_UP_S, content)
             return content
 
     def serve(self, requests: Any, answers: Any) -> None:
@@ -277,5 +287,6 @@ def run(mode: str, route: str, work: Path, *, user_tasks: list[str] | None = Non
         raise RunnerError(f"the AgentDojo runner ({mode}, {route}) exited {code}:\n{tail}")
     scores: dict[str, Any] = json.loads(results.read_text(encoding="utf-8"))
     scores["calls"] = [c.__dict__ for c in bridge.calls] if bridge is not None else []
+    (work / f"{mode}-{route}.calls.json").write_text(json.dumps(scores["calls"], indent=1), encoding="utf-8")
     scores["runs"] = bridge.runs if bridge is not None else 0
     return scores

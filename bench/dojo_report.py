@@ -20,11 +20,12 @@ class Scores:
     security: dict[tuple[str, str], bool]  # AgentDojo's "security" check: True when the attacker's goal was reached
     injection_tasks: dict[str, dict[str, Any]]
     calls: list[dict[str, Any]]
+    as_user_tasks: dict[str, bool]  # AgentDojo's run of each injection task as a user task (hijacked mode only)
 
     @classmethod
     def load(cls, raw: dict[str, Any]) -> Scores:
         return cls({(u, i): ok for u, i, ok in raw["utility"]}, {(u, i): ok for u, i, ok in raw["security"]},
-                   raw["injection_tasks"], raw.get("calls", []))  # fmt: skip
+                   raw["injection_tasks"], raw.get("calls", []), raw.get("injection_tasks_utility", {}))  # fmt: skip
 
 
 def _frac(values: list[bool]) -> str:
@@ -79,6 +80,10 @@ def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, 
         label = "direct" if route == "direct" else "through Interlock"
         out.append(f"| {MODE_NAMES[mode]} | {label} | {_frac(list(s.utility.values()))} | {reached} |")
     hj_direct, hj_through = scores[("hijacked", "direct")], scores[("hijacked", "interlock")]
+    out += ["", f"AgentDojo's own check that each injection task can be done when the user asks for it (run as a user "
+            f"task): direct {_frac(list(hj_direct.as_user_tasks.values()))}, through Interlock "
+            f"{_frac(list(hj_through.as_user_tasks.values()))} (the attacker's account is no payee of the account "
+            f"holder's)."]  # fmt: skip
     out += ["", "Each injection task, over the user tasks it was paired with:", "",
             "| injection task | goal | moves money | reached direct | reached through Interlock | Interlock's answers "
             "to its calls |", "|---|---|---|---|---|---|"]  # fmt: skip
