@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck clean browser node agents bench bench-model chaos soak mutation simulate
+.PHONY: install run test lint typecheck clean browser node agents agentdojo bench bench-model chaos soak mutation simulate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -62,11 +62,27 @@ $(AGENTS_STAMP): tests/agents/requirements.txt
 
 agents: $(AGENTS_STAMP)
 
-# The agents venv installs (about a minute and a half on a fresh machine, mostly downloads) while lint runs.
+# AgentDojo (bench/agentdojo_requirements.txt, pinned) for `interlock bench agentdojo`, in a venv of its own: it
+# brings every model vendor's SDK and langchain, none of which Interlock needs; the runner reaches Interlock over
+# the bench's pipe (docs/bench.md). Rebuilt when the requirements change.
+AGENTDOJO_VENV  := .venv-agentdojo
+AGENTDOJO_STAMP := $(AGENTDOJO_VENV)/.installed
+
+$(AGENTDOJO_STAMP): bench/agentdojo_requirements.txt
+	rm -rf $(AGENTDOJO_VENV)
+	$(PYTHON) -m venv $(AGENTDOJO_VENV)
+	$(AGENTDOJO_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(AGENTDOJO_VENV)/bin/python -m pip install --quiet -r bench/agentdojo_requirements.txt
+	touch $(AGENTDOJO_STAMP)
+
+agentdojo: $(AGENTDOJO_STAMP)
+
+# The agents and AgentDojo venvs install (about a minute and a half each on a fresh machine, mostly downloads) while
+# lint runs.
 # Two test processes (pytest-xdist), each taking whole files so a module's servers start once: the suite's real
 # processes spend much of their time waiting, and two keep both cores of a CI machine busy.
 test: browser node
-	$(MAKE) --no-print-directory -j2 lint agents
+	$(MAKE) --no-print-directory -j2 lint agents agentdojo
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 
 # The scenario benchmark, the performance bench and G5's labelled set, each regenerating its section of RESULTS.md.
@@ -125,4 +141,4 @@ mutation: install
 	$(BIN)/python -m chaos.mutation_score
 
 clean:
-	rm -rf $(VENV) $(AGENTS_VENV) mutants .pytest_cache .mypy_cache .ruff_cache tests/node/node_modules
+	rm -rf $(VENV) $(AGENTS_VENV) $(AGENTDOJO_VENV) mutants .pytest_cache .mypy_cache .ruff_cache tests/node/node_modules

@@ -1,0 +1,292 @@
+"""`interlock bench agentdojo`: AgentDojo's banking suite, scored by AgentDojo, direct and through Interlock.
+
+AgentDojo runs in a venv of its own (.venv-agentdojo, `make agentdojo`) as bench/dojo_runner.py; this module is
+the Interlock side of its bridge. Through Interlock, the runner asks here over a pipe before each task run
+(`begin`: a fresh ledger and the mandate the account holder would sign for that environment) and for each money
+call (`pay`): this side turns it into a real MCP `create_payout` call at the ingress of a real stack over the
+sandbox's RazorpayX and answers whether Interlock said APPLIED. One redis-server and one sandbox serve the whole run;
+each task run gets its own ledger, engine and ingress (its own day: windows, idempotency and holds start empty).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench.env import AGENT, TIMINGS, TOKEN, mandate_data, write_mandate
+from deploy.agent_client import SandboxControl, mcp_client, structured
+from deploy.stack import Stack
+from ingress.tokens import token_sha256
+
+logger = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parent.parent
+VENV_PYTHON = REPO / ".venv-agentdojo" / "bin" / "python"
+RUNNER = Path(__file__).resolve().parent / "dojo_runner.py"
+SUITE_VERSION = "v1.2.2"
+MODES = ("ground_truth", "hijacked")  # item 2 (c), a real local model, is a third mode of the same runner
+ROUTES = ("direct", "interlock")
+# An IBAN's shape: country, check digits, 11..30 letters or digits (the suite's bill IBAN UK12... is one too).
+IBAN = re.compile(r"^[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}$")
+DAY_MS = 86_400_000
+MAX_CALLS_A_DAY = 20
+PAYOUT_FEE_MINOR = 590  # the sandbox's ₹5 + 18% GST per payout (sandbox/payout_states.py), for the fee budget
+FOLLOW_UP_S = 30.0  # how long the harness follows an answer that is not final yet (interlock_status)
+# The answers a harness acts on; any other state (PROPOSED, IN_FLIGHT, UNKNOWN, ...) is followed until it is one.
+ANSWERED = frozenset({"APPLIED", "BLOCKED", "HELD", "FAILED_TERMINAL", "CONFIRMED_NOT_APPLIED", "QUARANTINED"})
+
+
+class RunnerError(Exception):
+    """Raised when the AgentDojo runner fails or its venv is missing; names what to do."""
+
+
+def to_minor(amount: str | Decimal) -> int | None:
+    """Exact minor units (1 unit of the suite's currency = Rs 1 = 100 paise), or None when the amount is not a whole
+    number of paise, not finite or not positive: never rounded, never through a float."""
+    try:
+        value = Decimal(amount) * 100
+    except InvalidOperation:
+        return None
+    if not value.is_finite() or value <= 0 or value != value.to_integral_value():
+        return None
+    return int(value)
+
+
+def fund_account_id(iban: str) -> str:
+    """The fund account the sandbox's RazorpayX holds for an IBAN: RazorpayX's shape, stable per IBAN."""
+    return "fa_" + hashlib.sha256(iban.encode()).hexdigest()[:14].upper()
+
+
+def paid_before(account: dict[str, Any]) -> list[str]:
+    """The payees the account holder has paid before, from the environment's own history: the recipients of the
+    transactions they sent and of their standing orders. No ground truth is needed for this."""
+    own = {"me", account["iban"]}
+    sent = [t for t in account["transactions"] if t["sender"] in own] + list(account["scheduled_transactions"])
+    return sorted({t["recipient"] for t in sent if IBAN.match(t["recipient"])})
+
+
+def mandate_changes(account: dict[str, Any]) -> dict[str, Any]:
+    """What the account holder would sign: pay only those paid before, nothing beyond the account's balance in one
+    payout or in a day, at most MAX_CALLS_A_DAY payouts and their fees a day. No hold threshold inside the balance:
+    the approval a hold would wait for is the `--approve-policy` hook's (only `never` exists today)."""
+    balance = to_minor(account["balance"]) or 0
+    payout = {"reversibility": "irreversible",
+              "value": {"min_amount_minor": 1, "max_amount_minor": balance, "currencies": ["INR"]},
+              "payees": {"fund_account_ids": [fund_account_id(iban) for iban in paid_before(account)]}}  # fmt: skip
+    return {
+        "mandate_id": "mnd_agentdojo_banking",
+        "purpose": "AgentDojo banking: pay the account holder's known payees from their account",
+        "scope.grants": {"interlock_status": {"reversibility": "reversible"}, "create_payout": payout},
+        "limits.windows": [{"window_ms": DAY_MS, "max_calls": MAX_CALLS_A_DAY, "max_amount_minor": balance,
+                            "currency": "INR"}],  # fmt: skip
+        "limits.fee_budgets": {"INR": {"window_ms": DAY_MS, "max_fee_minor": MAX_CALLS_A_DAY * PAYOUT_FEE_MINOR}},
+        "approval.hold_above_minor": balance,
+    }
+
+
+# The approve-policy hook: given a HELD answer and the call, whether the account holder releases it. Only `never`
+# today; payee approval (issue 47 item 3) adds the policies that release a held payout through the console's path.
+APPROVE_POLICIES: dict[str, Callable[[dict[str, Any], dict[str, Any]], bool]] = {"never": lambda answer, call: False}
+
+
+@dataclass
+class Call:
+    """One money call the agent made through Interlock, and what came back."""
+
+    user_task: str | None
+    injection_task: str | None
+    part: str  # "user": the user task's ground truth; "injection": the hijacker's
+    tool: str
+    recipient: str
+    amount: str
+    subject: str
+    state: str
+    reason: str | None
+    applied: bool
+
+
+@dataclass
+class Bridge:
+    """The Interlock side: shared redis-server and sandbox, a fresh engine and ingress per task run."""
+
+    work: Path
+    approve_policy: str = "never"
+    calls: list[Call] = field(default_factory=list)
+    runs: int = 0
+    base: Stack | None = None
+    pair: Stack | None = None
+    control: SandboxControl | None = None
+    mcp_url: str = ""
+    known: set[str] = field(default_factory=set)
+
+    def start(self) -> None:
+        self.base = Stack(self.work / "base", env=dict(TIMINGS))
+        self.base.start_redis()
+        url = self.base.start_sandbox(seed=0)
+        self.control = SandboxControl(url, self.base.env["INTERLOCK_RAIL_KEY_ID"],
+                                      self.base.env["INTERLOCK_RAIL_KEY_SECRET"])  # fmt: skip
+
+    def stop(self) -> None:
+        self._stop_pair()
+        if self.control is not None:
+            self.control.close()
+        if self.base is not None:
+            self.base.kill_all()
+
+    def _stop_pair(self) -> None:
+        if self.pair is not None:
+            self.pair.kill_all()  # the pair's actors only: redis-server is the base stack's
+            self.pair = None
+
+    def _fund_account(self, iban: str) -> str:
+        """The IBAN's fund account on the sandbox's RazorpayX, created the first time it is named (as a banking app
+        registers a new payee): one contact per IBAN."""
+        fa = fund_account_id(iban)
+        if iban not in self.known:
+            assert self.control is not None
+            self.control.add_fund_account(fa, account_type="bank_account",
+                                          contact={"name": f"Payee {iban}", "reference_id": iban[:40]})  # fmt: skip
+            self.known.add(iban)
+        return fa
+
+    def begin(self, request: dict[str, Any]) -> dict[str, Any]:
+        assert self.base is not None and self.control is not None and self.base.redis_url
+        self._stop_pair()
+        redis.Redis.from_url(self.base.redis_url).flushall()  # nothing of the last run's queues or workers
+        account = request["account"]
+        for iban in paid_before(account):
+            self._fund_account(iban)
+        self.runs += 1
+        data = self.work / f"run{self.runs:03d}"
+        shutil.rmtree(data, ignore_errors=True)
+        data.mkdir(parents=True)
+        env = {**TIMINGS, **{k: v for k, v in self.base.env.items() if k.startswith("INTERLOCK_RAIL_")}}
+        stack = Stack(data, env=env, redis_url=self.base.redis_url)
+        mandate = write_mandate(data / "mandate.yaml", mandate_data(mandate_changes(account)))
+        tokens = data / "tokens.yaml"
+        tokens.write_text(f"agents:\n  {AGENT}: {{token_sha256: {token_sha256(TOKEN)}}}\n", encoding="utf-8")
+        stack.env["INTERLOCK_MANDATE"] = str(mandate)
+        self.control.set_banking_balance(to_minor(account["balance"]) or 0)
+        self.pair = stack
+        self.mcp_url = stack.start_ingress(tokens_file=tokens, wait=False)
+        stack.start_engine()
+        stack.wait_for_ingress()
+        return {"ok": True}
+
+    def pay(self, request: dict[str, Any]) -> dict[str, Any]:
+        recipient, amount, subject = request["recipient"], request["amount"], request["subject"]
+
+        def answer(state: str, reason: str | None, message: str, applied: bool = False) -> dict[str, Any]:
+            self.calls.append(Call(request.get("user_task"), request.get("injection_task"), request.get("part", "user"),
+                                   request["tool"], recipient, amount, subject, state, reason, applied))  # fmt: skip
+            return {"applied": applied, "state": state, "reason": reason, "message": message}
+
+        if not IBAN.match(recipient):
+            return answer("NO_COUNTERPART", "NOT_AN_IBAN",
+                          f"{recipient!r} is not an IBAN: there is no fund account to pay")  # fmt: skip
+        minor = to_minor(amount)
+        if minor is None:
+            return answer("NO_COUNTERPART", "NOT_WHOLE_PAISE", f"amount {amount} is not a whole number of cents")
+        notes = {"subject": subject, "date": str(request.get("date") or ""), "agentdojo_tool": request["tool"]}
+        if request.get("recurring") is not None:
+            notes["recurring"] = str(bool(request["recurring"])).lower()
+        args: dict[str, Any] = {"fund_account_id": self._fund_account(recipient), "amount": minor, "currency": "INR",
+                                "mode": "NEFT", "purpose": "payout", "notes": notes}  # fmt: skip
+        if re.fullmatch(r"[A-Za-z0-9 ]{1,30}", subject):
+            args["narration"] = subject
+        content = asyncio.run(self._create_payout(args))
+        state = str(content.get("state") or "ERROR")
+        reason = content.get("reason_code")
+        if state == "HELD" and APPROVE_POLICIES[self.approve_policy](content, args):
+            state = "HELD"  # releasing through the console's path arrives with payee approval (issue 47 item 3)
+        applied = state == "APPLIED"
+        return answer(state, reason, f"Interlock answered {state}" + (f" ({reason})" if reason else ""), applied)
+
+    async def _create_payout(self, args: dict[str, Any]) -> dict[str, Any]:
+        async with mcp_client(self.mcp_url, TOKEN, timeout_s=30) as client:
+            content = structured(await client.call_tool("create_payout", args))
+            deadline = time.monotonic() + FOLLOW_UP_S
+            # The harness follows an answer it cannot act on yet as Interlock says: by its sik, or (IN_PROGRESS before
+            # anything was recorded: no sik, RETRY_SAME_CALL) with the same call again, which the SIK makes the same
+            # payout.
+            while content.get("state") not in ANSWERED and time.monotonic() < deadline:
+                await asyncio.sleep(0.3)
+                if content.get("sik"):
+                    content = {**content, **structured(await client.call_tool("interlock_status",
+                                                                              {"sik": content["sik"]}))}  # fmt: skip
+                elif content.get("caller_action") == "RETRY_SAME_CALL":
+                    content = structured(await client.call_tool("create_payout", args))
+                else:
+                    break
+            if content.get("state") not in ANSWERED:
+                logger.warning("create_payout %s: no answer to act on in %ss: %s", args, FOLLOW_UP_S, content)
+            return content
+
+    def serve(self, requests: Any, answers: Any) -> None:
+        for line in requests:
+            request = json.loads(line, parse_float=Decimal)
+            op = request["op"]
+            reply = self.begin(request) if op == "begin" else self.pay(request) if op == "pay" else {"error": op}
+            answers.write(json.dumps(reply) + "\n")
+            answers.flush()
+
+
+def run(mode: str, route: str, work: Path, *, user_tasks: list[str] | None = None,
+        injection_tasks: list[str] | None = None, approve_policy: str = "never") -> dict[str, Any]:  # fmt: skip
+    """One mode on one route, in the AgentDojo venv; returns AgentDojo's scores and (through Interlock) the calls."""
+    if not VENV_PYTHON.exists():
+        raise RunnerError(f"{VENV_PYTHON} is missing: `make agentdojo` creates it (bench/agentdojo_requirements.txt)")
+    work.mkdir(parents=True, exist_ok=True)
+    results = work / f"{mode}-{route}.json"
+    config: dict[str, Any] = {"suite_version": SUITE_VERSION, "mode": mode, "route": route, "results": str(results),
+                              "logdir": str(work / "agentdojo-logs"), "user_tasks": user_tasks,
+                              "injection_tasks": injection_tasks}  # fmt: skip
+    bridge = Bridge(work / f"{mode}-stacks", approve_policy) if route == "interlock" else None
+    fds: list[int] = []
+    if bridge is not None:
+        req_read, req_write = os.pipe()
+        ans_read, ans_write = os.pipe()
+        config["bridge_fds"] = [req_write, ans_read]
+        fds = [req_write, ans_read]
+    config_path = work / f"{mode}-{route}.config.json"
+    config_path.write_text(json.dumps(config), encoding="utf-8")
+    log = (work / f"{mode}-{route}.log").open("wb")
+    # Nothing of this checkout on the runner's path: it imports AgentDojo only.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    try:
+        if bridge is not None:
+            bridge.start()
+        proc = subprocess.Popen([str(VENV_PYTHON), str(RUNNER), str(config_path)], stdout=log, stderr=subprocess.STDOUT,
+                                pass_fds=fds, env=env)  # fmt: skip
+        if bridge is not None:
+            os.close(req_write)
+            os.close(ans_read)
+            with os.fdopen(req_read, encoding="utf-8") as requests, os.fdopen(ans_write, "w") as answers:
+                bridge.serve(requests, answers)
+        code = proc.wait()
+    finally:
+        log.close()
+        if bridge is not None:
+            bridge.stop()
+    if code != 0:
+        tail = (work / f"{mode}-{route}.log").read_text(errors="replace")[-3000:]
+        raise RunnerError(f"the AgentDojo runner ({mode}, {route}) exited {code}:\n{tail}")
+    scores: dict[str, Any] = json.loads(results.read_text(encoding="utf-8"))
+    scores["calls"] = [c.__dict__ for c in bridge.calls] if bridge is not None else []
+    (work / f"{mode}-{route}.calls.json").write_text(json.dumps(scores["calls"], indent=1), encoding="utf-8")
+    scores["runs"] = bridge.runs if bridge is not None else 0
+    return scores

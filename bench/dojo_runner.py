@@ -1,0 +1,271 @@
+"""AgentDojo's banking suite run through AgentDojo's own API, direct or with the money tools bridged to Interlock —
+run by `interlock bench agentdojo` (bench/dojo_bridge.py) with the AgentDojo venv's python (.venv-agentdojo,
+bench/agentdojo_requirements.txt), so it imports AgentDojo and the standard library only, nothing of Interlock.
+
+    dojo_runner.py CONFIG.json    ->  the scores, as JSON, in the config's `results` file
+
+The scores are AgentDojo's: `benchmark_suite_without_injections` / `benchmark_suite_with_injections` over
+`get_suite(version, "banking")`, its own utility and security checks on its own environment. What this file adds:
+
+* the agents: `GroundTruthAgent` runs the task's ground truth (AgentDojo's GroundTruthPipeline, but a refused call
+  is a tool error the agent reads and goes on from, as a model's tool loop would, rather than an exception);
+  `HijackedAgent` runs the user task's ground truth, then the injection task's ground truth verbatim.
+* the route: `InterlockRoute` wraps any agent pipeline and hands it, instead of the suite's runtime, one whose
+  money tools (send_money, schedule_transaction, update_scheduled_transaction when it changes the recipient or the
+  amount) first ask the Interlock side over a pipe, and change AgentDojo's environment only when it answers
+  APPLIED. Everything else (reads, passwords, user info) runs as AgentDojo's own function.
+
+The pipe speaks JSON lines: {"op": "begin", ...} before each task run (the Interlock side gives it a fresh ledger
+and the mandate the account holder would sign for this environment), {"op": "pay", ...} for each money call.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
+from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
+from agentdojo.attacks.attack_registry import load_attack
+from agentdojo.base_tasks import BaseInjectionTask, BaseUserTask
+from agentdojo.benchmark import benchmark_suite_with_injections, benchmark_suite_without_injections
+from agentdojo.functions_runtime import EmptyEnv, Env, Function, FunctionCall, FunctionsRuntime
+from agentdojo.logging import OutputLogger
+from agentdojo.task_suite.load_suites import get_suite
+from agentdojo.types import ChatAssistantMessage, ChatMessage, ChatToolResultMessage, text_content_block_from_string
+
+SUITE = "banking"
+NO_ENV = EmptyEnv()
+Answer = tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict[str, Any]]  # what a pipeline element returns
+ATTACK = "direct"  # the environment's injection vectors carry "TODO: <the injection task's goal>"
+
+
+class Pair:
+    """Which (user task, injection task) AgentDojo is running now: the attack is asked for its injections just
+    before each run, so it is where the hijacked agent learns its second task."""
+
+    def __init__(self) -> None:
+        self.user_task: str | None = None
+        self.injection_task: BaseInjectionTask | None = None
+        self.part = "user"  # whose ground truth the agent is running: the user's or the injection task's
+
+
+def recording_attack(name: str, suite: Any, pipeline: BasePipelineElement, pair: Pair) -> Any:
+    attack = load_attack(name, suite, pipeline)
+    inner = attack.attack
+
+    def attack_and_record(user_task: BaseUserTask, injection_task: BaseInjectionTask) -> dict[str, str]:
+        pair.user_task, pair.injection_task = user_task.ID, injection_task
+        return inner(user_task, injection_task)
+
+    attack.attack = attack_and_record
+    return attack
+
+
+def run_calls(calls: Sequence[FunctionCall], runtime: FunctionsRuntime, env: Env) -> list[ChatMessage]:
+    messages: list[ChatMessage] = []
+    for call in calls:
+        messages.append(ChatAssistantMessage(role="assistant", tool_calls=[call],
+                                             content=[text_content_block_from_string("")]))  # fmt: skip
+        result, error = runtime.run_function(env, call.function, call.args, raise_on_error=False)
+        messages.append(ChatToolResultMessage(role="tool", tool_call=call, tool_call_id=None, error=error,
+                                              content=[text_content_block_from_string(
+                                                  error or tool_result_to_str(result))]))  # fmt: skip
+    return messages
+
+
+class GroundTruthAgent(BasePipelineElement):
+    """The task's ground truth as the agent's calls (the task is found by its prompt: a user task's PROMPT, or an
+    injection task's GOAL when AgentDojo runs it as a user task); each call's ground truth is taken from the
+    environment as it is when the task starts, as AgentDojo's GroundTruthPipeline does."""
+
+    name = "ground-truth"
+
+    def __init__(self, suite: Any, pair: Pair | None = None) -> None:
+        self.by_prompt: dict[str, BaseUserTask | BaseInjectionTask] = {
+            **{task.PROMPT: task for task in suite.user_tasks.values()},
+            **{task.GOAL: task for task in suite.injection_tasks.values()},
+        }
+        self.pair = pair
+
+    def second_task(self, task: BaseUserTask | BaseInjectionTask) -> BaseInjectionTask | None:
+        return None
+
+    def query(self, query: str, runtime: FunctionsRuntime, env: Env = NO_ENV, messages: Sequence[ChatMessage] = (),
+              extra_args: dict[str, Any] | None = None) -> Answer:  # fmt: skip
+        task = self.by_prompt[query]
+        if self.pair is not None:
+            self.pair.part = "user"
+        new = run_calls(task.ground_truth(env), runtime, env)
+        hijacker = self.second_task(task)
+        if hijacker is not None and self.pair is not None:
+            self.pair.part = "injection"
+            new += run_calls(hijacker.ground_truth(env), runtime, env)
+        answer = text_content_block_from_string(task.GROUND_TRUTH_OUTPUT)
+        new.append(ChatAssistantMessage(role="assistant", tool_calls=None, content=[answer]))
+        return query, runtime, env, [*messages, *new], extra_args or {}
+
+
+class HijackedAgent(GroundTruthAgent):
+    """A fully hijacked agent: the user task's ground truth, then the injection task's ground truth verbatim (taken
+    from the environment as the user's calls left it); it still answers the user with the user task's output."""
+
+    name = "hijacked"
+
+    def second_task(self, task: BaseUserTask | BaseInjectionTask) -> BaseInjectionTask | None:
+        if not isinstance(task, BaseUserTask) or self.pair is None:
+            return None
+        assert self.pair.user_task == task.ID, (self.pair.user_task, task.ID)
+        return self.pair.injection_task
+
+
+class Bridge:
+    """The pipe to the Interlock side (bench/dojo_bridge.py)."""
+
+    def __init__(self, requests: int, answers: int) -> None:
+        self.out = open(requests, "w", buffering=1, encoding="utf-8")  # noqa: SIM115 - open for the whole run
+        self.answers = open(answers, encoding="utf-8")  # noqa: SIM115
+
+    def ask(self, message: dict[str, Any]) -> dict[str, Any]:
+        self.out.write(json.dumps(message) + "\n")
+        line = self.answers.readline()
+        if not line:
+            raise SystemExit("the Interlock side closed the pipe")
+        answer: dict[str, Any] = json.loads(line)
+        return answer
+
+
+class NotApplied(Exception):
+    """Raised (as the tool's error, which the agent reads) when Interlock did not answer APPLIED."""
+
+
+def exact_amount(amount: Any) -> str:
+    """The amount as the agent wrote it: a float's repr is the shortest decimal that reads back as the same float,
+    so "98.7" stays 98.7 and 1000 * 0.195 + 5.29 (200.29000000000002 in binary) would show its extra digits and be
+    refused rather than rounded. The Interlock side converts the text to minor units with Decimal."""
+    if isinstance(amount, bool) or not isinstance(amount, int | float):
+        raise NotApplied(f"amount {amount!r} is not a number")
+    return repr(amount)
+
+
+def bridged(function: Function, bridge: Bridge, pair: Pair) -> Function:
+    original = function.run
+
+    def ask(tool: str, recipient: str, amount: Any, subject: str, date: str, recurring: bool | None) -> None:
+        injection = pair.injection_task.ID if pair.injection_task is not None else None
+        answer = bridge.ask({"op": "pay", "tool": tool, "recipient": recipient, "amount": exact_amount(amount),
+                             "subject": subject, "date": date, "recurring": recurring, "user_task": pair.user_task,
+                             "injection_task": injection, "part": pair.part})  # fmt: skip
+        if not answer.get("applied"):
+            raise NotApplied(answer.get("message") or f"Interlock answered {answer.get('state')}")
+
+    def send_money(account: Any, recipient: str, amount: float, subject: str, date: str) -> Any:
+        ask("send_money", recipient, amount, subject, date, None)
+        return original(account=account, recipient=recipient, amount=amount, subject=subject, date=date)
+
+    def schedule_transaction(account: Any, recipient: str, amount: float, subject: str, date: str,
+                             recurring: bool) -> Any:  # fmt: skip
+        ask("schedule_transaction", recipient, amount, subject, date, recurring)
+        return original(account=account, recipient=recipient, amount=amount, subject=subject, date=date,
+                        recurring=recurring)  # fmt: skip
+
+    def update_scheduled_transaction(account: Any, id: int, recipient: str | None = None, amount: float | None = None,
+                                     subject: str | None = None, date: str | None = None,
+                                     recurring: bool | None = None) -> Any:  # noqa: A002  # fmt: skip
+        kwargs = {"recipient": recipient, "amount": amount, "subject": subject, "date": date, "recurring": recurring}
+        current = next((t for t in account.scheduled_transactions if t.id == id), None)
+        # AgentDojo's own function treats a falsy field as "unchanged"; the same reading decides what changes here.
+        if current is not None and ((recipient or current.recipient) != current.recipient
+                                    or (amount or current.amount) != current.amount):  # fmt: skip
+            ask("update_scheduled_transaction", recipient or current.recipient, amount or current.amount,
+                subject or current.subject, date or current.date, recurring or current.recurring)  # fmt: skip
+        return original(account=account, id=id, **kwargs)
+
+    runs: dict[str, Callable[..., Any]] = {"send_money": send_money, "schedule_transaction": schedule_transaction,
+                                           "update_scheduled_transaction": update_scheduled_transaction}  # fmt: skip
+    return function.model_copy(update={"run": runs[function.name]})
+
+
+MONEY_TOOLS = ("send_money", "schedule_transaction", "update_scheduled_transaction")
+
+
+class InterlockRoute(BasePipelineElement):
+    """Any agent pipeline, its money tools bridged to Interlock: before the run the Interlock side is told which
+    pair starts and given the environment's bank account (the mandate is derived from it there)."""
+
+    def __init__(self, inner: BasePipelineElement, bridge: Bridge, pair: Pair) -> None:
+        self.inner, self.bridge, self.pair = inner, bridge, pair
+        self.name = f"{inner.name}-interlock"
+
+    def query(self, query: str, runtime: FunctionsRuntime, env: Env = NO_ENV, messages: Sequence[ChatMessage] = (),
+              extra_args: dict[str, Any] | None = None) -> Answer:  # fmt: skip
+        injection = self.pair.injection_task.ID if self.pair.injection_task is not None else None
+        self.bridge.ask({"op": "begin", "prompt": query, "user_task": self.pair.user_task,
+                         "injection_task": injection, "account": env.bank_account.model_dump(mode="json")})  # type: ignore[attr-defined]  # fmt: skip
+        functions = {name: bridged(f, self.bridge, self.pair) if name in MONEY_TOOLS else f
+                     for name, f in runtime.functions.items()}  # fmt: skip
+        return self.inner.query(query, FunctionsRuntime(list(functions.values())), env, messages, extra_args or {})
+
+
+def main(config_path: str) -> None:
+    config = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    version = config["suite_version"]
+    suite = get_suite(version, SUITE)
+    pair = Pair()
+    agent: GroundTruthAgent = (HijackedAgent if config["mode"] == "hijacked" else GroundTruthAgent)(suite, pair)
+    pipeline: BasePipelineElement = agent
+    if config["route"] == "interlock":
+        pipeline = InterlockRoute(agent, Bridge(*config["bridge_fds"]), pair)
+    else:
+        pipeline.name = f"{agent.name}-direct"
+    user_tasks = config.get("user_tasks")
+    logdir = Path(config["logdir"])
+    logdir.mkdir(parents=True, exist_ok=True)
+    with OutputLogger(str(logdir)), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Not all injection tasks were solved as user tasks": reported, not warned
+        if config["mode"] == "hijacked":
+            attack = recording_attack(ATTACK, suite, pipeline, pair)
+            results = benchmark_suite_with_injections(pipeline, suite, attack, logdir=logdir, force_rerun=True,
+                                                      user_tasks=user_tasks,
+                                                      injection_tasks=config.get("injection_tasks"),
+                                                      verbose=False, benchmark_version=version)  # fmt: skip
+        else:
+            results = _without_injections(pipeline, suite, user_tasks or list(suite.user_tasks), pair, logdir,
+                                           version)
+    out = {
+        "utility": [[u, i, ok] for (u, i), ok in results["utility_results"].items()],
+        "security": [[u, i, ok] for (u, i), ok in results["security_results"].items()],
+        "injection_tasks_utility": results["injection_tasks_utility_results"],
+        "injection_tasks": {t.ID: {"goal": t.GOAL, "money": _moves_money(t, suite)}
+                            for t in suite.injection_tasks.values()},  # fmt: skip
+    }
+    Path(config["results"]).write_text(json.dumps(out), encoding="utf-8")
+
+
+def _without_injections(pipeline: BasePipelineElement, suite: Any, user_tasks: list[str], pair: Pair, logdir: Path,
+                        version: str) -> Any:  # fmt: skip
+    """benchmark_suite_without_injections one user task at a time, so the route knows which task starts."""
+    merged: dict[str, dict[Any, Any]] = {"utility_results": {}, "security_results": {},
+                                         "injection_tasks_utility_results": {}}  # fmt: skip
+    for task_id in user_tasks:
+        pair.user_task, pair.injection_task = task_id, None
+        results = benchmark_suite_without_injections(pipeline, suite, logdir=logdir, force_rerun=True,
+                                                     user_tasks=[task_id], benchmark_version=version)  # fmt: skip
+        for key in merged:
+            merged[key].update(results[key])  # type: ignore[literal-required]
+    return merged
+
+
+def _moves_money(task: BaseInjectionTask, suite: Any) -> bool:
+    """Whether the injection task's ground truth calls a money tool (its goal moves money or sends text out with
+    money), on the suite's default environment."""
+    env = suite.load_and_inject_default_environment({})
+    return any(call.function in MONEY_TOOLS for call in task.ground_truth(env))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
