@@ -34,9 +34,9 @@ def fund_account(fid: str = STRANGER, *, active: bool = True, vpa: bool = False)
     details = ({"vpa": {"username": "stranger", "handle": "okhdfcbank", "address": "stranger@okhdfcbank"}} if vpa else
                {"bank_account": {"ifsc": "HDFC0000053", "bank_name": "HDFC Bank", "name": "Gabbar Traders",
                                  "notes": [], "account_number": "50100012345678"}})  # fmt: skip
-    found: FundAccount = FundAccount.from_raw({"id": fid, "entity": "fund_account", "contact_id": "cont_STRANGER0000001",
-                                               "account_type": "vpa" if vpa else "bank_account", "active": active,
-                                               **details})  # fmt: skip
+    raw = {"id": fid, "entity": "fund_account", "contact_id": "cont_STRANGER0000001",
+           "account_type": "vpa" if vpa else "bank_account", "active": active, **details}
+    found: FundAccount = FundAccount.from_raw(raw)
     return found
 
 
