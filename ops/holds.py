@@ -122,8 +122,9 @@ def payees_shown(ctx: OpsContext, held: list[Intent]) -> dict[str, dict[str, Any
 
 def describe_payee(payee: dict[str, Any]) -> str:
     """One line of a payee as the rail reports it: whose, where the money lands, which contact."""
+    bank = f" ({payee['bank_name']})" if payee.get("bank_name") else ""
     where = (f"VPA {payee.get('vpa')}" if payee.get("account_type") == "vpa" else
-             f"account {payee.get('account_number')} IFSC {payee.get('ifsc')} ({payee.get('bank_name')})")
+             f"account {payee.get('account_number')} IFSC {payee.get('ifsc')}{bank}")
     name = f"{payee.get('name')}, " if payee.get("name") else ""
     inactive = "" if payee.get("active", True) else " INACTIVE"
     return f"{name}{where}, contact {payee.get('contact_id')}{inactive}"
