@@ -61,10 +61,13 @@ async def approve(request: Request) -> Response:
         released = await run_in_threadpool(
             holds.approve, ctx, sik, approver=approver, terms_digest=_text(form, "terms") or "",
             merchant_id=merchant_id, reason=_text(form, "reason") or "approved in the console", expected=expected,
+            allow_payee=_text(form, "allow_payee"),  # the checkbox carries the payee digest it was drawn with
         )  # fmt: skip
     except InterlockError as exc:
         return _refused("/holds", str(exc))
     note = "" if released.enqueued else " (Redis unreachable: the reconciler will hand it to the rail worker)"
+    if released.payee_allowed_seq is not None:
+        note += f"; payee {released.intent.subject_id} added to the mandate's payees for later calls"
     return _done(merchant_id, sik, f"approved by {approver.approver_id}: released to the rail worker{note}")
 
 

@@ -94,8 +94,12 @@ def _approvers(ctx: OpsContext, agent_ids: set[str]) -> dict[str, list[str]]:
 
 
 def _holds(ctx: OpsContext) -> dict[str, Any]:
-    held = [i for shard in ctx.shards() for i in holds.list_holds(shard)]
-    return {"holds": [(i, holds.terms_digest(i)) for i in held],
+    held, payees = [], {}
+    for shard in ctx.shards():
+        found = holds.list_holds(shard)
+        held += found
+        payees.update(holds.payees_shown(shard, found))  # a payout's payee as the rail reported it (ADR 0034)
+    return {"holds": [(i, holds.terms_digest(i)) for i in held], "payees": payees,
             "approvers": _approvers(ctx, {i.agent_id for i in held})}  # fmt: skip
 
 

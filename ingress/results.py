@@ -46,6 +46,11 @@ EXPLANATIONS: dict[str, str] = {
         "payouts go only to the fund accounts or contacts a person listed in the mandate. Nothing was paid. "
         "Do not try another payee id; ask a person to add this one to the mandate if it should be paid."
     ),
+    "G2_PAYEE_UNLISTED_HELD": (
+        "The payee (the fund account, as the rail reports it) is on no list of the mandate, which holds such a "
+        "payout for a person to decide rather than refusing it. Nothing is paid unless an approver releases this "
+        "call. Do not try another payee id; ask interlock_status for the outcome later."
+    ),
     "G2_PAYOUTS_UNSUPPORTED": (
         "This Interlock reaches the rail through an upstream MCP server, which has no tool that makes a "
         "RazorpayX payout. Nothing was paid; repeating the call gets the same answer."

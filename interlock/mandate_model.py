@@ -2,8 +2,9 @@
 
 `mandate_hash` is the sha256 of the canonical JSON (RFC 8785) of the *validated* mandate, dumped in JSON mode
 with every default filled in — except the optional fields added for the seed's format and task binding
-(`task_binding`, `task_signers`, `key_fields`, `manifest_sha256`, `trust_tier`, `purpose_check`, `rail`), which are left
-out while unset, so a mandate that does not use them keeps the hash (and the signature) it had before they existed.
+(`task_binding`, `task_signers`, `key_fields`, `manifest_sha256`, `trust_tier`, `purpose_check`, `rail`) and those
+added since (a payout grant's `payees.unlisted`, a window's `tool` and `per_subject`), which are left out while
+unset, so a mandate that does not use them keeps the hash (and the signature) it had before they existed.
 Loading with file:line errors is interlock.mandate_load; Ed25519 signing is interlock.mandate_sign.
 """
 
@@ -130,12 +131,19 @@ ContactId = Annotated[str, _check(r"cont_[A-Za-z0-9]{14}", "a RazorpayX contact 
 AccountNumber = Annotated[str, _check(r"[0-9]{9,18}", "a RazorpayX account number (9-18 digits)")]
 
 
+UnlistedPayee = Literal["block", "hold"]
+
+
 class Payees(_Strict):
     """Whom a create_payout grant may pay (ADR 0028): a fund account on the first list, or any fund account of a
-    contact on the second — as the rail says the fund account is, never as the agent does."""
+    contact on the second — as the rail says the fund account is, never as the agent does. `unlisted` says what a
+    call to any other payee is: refused (`block`, the default) or held for an approver (`hold`, ADR 0034), who
+    sees the fund account as the rail reports it and may add it to these payees for later calls."""
 
     fund_account_ids: list[FundAccountId] = Field(default_factory=list)
     contact_ids: list[ContactId] = Field(default_factory=list)
+    # Left out of the hash while it is the default, so a mandate that does not say it keeps its hash (and signature).
+    unlisted: UnlistedPayee = Field(default="block", exclude_if=lambda v: v == "block")
 
     def allow(self, fund_account_id: str, contact_id: str) -> bool:
         """Whether the fund account the rail returned is one of these payees: by its id, or by its contact's."""
@@ -143,8 +151,8 @@ class Payees(_Strict):
 
     @model_validator(mode="after")
     def _rules(self) -> Payees:
-        if not self.fund_account_ids and not self.contact_ids:
-            message = "payees must name at least one fund account or contact"
+        if not self.fund_account_ids and not self.contact_ids and self.unlisted == "block":
+            message = "payees must name at least one fund account or contact (or hold the others: unlisted: hold)"
             raise _Violations([_Problem(("fund_account_ids",), message)])
         return self
 
@@ -351,3 +359,7 @@ def _mandate_problems(m: Mandate) -> Iterator[_Problem]:
                        anchor=("task_binding",))
     if m.approval.hold_above_minor is not None and not m.approval.approvers:
         yield _Problem(("approval", "approvers"), "hold_above_minor is set, so someone must be listed to release holds")
+    payees = payout.payees if (payout := m.grant(PAYOUT_TOOL)) is not None else None
+    if payees is not None and payees.unlisted == "hold" and not m.approval.approvers:
+        yield _Problem(("approval", "approvers"), "create_payout holds unlisted payees, so someone must be listed to "
+                       "decide them", anchor=("scope", "grants", PAYOUT_TOOL, "payees", "unlisted"))  # fmt: skip

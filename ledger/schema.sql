@@ -312,3 +312,22 @@ CREATE TABLE IF NOT EXISTS console_sessions (
     revoked_at        INTEGER,              -- set by logout; a revoked session authenticates nobody
     CHECK ((kind = 'approver') = (approver_id IS NOT NULL))
 ) STRICT, WITHOUT ROWID;
+
+-- Payees an approver added to a mandate's create_payout payees while releasing a call held for its unlisted payee
+-- (ADR 0034): for later calls of that agent under that mandate version only — a replaced mandate (another hash)
+-- finds none of them. Each row is written with its PAYEE_ALLOWED audit record, in the transaction that releases
+-- the hold; G2 and the release of a later hold read them beside the mandate's own payees. Never updated or deleted.
+CREATE TABLE IF NOT EXISTS payee_amendments (
+    merchant_id     TEXT    NOT NULL,
+    agent_id        TEXT    NOT NULL,
+    mandate_hash    TEXT    NOT NULL,       -- the mandate version it amends
+    fund_account_id TEXT    NOT NULL,       -- the payee allowed: this fund account, not its contact's others
+    contact_id      TEXT    NOT NULL,       -- its contact, as the rail reported it
+    payee_digest    TEXT    NOT NULL,       -- the digest of the fund account as the approver was shown it
+    approver_id     TEXT    NOT NULL,
+    credential      TEXT    NOT NULL,       -- the approver credential that authenticated it (ADR 0015)
+    sik             TEXT    NOT NULL,       -- the held call whose release added it
+    audit_seq       INTEGER NOT NULL,       -- its PAYEE_ALLOWED record
+    allowed_at      INTEGER NOT NULL,
+    PRIMARY KEY (merchant_id, agent_id, mandate_hash, fund_account_id)
+) STRICT, WITHOUT ROWID;

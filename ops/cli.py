@@ -44,14 +44,21 @@ def _merchant_context(merchant: str | None) -> OpsContext:
 
 @holds_group.command("list")
 def holds_list() -> None:
-    found = []
+    found, payees = [], {}
     for ctx in OpsContext.from_settings().shards():  # every shard's holds, with a shard map
         for expired in holds.sweep_expired(ctx):
             click.echo(f"expired: {expired.sik} is now BLOCKED (HOLD_EXPIRED)")
-        found += holds.list_holds(ctx)
+        held = holds.list_holds(ctx)
+        found += held
+        payees.update(holds.payees_shown(ctx, held))
     now = now_ms()
     for intent in found:
         click.echo(_hold_line(intent, now))
+        shown = payees.get(intent.sik)
+        if shown is not None:  # a payout: whom it pays, as the rail reported the fund account to G2 (ADR 0034)
+            click.echo(f"    payee: {holds.describe_payee(shown['payee'])}  payee_digest={shown['payee_digest']}"
+                       + ("  (on no list: approve with --allow-payee DIGEST to add it for later calls)"
+                          if shown["reason_code"] == "G2_PAYEE_UNLISTED_HELD" else ""))  # fmt: skip
     click.echo(f"{len(found)} held")
 
 
@@ -67,16 +74,24 @@ _AS_HELP = ("your approver id: named by the intent's mandate, and proven by your
 @click.option("--reason", default="approved by operator", show_default=True, help="why (goes into the audit record)")
 @click.option("--amount", type=int, help="refuse unless the held call is for exactly this many minor units")
 @click.option("--merchant", help="merchant id: when merchants share a ledger, and with INTERLOCK_SHARDS")
+@click.option("--allow-payee", "payee_digest", metavar="PAYEE_DIGEST",
+              help="a payout's payee_digest (from `holds list`): also add this payee to the payees of the mandate the "
+              "call was held under, for the agent's later calls (audited PAYEE_ALLOWED); without it only this call "
+              "is paid")  # fmt: skip
 def holds_approve(sik: str, approver_id: str, digest: str, reason: str, amount: int | None,
-                  merchant: str | None) -> None:  # fmt: skip
+                  merchant: str | None, payee_digest: str | None) -> None:  # fmt: skip
     """Release one held call to the rail worker."""
     ctx = _merchant_context(merchant)
     approver = authenticate(ctx, sik, approver_id)
     released = holds.approve(ctx, sik, approver=approver, terms_digest=digest, reason=reason, merchant_id=merchant,
-                             expected=holds.Expected(amount_minor=amount))  # fmt: skip
+                             expected=holds.Expected(amount_minor=amount), allow_payee=payee_digest)  # fmt: skip
     click.echo(f"approved: {sik} is {released.intent.state.value}; "
                + ("handed to the rail worker" if released.enqueued
                   else "Redis unreachable: the reconciler's sweep will hand it to the rail worker"))  # fmt: skip
+    if payee_digest is not None:
+        click.echo(f"payee {released.intent.subject_id} " + (
+            f"added to the payees of mandate {released.intent.mandate_id} (audit seq {released.payee_allowed_seq})"
+            if released.payee_allowed_seq is not None else "was on the mandate's payees already"))  # fmt: skip
 
 
 @holds_group.command("reject")

@@ -9,7 +9,8 @@ still fits G2 on a fresh rail read (the payment or the balance, less the other i
 releases that one intent — HELD -> AUTHORIZED in one transaction with an audit record naming the authenticated
 approver, the credential and why — and hands it to the rail worker through the normal execute job. A hold is
 left once: a second approval finds it AUTHORIZED (or further) and is refused, never re-applied. A changed
-amount is a different SIK, so it is a different intent and needs its own approval.
+amount is a different SIK, so it is a different intent and needs its own approval. A payout held for a payee on no
+list may also add that payee to its mandate's payees, by the approver's explicit choice (ops.held_payees, ADR 0034).
 """
 
 from __future__ import annotations
@@ -25,8 +26,7 @@ from interlock.canonical import canonical_hash
 from interlock.clock import now_ms
 from interlock.errors import ConfigError, InterlockError, OperatorRefused
 from interlock.fees import DEFAULT_FEE_RATE
-from interlock.mandate import MandateStore
-from interlock.mandate_model import Payees
+from interlock.mandate import Mandate, MandateStore
 from interlock.queues import EXECUTE_JOB
 from ledger import operator
 from ledger.db import transaction
@@ -39,6 +39,7 @@ from ledger.queries import (
     money_committed_for_tool,
 )
 from ledger.states import State
+from ops import held_payees
 from ops.approvers import Approver, approver_problem
 from ops.context import OpsContext
 from ops.format import format_minor
@@ -63,6 +64,8 @@ class Expected:
 class Released:
     intent: Intent
     enqueued: bool  # False: Redis was unreachable; the reconciler's sweep re-enqueues AUTHORIZED intents
+    # With allow_payee: the PAYEE_ALLOWED record's seq, or None when the payee was on the list already.
+    payee_allowed_seq: int | None = None
 
 
 def terms_of(intent: Intent) -> dict[str, Any]:
@@ -108,17 +111,39 @@ def list_holds(ctx: OpsContext) -> list[Intent]:
         return sorted(operator.intents_in_state(conn, State.HELD), key=lambda i: i.hold_expires_at or 0)
 
 
+def payees_shown(ctx: OpsContext, held: list[Intent]) -> dict[str, dict[str, Any]]:
+    """SIK -> each held payout's payee as G2 read it from the rail when it held the call (ops.held_payees.shown): what
+    `holds list` and the console show beside the call's terms, with the digest that adds it to the allow-list."""
+    if not any(i.tool == PAYOUT_TOOL for i in held):
+        return {}
+    with ctx.ledger(readonly=True) as conn:
+        return {i.sik: found for i in held if (found := held_payees.shown(conn, i)) is not None}
+
+
+def describe_payee(payee: dict[str, Any]) -> str:
+    """One line of a payee as the rail reports it: whose, where the money lands, which contact."""
+    bank = f" ({payee['bank_name']})" if payee.get("bank_name") else ""
+    where = (f"VPA {payee.get('vpa')}" if payee.get("account_type") == "vpa" else
+             f"account {payee.get('account_number')} IFSC {payee.get('ifsc')}{bank}")
+    name = f"{payee.get('name')}, " if payee.get("name") else ""
+    inactive = "" if payee.get("active", True) else " INACTIVE"
+    return f"{name}{where}, contact {payee.get('contact_id')}{inactive}"
+
+
 def approve(
     ctx: OpsContext, sik: str, *, approver: Approver, terms_digest: str, reason: str,
     expected: Expected | None = None, merchant_id: str | None = None, now: int | None = None,
+    allow_payee: str | None = None,
 ) -> Released:  # fmt: skip
-    """Release one held call for *approver*, who saw the terms whose digest is *terms_digest*."""
+    """Release one held call for *approver*, who saw the terms whose digest is *terms_digest*. With *allow_payee* (the
+    payee digest the approver was shown), a held payout's payee is also added to its mandate's payees (ADR 0034)."""
     _require_current(ctx, sik, approver)
     if not terms_digest.strip():
         raise OperatorRefused(sik, "an approval names the terms digest of the call it approves (`holds list` "
                                    "prints it as terms=…; pass --terms)")  # fmt: skip
     mandates = ctx.mandates()
     rail_view = _read_referent(ctx, sik, merchant_id)  # before the write lock: a rail call may take seconds
+    seq: int | None = None
     with ctx.ledger() as conn:
         with transaction(conn):  # every check reads the row under the write lock it is released under
             # The time too: the rail read above, or a wait for the lock, must not age the expiry and window checks.
@@ -130,20 +155,27 @@ def approve(
                 problem: str | None = (f"the hold expired at {intent.hold_expires_at} (now {now}); the call is now "
                                        "BLOCKED with reason HOLD_EXPIRED — the agent must make a new call")
             else:
+                mandate = mandates.get(intent.agent_id)
                 problem = (_approval_problem(mandates, intent, approver.approver_id, now)
                            or _terms_problem(intent, terms_digest, expected or Expected())
-                           or _value_problem(conn, intent, rail_view, _account_merchants(mandates, intent),
-                                             _payees(mandates, intent)))
+                           or (held_payees.allow_problem(intent, rail_view.fund_account, mandate, allow_payee)
+                               if allow_payee is not None else None)
+                           or _value_problem(conn, intent, rail_view, _account_merchants(mandates, intent), mandate))
                 if problem is None:
                     intent = operator.release_hold(conn, intent, approver=approver.approver_id, reason=reason,
-                                                   approved_terms=terms_of(intent), now=now,
-                                                   mandate=mandates.get(intent.agent_id),
+                                                   approved_terms=terms_of(intent), now=now, mandate=mandate,
                                                    credential=approver.credential,
                                                    clock_skew_ms=ctx.settings.clock_skew_ms)  # fmt: skip
+                    if allow_payee is not None and rail_view.fund_account is not None:  # the same commit as the release
+                        seq = held_payees.allow(conn, intent, rail_view.fund_account, mandate, approver=approver,
+                                                now=now)  # fmt: skip
     if problem is not None:  # raised after the commit: an expired hold stays BLOCKED
         raise OperatorRefused(sik, problem)
     logger.info("hold on %s released by %s (%s): %s", sik, approver.approver_id, approver.credential, reason)
-    return Released(intent, _enqueue_execute(ctx, intent))
+    if seq is not None:
+        logger.info("payee %s added to the payees of %s's mandate %s by %s (audit seq %d)", intent.subject_id,
+                    intent.agent_id, intent.mandate_hash[:12], approver.approver_id, seq)  # fmt: skip
+    return Released(intent, _enqueue_execute(ctx, intent), payee_allowed_seq=seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -191,23 +223,6 @@ def _read_rail(ctx: OpsContext, intent: Intent) -> _RailView:
                                  "released — approve again once the rail answers")  # fmt: skip
 
 
-def _payees(mandates: MandateStore, intent: Intent) -> Payees | None:
-    """Whom the agent's mandate, as it is now, lets a payout pay (None: nobody)."""
-    mandate = mandates.get(intent.agent_id)
-    grant = mandate.grant(intent.tool) if mandate is not None else None
-    return grant.payees if grant is not None else None
-
-
-def _payee_problem(intent: Intent, fund_account: FundAccount, payees: Payees | None) -> str | None:
-    """G2's payee check again, on the rail's fund account now and the mandate now (ADR 0028)."""
-    if payees is None or not payees.allow(fund_account.id, fund_account.contact_id):
-        return (f"G2_PAYEE_NOT_ALLOWED: payee {fund_account.id} (contact {fund_account.contact_id}) is not on the "
-                "mandate's payees any more; reject it")  # fmt: skip
-    if not fund_account.active:
-        return f"G2_PAYEE_INACTIVE: payee {fund_account.id} is no longer active on the rail; reject it"
-    return None
-
-
 def _account_merchants(mandates: MandateStore, intent: Intent) -> tuple[str, ...]:
     """The merchants on this intent's rail account (ADR 0021): their money in motion shares one G2 count."""
     mandate = mandates.get(intent.agent_id)
@@ -215,7 +230,7 @@ def _account_merchants(mandates: MandateStore, intent: Intent) -> tuple[str, ...
 
 
 def _value_problem(conn: sqlite3.Connection, intent: Intent, view: _RailView, merchants: tuple[str, ...],
-                   mandates_payees: Payees | None = None) -> str | None:  # fmt: skip
+                   mandate: Mandate | None = None) -> str | None:  # fmt: skip
     """G2 again, against the fresh rail read and the ledger inside the release transaction: money moved or
     held since the call was held (another refund, a settlement) may leave no room for it any more."""
     if view.problem is not None:
@@ -234,7 +249,7 @@ def _value_problem(conn: sqlite3.Connection, intent: Intent, view: _RailView, me
                  f"{format_minor(others, currency)}")  # fmt: skip
         code = "G2_EXCEEDS_REFUNDABLE"
     elif view.banking_balance is not None and view.fund_account is not None:
-        refused = _payee_problem(intent, view.fund_account, mandates_payees)
+        refused = held_payees.payee_problem(conn, intent, view.fund_account, mandate)
         if refused is not None:
             return refused
         if intent.params.get("queue_if_low_balance") is True:

@@ -7,6 +7,8 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from interlock.canonical import canonical_hash
+
 
 class RailEntity(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -129,6 +131,30 @@ class FundAccount(RailEntity):
     bank_account: dict[str, Any] | None = None
     vpa: dict[str, Any] | None = None
     created_at: int | None = None
+
+    def shown(self) -> dict[str, Any]:
+        """The fund account as an approver is shown it (ADR 0034): the name on the bank account, its number masked
+        to the last four digits, IFSC and bank; or the VPA; and the contact. All of it as the rail reports it."""
+        view: dict[str, Any] = {"fund_account_id": self.id, "contact_id": self.contact_id,
+                                "account_type": self.account_type, "active": self.active}  # fmt: skip
+        if self.bank_account is not None:
+            number = str(self.bank_account.get("account_number") or "")
+            view.update(name=self.bank_account.get("name"), account_number="x" * max(len(number) - 4, 0) + number[-4:],
+                        ifsc=self.bank_account.get("ifsc"), bank_name=self.bank_account.get("bank_name"))  # fmt: skip
+        if self.vpa is not None:
+            view["vpa"] = self.vpa.get("address")
+        return view
+
+    @property
+    def digest(self) -> str:
+        """A short digest of who and where this payee is, unmasked: an approver who adds the payee names it, and the
+        release compares it with the rail's answer then (ADR 0034). `active` is left out: it is checked apart."""
+        bank = self.bank_account or {}
+        return canonical_hash({
+            "id": self.id, "contact_id": self.contact_id, "account_type": self.account_type,
+            "bank_account": {k: bank.get(k) for k in ("name", "account_number", "ifsc")} if self.bank_account else None,
+            "vpa": (self.vpa or {}).get("address"),
+        })[:16]  # fmt: skip
 
 
 class BankingBalance(RailEntity):
