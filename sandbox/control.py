@@ -133,6 +133,17 @@ async def move_payout(rail: Rail, request: Request) -> Response:
     return JSONResponse(changes[0].entity)
 
 
+async def hold_lifecycle(rail: Rail, request: Request) -> Response:
+    """Hold (`{"held": true}`) or release the lifecycle's schedule. A release applies what fell due meanwhile before
+    it answers, so a caller that waits on nothing sees it done."""
+    body = await validation.json_object(request)
+    validation.reject_unknown(body, ("held",))
+    rail.lifecycle.held = validation.boolean(validation.required(body, "held"), "held")
+    moved = 0 if rail.lifecycle.held else rail.lifecycle.advance()
+    logger.info("lifecycle %s (%s changes applied)", "held" if rail.lifecycle.held else "released", moved)
+    return JSONResponse({"held": rail.lifecycle.held, "moved": moved})
+
+
 def _json_list(raw: bytes) -> Any:
     try:
         return json.loads(raw) if raw.strip() else []

@@ -20,7 +20,8 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -143,6 +144,21 @@ class SandboxProcess:
     def move_payout(self, payout_id: str, status: str) -> dict[str, Any]:
         """Move a payout on by hand (processed, failed or reversed), as RazorpayX test mode's dashboard does."""
         return self._control("POST", f"/__sandbox/payouts/{payout_id}/status", {"status": status})
+
+    def hold_lifecycle(self, held: bool = True) -> dict[str, Any]:
+        """Hold the lifecycle's schedule (nothing scheduled moves) or release it (what fell due moves before this
+        returns); answers {held, moved}."""
+        return self._control("POST", "/__sandbox/lifecycle", {"held": held})
+
+    @contextmanager
+    def lifecycle_held(self) -> Iterator[None]:
+        """Nothing the lifecycle has scheduled moves inside the block; at its end what fell due moves. A test orders
+        its own calls against a scheduled change this way, not by racing the clock."""
+        self.hold_lifecycle()
+        try:
+            yield
+        finally:
+            self.hold_lifecycle(False)
 
     def health(self) -> dict[str, Any]:
         """pid, journal path, idempotency keys in progress and slow applies still pending."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -65,6 +66,16 @@ def test_a_refund_the_bank_fails_gives_the_payment_its_amount_back(rail, http) -
     assert http.get("/v1/payments/pay_LC_FAIL").json()["amount_refunded"] == 25_000  # held while pending
     assert final(http, f"/v1/refunds/{created['id']}", ("processed", "failed"))["status"] == "failed"
     assert http.get("/v1/payments/pay_LC_FAIL").json()["amount_refunded"] == 0
+
+
+def test_a_held_lifecycle_moves_nothing_until_released_and_then_at_once_what_fell_due(rail, http) -> None:
+    with rail.lifecycle_held():
+        created = refund(rail, http, "pay_LC_HELD", 10_000)
+        overdue = time.time() + 2 * LIFECYCLE_MS / 1000
+        wait_for(lambda: time.time() > overdue, timeout=60)
+        assert http.get(f"/v1/refunds/{created['id']}").json()["status"] == "pending"
+    # The release applies what fell due before it answers: nothing to wait for here.
+    assert http.get(f"/v1/refunds/{created['id']}").json()["status"] == "processed"
 
 
 def test_a_settlement_goes_created_initiated_processed(rail, http) -> None:
