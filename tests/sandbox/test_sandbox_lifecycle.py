@@ -100,9 +100,11 @@ def test_a_reversed_settlement_credits_back_what_was_settled(rail, http) -> None
 def test_the_schedule_survives_a_sandbox_restart(tmp_path: Path) -> None:
     env = {"INTERLOCK_SANDBOX_LIFECYCLE_MS": "1500"}
     with start_sandbox(tmp_path, env=env) as first:
+        first.hold_lifecycle()  # however slow the machine, the first process moves nothing before it is killed
         with httpx.Client(base_url=first.url, auth=(first.key_id, first.key_secret), timeout=10.0) as http:
             created = refund(first, http, "pay_LC_RESTART", 10_000)
-        os.kill(first.pid, signal.SIGKILL)  # before it is due: the process that planned it is gone
+            assert http.get(f"/v1/refunds/{created['id']}").json()["status"] == "pending"
+        os.kill(first.pid, signal.SIGKILL)  # the process that planned it is gone
         first.proc.wait(10)
     with start_sandbox(tmp_path, env=env) as second:
         with httpx.Client(base_url=second.url, auth=(second.key_id, second.key_secret), timeout=10.0) as http:
