@@ -33,6 +33,8 @@ async def health(rail: Rail, request: Request) -> Response:
             # Idempotency keys whose first request is still being processed (a second one gets 409).
             "in_progress": sorted(key for _, key in rail.in_progress),
             "pending_applies": len(rail.tasks),
+            # Requests (money or reads) waiting out a slow fault's delay now.
+            "slow_waiting": rail.slow_waiting,
         }
     )
 
@@ -142,6 +144,13 @@ async def hold_lifecycle(rail: Rail, request: Request) -> Response:
     moved = 0 if rail.lifecycle.held else rail.lifecycle.advance()
     logger.info("lifecycle %s (%s changes applied)", "held" if rail.lifecycle.held else "released", moved)
     return JSONResponse({"held": rail.lifecycle.held, "moved": moved})
+
+
+async def release_slow(rail: Rail, request: Request) -> Response:
+    """End the delay of every request the slow fault is holding now: each carries on at once, applies and answers."""
+    released = rail.release_slow()
+    logger.info("released %s slow requests", released)
+    return JSONResponse({"released": released})
 
 
 def _json_list(raw: bytes) -> Any:
