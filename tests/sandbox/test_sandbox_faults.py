@@ -44,12 +44,13 @@ def test_fail_504_answers_504_without_applying(sandbox: SandboxProcess, http, ne
 
 def test_slow_applies_after_the_client_gave_up(sandbox: SandboxProcess, new_payment, new_sik):
     payment_id, sik = new_payment(), new_sik()
-    sandbox.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1200}}])
-    with httpx.Client(base_url=sandbox.url, auth=(sandbox.key_id, sandbox.key_secret), timeout=0.3) as impatient:
-        with pytest.raises(httpx.ReadTimeout):
-            refund(impatient, payment_id, stamped_body(sik))
-    assert sandbox.count_stamped(sik) == 0  # not yet: the apply is still being held
-    wait_for(lambda: sandbox.count_stamped(sik) == 1, timeout=5)
+    with sandbox.slow_held():  # held until the block ends, however long the client takes to give up
+        with httpx.Client(base_url=sandbox.url, auth=(sandbox.key_id, sandbox.key_secret), timeout=0.3) as impatient:
+            with pytest.raises(httpx.ReadTimeout):
+                refund(impatient, payment_id, stamped_body(sik))
+        wait_for(lambda: sandbox.health()["slow_waiting"] == 1, timeout=60)  # it reached the rail ...
+        assert sandbox.count_stamped(sik) == 0  # ... and is not applied yet: the apply is still being held
+    wait_for(lambda: sandbox.count_stamped(sik) == 1, timeout=60)
 
 
 def test_dup_response_answers_with_an_earlier_entity(sandbox: SandboxProcess, http, new_payment, new_sik):
