@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -97,12 +99,17 @@ def test_partition_clears_when_faults_are_cleared(sandbox: SandboxProcess, http,
 
 def test_replica_lag_hides_a_fresh_refund_then_shows_it(sandbox: SandboxProcess, http, new_payment, new_sik):
     payment_id, sik = new_payment(), new_sik()
-    sandbox.set_faults([{"name": "replica_lag", "rate": 1.0, "params": {"lag_ms": 1000}}])
+    # A lag longer than the test runs hides the refund however slowly it gets to look ...
+    sandbox.set_faults([{"name": "replica_lag", "rate": 1.0, "params": {"lag_ms": 600_000}}])
     made = refund(http, payment_id, stamped_body(sik)).json()
+    made_by = time.time()
     assert http.get(f"/v1/payments/{payment_id}/refunds").json()["items"] == []
     assert http.get(f"/v1/refunds/{made['id']}").status_code == 400
     assert sandbox.count_stamped(sik) == 1  # hidden from reads, but it happened
-    listed = wait_for(lambda: http.get(f"/v1/payments/{payment_id}/refunds").json()["items"], timeout=5)
+    # ... and a lag shorter than its age shows it.
+    wait_for(lambda: time.time() > made_by + 0.2, timeout=60)
+    sandbox.set_faults([{"name": "replica_lag", "rate": 1.0, "params": {"lag_ms": 100}}])
+    listed = http.get(f"/v1/payments/{payment_id}/refunds").json()["items"]
     assert [r["id"] for r in listed] == [made["id"]]
     assert http.get(f"/v1/refunds/{made['id']}").status_code == 200
 
