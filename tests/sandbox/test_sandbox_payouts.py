@@ -172,19 +172,18 @@ def test_keys_of_4_to_36_letters_digits_hyphens_underscores_and_spaces_are_taken
 def test_a_key_still_in_progress_answers_409_and_the_payout_lands_once(rail, http, fund_account):
     rail.set_banking_balance(100_000)
     payee, key = fund_account(), new_key()
-    rail.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1500}}])
     first: dict[str, httpx.Response] = {}
     worker = threading.Thread(target=lambda: first.update(r=pay(http, body(payee, 700), key)))
-    worker.start()
     try:
-        wait_for(lambda: key in rail.health()["in_progress"], timeout=10)
-        second = pay(http, body(payee, 700), key)
-        assert second.status_code == 409
-        assert second.json()["error"]["field"] == KEY_HEADER
+        with rail.slow_held():  # the first request is held until the second has been answered
+            worker.start()
+            wait_for(lambda: key in rail.health()["in_progress"], timeout=60)
+            second = pay(http, body(payee, 700), key)
+            assert second.status_code == 409
+            assert second.json()["error"]["field"] == KEY_HEADER
     finally:
-        worker.join(30)
+        worker.join(60)
     assert first["r"].status_code == 200
-    rail.clear_faults()
     assert pay(http, body(payee, 700), key).json()["id"] == first["r"].json()["id"]
     assert len(payouts_of(rail, payee)) == 1
 
