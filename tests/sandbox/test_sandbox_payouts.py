@@ -281,15 +281,15 @@ def test_a_fund_account_deactivated_later_refuses_the_next_payout(rail, http, fu
 def test_a_slow_payout_is_checked_against_the_fund_account_as_it_is_when_applied(rail, http, fund_account):
     rail.set_banking_balance(100_000)
     payee, key = fund_account(), new_key()
-    rail.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1500}}])
     answer: dict[str, httpx.Response] = {}
     worker = threading.Thread(target=lambda: answer.update(r=pay(http, body(payee, 700), key)))
-    worker.start()
     try:
-        wait_for(lambda: key in rail.health()["in_progress"], timeout=10)
-        rail.add_fund_account(payee, active=False)  # deactivated while the payout is still being processed
+        with rail.slow_held():  # the payout is held until its fund account has been deactivated
+            worker.start()
+            wait_for(lambda: key in rail.health()["in_progress"], timeout=60)
+            rail.add_fund_account(payee, active=False)  # deactivated while the payout is still being processed
     finally:
-        worker.join(30)
+        worker.join(60)
     assert_bad_request(answer["r"], "Payouts cannot be created on an inactive fund account", "fund_account_id")
     assert payouts_of(rail, payee) == [] and balance(http) == 100_000
 
