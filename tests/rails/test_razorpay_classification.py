@@ -54,14 +54,14 @@ def test_slow_times_out_as_ambiguous_and_the_refund_lands_later(rail: SandboxPro
 
 def test_in_progress_409_is_ambiguous(rail: SandboxProcess, client, payment, sik):
     payment_id = payment()
-    rail.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1000}}])
-    with RazorpayClient(rail.url, rail.key_id, rail.key_secret, timeout_ms=100) as impatient:
-        assert kind_of(lambda: refund_for(impatient, payment_id, sik)) is RailErrorKind.AMBIGUOUS
-    wait_for(lambda: "ilk_" + sik in rail.health()["in_progress"], timeout=5)
-    with pytest.raises(RailError) as caught:
-        refund_for(client, payment_id, sik)
+    with rail.slow_held():  # the first request is held until the second has been answered
+        with RazorpayClient(rail.url, rail.key_id, rail.key_secret, timeout_ms=100) as impatient:
+            assert kind_of(lambda: refund_for(impatient, payment_id, sik)) is RailErrorKind.AMBIGUOUS
+        wait_for(lambda: "ilk_" + sik in rail.health()["in_progress"], timeout=60)
+        with pytest.raises(RailError) as caught:
+            refund_for(client, payment_id, sik)
     assert caught.value.kind is RailErrorKind.AMBIGUOUS and caught.value.http_status == 409
-    wait_for(lambda: rail.count_stamped(sik) == 1, timeout=5)
+    wait_for(lambda: rail.count_stamped(sik) == 1, timeout=60)
 
 
 def test_dup_response_returns_a_refund_without_our_stamp(rail: SandboxProcess, client, payment, sik):
