@@ -49,7 +49,7 @@ def test_slow_times_out_as_ambiguous_and_the_refund_lands_later(rail: SandboxPro
     rail.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1000}}])
     with RazorpayClient(rail.url, rail.key_id, rail.key_secret, timeout_ms=250) as impatient:
         assert kind_of(lambda: refund_for(impatient, payment_id, sik)) is RailErrorKind.AMBIGUOUS
-    wait_for(lambda: rail.count_stamped(sik) == 1, timeout=5)
+    wait_for(lambda: rail.count_stamped(sik) == 1, timeout=60)
 
 
 def test_in_progress_409_is_ambiguous(rail: SandboxProcess, client, payment, sik):
