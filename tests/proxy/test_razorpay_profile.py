@@ -171,7 +171,7 @@ def test_a_timeout_inside_the_upstream_is_ambiguous_and_the_refund_lands_late(
     assert timed_out.kind is RailErrorKind.AMBIGUOUS
     assert timed_out.body is not None and timed_out.body.startswith('creating refund failed: Post "http')
     assert "context deadline exceeded (Client.Timeout exceeded while awaiting headers)" in timed_out.body
-    wait_for(lambda: rail_sandbox.count_stamped(sik) == 1, timeout=10)
+    wait_for(lambda: rail_sandbox.count_stamped(sik) == 1, timeout=60)
 
 
 def test_the_send_window_still_holds_against_the_real_contract(
