@@ -85,6 +85,8 @@ def create_app(rail: Rail) -> Starlette:
         Route("/__sandbox/fund_accounts", endpoint(control.create_fund_account), methods=["POST"]),
         Route("/__sandbox/banking_balance", endpoint(control.put_banking_balance), methods=["POST"]),
         Route("/__sandbox/payouts/{payout_id}/status", endpoint(control.move_payout), methods=["POST"]),
+        Route("/__sandbox/lifecycle", endpoint(control.hold_lifecycle), methods=["POST"]),
+        Route("/__sandbox/slow/release", endpoint(control.release_slow), methods=["POST"]),
         Route("/{path:path}", unknown_route, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
     ]
     app = Starlette(routes=routes)

@@ -33,6 +33,8 @@ async def health(rail: Rail, request: Request) -> Response:
             # Idempotency keys whose first request is still being processed (a second one gets 409).
             "in_progress": sorted(key for _, key in rail.in_progress),
             "pending_applies": len(rail.tasks),
+            # Requests (money or reads) waiting out a slow fault's delay now.
+            "slow_waiting": rail.slow_waiting,
         }
     )
 
@@ -131,6 +133,24 @@ async def move_payout(rail: Rail, request: Request) -> Response:
         changes = rail.lifecycle.move_payout(conn, found[0], status)
     rail.lifecycle.announce(changes)
     return JSONResponse(changes[0].entity)
+
+
+async def hold_lifecycle(rail: Rail, request: Request) -> Response:
+    """Hold (`{"held": true}`) or release the lifecycle's schedule. A release applies what fell due meanwhile before
+    it answers, so a caller that waits on nothing sees it done."""
+    body = await validation.json_object(request)
+    validation.reject_unknown(body, ("held",))
+    rail.lifecycle.held = validation.boolean(validation.required(body, "held"), "held")
+    moved = 0 if rail.lifecycle.held else rail.lifecycle.advance()
+    logger.info("lifecycle %s (%s changes applied)", "held" if rail.lifecycle.held else "released", moved)
+    return JSONResponse({"held": rail.lifecycle.held, "moved": moved})
+
+
+async def release_slow(rail: Rail, request: Request) -> Response:
+    """End the delay of every request the slow fault is holding now: each carries on at once, applies and answers."""
+    released = rail.release_slow()
+    logger.info("released %s slow requests", released)
+    return JSONResponse({"released": released})
 
 
 def _json_list(raw: bytes) -> Any:

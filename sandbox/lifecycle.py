@@ -19,6 +19,10 @@ carries on where it was:
   `reversed` after 2L. Failed and reversed payouts give the business account back the amount and the fees, and
   that room releases queued payouts (sandbox/payout_states.py).
 
+The schedule can be held (`POST /__sandbox/lifecycle {"held": true}`): nothing scheduled moves until it is released,
+and then whatever fell due meanwhile moves at once, in its order. A test uses it to put its own events between a
+payout's start and its failure, instead of racing the clock.
+
 The faults (sandbox/faults.py, scope `lifecycle`) are drawn once per entity, as it is planned. Each change is a
 journal event `entity_status_changed` and, with a webhook URL, an event: `refund.processed` / `refund.failed`
 (Razorpay's names), `settlement.<status>` carrying the entity under `settlement.ondemand` — Razorpay documents
@@ -82,6 +86,8 @@ class Lifecycle:
     # The RazorpayX business account payouts are paid from (and given back to).
     account_number: str = ""
     counts: dict[str, int] = field(default_factory=dict)
+    # While held the ticker applies nothing; due times stay as planned (sandbox-only, for tests).
+    held: bool = False
     _task: asyncio.Task[None] | None = None
 
     def __post_init__(self) -> None:
@@ -122,7 +128,8 @@ class Lifecycle:
     async def _run(self) -> None:
         while True:
             try:
-                self.advance()
+                if not self.held:
+                    self.advance()
             except sqlite3.Error:
                 logger.exception("lifecycle: the schedule could not be advanced; trying again")
             await asyncio.sleep(TICK_S)

@@ -20,7 +20,7 @@ from starlette.responses import HTMLResponse, JSONResponse, Response
 
 from sandbox import payout_states
 from sandbox.errors import SERVER_ERROR, error_body, not_found
-from sandbox.faults import FaultSet
+from sandbox.faults import Fault, FaultSet
 from sandbox.journal import Journal, now_ms
 from sandbox.lifecycle import Lifecycle
 from sandbox.webhooks import WebhookSender
@@ -62,6 +62,10 @@ class Rail:
     # The RazorpayX business account (`account_number` of every payout call).
     account_number: str = DEFAULT_ACCOUNT_NUMBER
     lifecycle: Lifecycle = field(init=False)
+    # Every slow delay now waiting ends when this is set (POST /__sandbox/slow/release): a test orders its own calls
+    # against a slow request by releasing it, instead of racing its delay_ms. Replaced at each release.
+    _slow_release: asyncio.Event | None = field(default=None, repr=False)
+    slow_waiting: int = 0
 
     def __post_init__(self) -> None:
         self.lifecycle = Lifecycle(self.journal, self.faults, self.lifecycle_ms, self.webhooks, self.account_number)
@@ -89,11 +93,31 @@ class Rail:
         ok_secret = hmac.compare_digest(password.encode(), self.key_secret.encode())
         return ok_user and ok_secret
 
+    async def slow_delay(self, slow: Fault) -> None:
+        """Wait out a slow fault's delay_ms, or less if the slow requests are released meanwhile."""
+        if self._slow_release is None:
+            self._slow_release = asyncio.Event()
+        released = self._slow_release
+        self.slow_waiting += 1
+        try:
+            await asyncio.wait_for(released.wait(), slow.param("delay_ms") / 1000)
+        except TimeoutError:
+            pass
+        finally:
+            self.slow_waiting -= 1
+
+    def release_slow(self) -> int:
+        """End the delay of every slow request now waiting (later ones wait out theirs); returns how many."""
+        waiting, released, self._slow_release = self.slow_waiting, self._slow_release, None
+        if released is not None:
+            released.set()
+        return waiting
+
     async def read_faults(self) -> Response | None:
         """slow / 504 profiles scoped to reads; a response here replaces the read's answer."""
         slow = self.faults.draw("slow", "reads")
         if slow is not None:
-            await asyncio.sleep(slow.param("delay_ms") / 1000)
+            await self.slow_delay(slow)
         for name in ("fail_504", "ambiguous_504"):
             fault = self.faults.draw(name, "reads")
             if fault is not None:
@@ -139,7 +163,7 @@ class Rail:
 
         async def run() -> Response:
             if slow is not None:
-                await asyncio.sleep(slow.param("delay_ms") / 1000)
+                await self.slow_delay(slow)
             applied = apply(fired)
             self.notify(applied)
             if ambiguous is not None:

@@ -20,7 +20,8 @@ import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -33,6 +34,8 @@ from sandbox.journal import JOURNAL_FILENAME, count_stamped
 logger = logging.getLogger(__name__)
 
 FaultSpec = Mapping[str, Any]
+# The delay of a request slow_held holds: longer than any test waits, so only a release ends it.
+HELD_MS = 600_000
 
 
 class SandboxStartError(RuntimeError):
@@ -144,8 +147,39 @@ class SandboxProcess:
         """Move a payout on by hand (processed, failed or reversed), as RazorpayX test mode's dashboard does."""
         return self._control("POST", f"/__sandbox/payouts/{payout_id}/status", {"status": status})
 
+    def hold_lifecycle(self, held: bool = True) -> dict[str, Any]:
+        """Hold the lifecycle's schedule (nothing scheduled moves) or release it (what fell due moves before this
+        returns); answers {held, moved}."""
+        return self._control("POST", "/__sandbox/lifecycle", {"held": held})
+
+    @contextmanager
+    def lifecycle_held(self) -> Iterator[None]:
+        """Nothing the lifecycle has scheduled moves inside the block; at its end what fell due moves. A test orders
+        its own calls against a scheduled change this way, not by racing the clock."""
+        self.hold_lifecycle()
+        try:
+            yield
+        finally:
+            self.hold_lifecycle(False)
+
+    def release_slow(self) -> int:
+        """End the delay of every request the slow fault is holding now; returns how many."""
+        return int(self._control("POST", "/__sandbox/slow/release")["released"])
+
+    @contextmanager
+    def slow_held(self, scope: str = "money") -> Iterator[None]:
+        """Every request in *scope* is held inside the block (a slow fault no test waits out): its idempotency key in
+        progress, its apply not made. At the end the faults are cleared and the held requests let go. A test orders
+        its own calls against a slow request this way, not by racing its delay."""
+        self.set_faults([{"name": "slow", "rate": 1.0, "scope": scope, "params": {"delay_ms": HELD_MS}}])
+        try:
+            yield
+        finally:
+            self.clear_faults()
+            self.release_slow()
+
     def health(self) -> dict[str, Any]:
-        """pid, journal path, idempotency keys in progress and slow applies still pending."""
+        """pid, journal path, idempotency keys in progress, slow applies still pending, requests slow is holding."""
         return self._control("GET", "/__sandbox/health")
 
     def journal(self) -> dict[str, Any]:

@@ -94,11 +94,22 @@ async def test_a_merchant_routed_by_hash_lands_on_the_same_shard_across_processe
     assert sharded.control.count_stamped(first["sik"]) == 1
 
 
+@pytest.fixture
+def patient(tmp_path: Path, rail_sandbox: SandboxProcess) -> Iterator[Sharded]:
+    """Shards whose rail calls may take 8 s (and whose leases outlast that): a call the rail answers in 800 ms is
+    APPLIED on a busy machine too."""
+    stacks = start_sharded(tmp_path, rail_sandbox, env={"INTERLOCK_RAIL_TIMEOUT_MS": "8000",
+                                                        "INTERLOCK_LEASE_TTL_MS": "10000"})  # fmt: skip
+    yield stacks
+    stacks.stop()
+    rail_sandbox.clear_faults()
+
+
 @pytest.mark.anyio
-async def test_killing_one_shards_rail_worker_and_redis_mid_burst_touches_no_other_shard(sharded: Sharded) -> None:
-    victim, others = "s1", ["s0", "s2"]
-    # Every money call takes 800 ms at the rail (under the 1500 ms rail timeout), so the kill lands while
-    # the victim's calls are in flight; the other shards see the same rail and must just finish.
+async def test_killing_one_shards_rail_worker_and_redis_mid_burst_touches_no_other_shard(patient: Sharded) -> None:
+    sharded, victim, others = patient, "s1", ["s0", "s2"]
+    # Every money call takes 800 ms at the rail (well under the rail timeout), so the kill lands while the
+    # victim's calls are in flight; the other shards see the same rail and must just finish.
     sharded.rail.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 800}}])
     payments = {shard: [sharded.payment() for _ in range(CALLS_PER_AGENT)] for shard in sharded.shards}
     answers: dict[str, list[dict[str, Any]]] = {}

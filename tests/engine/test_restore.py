@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from deploy.redis_server import EmbeddedRedis
+from interlock import clock
 from interlock.clock import now_ms
 from interlock.mandate_load import load_mandate
 from ledger import audit, intents, leases
@@ -26,7 +27,7 @@ from ledger.db import open_ledger, transaction
 from ledger.states import State
 from ops import restore
 from rails.razorpay import RailError, RazorpayClient
-from sandbox.testing import SandboxProcess
+from sandbox.testing import HELD_MS, SandboxProcess
 from tests.engine.conftest import FAST, Engine
 from tests.ledger.helpers import put_intent
 from tests.mandates import AGENT, EXAMPLE, MERCHANT, make_mandate
@@ -104,11 +105,11 @@ def test_a_refund_paid_in_the_lost_tail_is_recovered_and_its_repeat_lands_on_it(
 def test_a_settlement_in_flight_when_the_machine_is_lost_lands_after_the_first_read_and_is_paid_once(
     engine_factory, tmp_path: Path, rail_sandbox: SandboxProcess,
 ) -> None:
-    """The lost machine's last instant settlement is on its way when the machine is lost (the rail applies it 1.2 s
-    after receiving it, inside the 1.5 s deadline); the restore starts at once. Its first read cannot see it; its
-    final read, a deadline plus the delay after its start, must, so that the agent's repeat lands on it. Instant
-    settlements carry no idempotency key: read too early, the repeat was a second settlement
-    (../shared/repro/restore_reads_before_lost_send_lands.py)."""
+    """The lost machine's last instant settlement is on its way when the machine is lost (the rail holds it until the
+    restore's first read is done, then applies it: inside the deadline, however busy the machine); the restore
+    starts at once. Its first read cannot see it; its final read, a deadline plus the delay after its start, must,
+    so that the agent's repeat lands on it. Instant settlements carry no idempotency key: read too early, the repeat
+    was a second settlement (../shared/repro/restore_reads_before_lost_send_lands.py)."""
     tool, amount = "create_instant_settlement", 50_000
     rail_sandbox.set_balance(10_000_000)
     first_machine = engine_factory()
@@ -116,7 +117,7 @@ def test_a_settlement_in_flight_when_the_machine_is_lost_lands_after_the_first_r
     assert warm.state == "APPLIED", warm
     new_ledger = tmp_path / "stack1" / "ledger.sqlite3"
     _backup(first_machine.stack.ledger_path, new_ledger)  # the replica stops here
-    rail_sandbox.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1200}}])
+    rail_sandbox.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": HELD_MS}}])  # until released
     first_machine.propose({"amount": amount}, tool=tool)
 
     def in_flight() -> str | None:
@@ -128,9 +129,21 @@ def test_a_settlement_in_flight_when_the_machine_is_lost_lands_after_the_first_r
             conn.close()
         return None if row is None else str(row["sik"])
 
-    lost_sik = wait_until(in_flight, timeout=30, what="the settlement IN_FLIGHT on the first machine")
+    lost_sik = wait_until(in_flight, timeout=60, what="the settlement IN_FLIGHT on the first machine")
+    wait_until(lambda: rail_sandbox.health()["slow_waiting"] == 1, timeout=60, what="the request at the rail")
     first_machine.stack.kill_all()  # the machine is lost (and so fenced) with the request out
     rail_sandbox.clear_faults()
+    first_read_done: list[float] = []
+
+    def sleep_after_letting_the_rail_apply(seconds: float) -> None:
+        # The restore waits between its reads: the first of those waits is where the held call lands.
+        if not first_read_done:
+            first_read_done.append(seconds)
+            assert rail_sandbox.count_stamped(lost_sik) == 0, "held: the first read could not have seen it"
+            rail_sandbox.release_slow()
+            wait_until(lambda: rail_sandbox.count_stamped(lost_sik) == 1, timeout=60, what="the held call to land")
+        clock.sleep(seconds)
+
     conn = open_ledger(new_ledger)
     try:
         env = rail_sandbox.rail_env()
@@ -138,12 +151,15 @@ def test_a_settlement_in_flight_when_the_machine_is_lost_lands_after_the_first_r
                             env["INTERLOCK_RAIL_KEY_SECRET"]) as rail:  # fmt: skip
             restore.begin(conn, now=now_ms, actor="test-restore")
             report = restore.run(conn, rail, [load_mandate(EXAMPLE)], now=now_ms, actor="test-restore",
-                                 deadline_s=FAST_DEADLINE_S, reread_after_s=FAST_DELAY_S)  # fmt: skip
+                                 deadline_s=FAST_DEADLINE_S, reread_after_s=FAST_DELAY_S,
+                                 sleep=sleep_after_letting_the_rail_apply)  # fmt: skip
+        assert first_read_done, "the restore read the rail again without waiting"
         assert report.final_read_after_ms >= (FAST_DEADLINE_S + FAST_DELAY_S) * 1000
         assert lost_sik in {r["sik"] for r in report.recovered}, report.summary()  # the rail is shared: others too
         lease = leases.get_lease(conn, leases.RAIL_WORKER_LEASE)
     finally:
         conn.close()
+        rail_sandbox.release_slow()  # nothing stays held for the module's next test
     assert lease is not None
     wait_until(lambda: now_ms() > lease.expires_at, timeout=30, what="the lost machine's lease to run out")
     second_machine: Engine = engine_factory()

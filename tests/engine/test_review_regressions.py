@@ -2,24 +2,35 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sandbox.testing import HELD_MS
 from tests.engine.conftest import Engine
 from tests.mandates import write_mandate
 from tests.procs import wait_until
 
 
 def test_settlement_is_not_retried_while_a_slow_rail_may_still_apply_it(engine_factory: Callable[..., Engine]) -> None:
-    # The client gives up at 1.5 s; the rail applies at 2.0 s. Looking 1.0 s after the *start* would see
-    # nothing and retry a settlement that has no idempotency key: the wait counts from giving up.
+    # The client gives up at 1.5 s; the rail, holding the call until then, applies it half a second later. Looking
+    # 1.0 s after the *start* would see nothing and retry a settlement that has no idempotency key: the wait counts
+    # from giving up. Held, the call cannot be answered before the client gives up, however busy the machine.
     engine = engine_factory(env={"INTERLOCK_RECONCILE_MIN_DELAY_MS": "1000"})
     engine.rail.set_balance(1_000_000)
     before = len(engine.rail.entities("settlement"))
-    engine.rail.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 2000}}])
-    outcome = engine.outcome(engine.propose({"amount": 25000}, tool="create_instant_settlement"))
-    assert outcome.state == "UNKNOWN" and outcome.sik is not None
-    engine.rail.clear_faults()
+    engine.rail.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": HELD_MS}}])
+    try:
+        outcome = engine.outcome(engine.propose({"amount": 25000}, tool="create_instant_settlement"))
+        assert outcome.state == "UNKNOWN" and outcome.sik is not None
+        engine.rail.clear_faults()
+        gave_up = time.monotonic()
+        wait_until(lambda: engine.rail.health()["slow_waiting"] == 1, timeout=60, what="the call held at the rail")
+        # Half a second after the client gave up, on the clock: a reconciler looking as soon as it is told has looked.
+        wait_until(lambda: time.monotonic() > gave_up + 0.5, timeout=60, what="half a second")
+    finally:
+        released = engine.rail.release_slow()
+    assert released == 1, "the call was held at the rail until then"
     intent = engine.settle(outcome.sik, {"APPLIED"})
     assert intent.attempt_seq == 1
     assert len(engine.rail.entities("settlement")) == before + 1

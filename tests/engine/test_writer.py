@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from interlock.errors import LedgerError
 from rail_worker.writer import LedgerWriter
+
+WAIT_S = 60  # a deadline here only detects a hang
 
 
 def _ledger(path: Path) -> sqlite3.Connection:
@@ -24,12 +25,13 @@ def _ledger(path: Path) -> sqlite3.Connection:
 
 def _batched(writer: LedgerWriter, *fns):  # type: ignore[no-untyped-def]
     """Submit *fns* so that they land in one batch: the writer is held on a first write meanwhile."""
-    gate = threading.Event()
-    first = writer.submit(lambda c: gate.wait(5))
-    time.sleep(0.05)
+    holding, gate = threading.Event(), threading.Event()
+    first = writer.submit(lambda c: (holding.set(), gate.wait(WAIT_S))[1])
+    # Queued only once the writer runs the first write (its batch is closed then), however slow the machine.
+    assert holding.wait(WAIT_S), "the writer never ran the first write"
     futures = [writer.submit(fn) for fn in fns]
     gate.set()
-    first.result(5)
+    first.result(WAIT_S)
     return futures
 
 
@@ -45,9 +47,9 @@ def test_a_failing_write_is_rolled_back_alone_and_the_batch_commits_once(tmp_pat
         lambda c: (c.execute("INSERT INTO t VALUES (2, x'00')"), 1 / 0),
         lambda c: c.execute("INSERT INTO t VALUES (3, x'00')").rowcount,
     )
-    assert (ok1.result(5), ok2.result(5)) == (1, 1)
+    assert (ok1.result(WAIT_S), ok2.result(WAIT_S)) == (1, 1)
     with pytest.raises(ZeroDivisionError):
-        bad.result(5)
+        bad.result(WAIT_S)
     assert _rows(tmp_path / "l.db") == [1, 3]
     assert writer.batches == 2 and writer.writes == 4  # the held first write, then one commit for three
     writer.stop()
@@ -67,7 +69,7 @@ def test_when_sqlite_rolls_the_whole_batch_back_every_caller_is_answered_and_the
     )
     for future in (before, full, after):
         with pytest.raises(Exception):  # noqa: B017 - each is told it was not written, none hangs
-            future.result(5)
+            future.result(WAIT_S)
     assert _rows(tmp_path / "l.db") == []
     assert writer.write(lambda c: c.execute("INSERT INTO t VALUES (4, x'00')").rowcount) == 1
     writer.stop()
@@ -77,6 +79,6 @@ def test_a_stopped_writer_refuses_new_writes_and_committed_what_it_had(tmp_path:
     writer = LedgerWriter(_ledger(tmp_path / "l.db")).start()
     queued = writer.submit(lambda c: c.execute("INSERT INTO t VALUES (1, x'00')").rowcount)
     writer.stop()
-    assert queued.result(5) == 1
+    assert queued.result(WAIT_S) == 1
     with pytest.raises(LedgerError, match="not running"):
         writer.write(lambda c: 1)

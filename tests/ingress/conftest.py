@@ -37,7 +37,7 @@ def env(redis_server: EmbeddedRedis, tmp_path: Path) -> dict[str, str]:
         "REDIS_URL": redis_server.url,
         "INTERLOCK_MANDATE": str(EXAMPLE_MANDATE),
         "INTERLOCK_AGENT_ID": DEMO_AGENT,
-        "INTERLOCK_OUTCOME_WAIT_MS": "5000",
+        "INTERLOCK_OUTCOME_WAIT_MS": "60000",  # a deadline only: an answer comes as soon as its outcome does
         "INTERLOCK_LEDGER": str(tmp_path / "ledger.sqlite3"),
     }
 

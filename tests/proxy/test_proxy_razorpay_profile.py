@@ -19,6 +19,7 @@ import pytest
 from mcp_types import CallToolResult, TextContent
 
 from ingress.results import error_body
+from sandbox.testing import wait_for
 from tests.mandates import AGENT, MERCHANT
 from tests.proxy.conftest import RAZORPAY, Proxy
 
@@ -102,9 +103,9 @@ async def test_an_upstream_refusal_is_terminal_and_a_failure_inside_it_is_reconc
 
         proxy.rail.set_faults([{"name": "ambiguous_504", "rate": 1.0, "params": {"html": 1.0}}])
         gateway = structured(await agent.call_tool("create_refund", {"payment_id": gateway_pid, "amount": 40000}))
-        proxy.rail.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 2000}}])
-        slow = structured(await agent.call_tool("create_refund", {"payment_id": slow_pid, "amount": 40000}))
-        proxy.rail.clear_faults()
+        with proxy.rail.slow_held():  # not answered before the upstream's client gives up, however busy the machine
+            slow = structured(await agent.call_tool("create_refund", {"payment_id": slow_pid, "amount": 40000}))
+            wait_for(lambda: proxy.rail.health()["slow_waiting"] == 1, timeout=60)
 
     assert (refused["state"], refused["reason_code"], refused["caller_action"]) == (
         "FAILED_TERMINAL", "RAIL_REJECTED", "DO_NOT_RETRY")

@@ -161,17 +161,18 @@ def test_a_timeout_inside_the_upstream_is_ambiguous_and_the_refund_lands_late(
     env = {PROFILE_ENV: RAZORPAY, "INTERLOCK_SANDBOX_MCP_RAIL_TIMEOUT_MS": "500"}
     with front_process(tmp_path, rail_sandbox, env) as url:
         rail = McpUpstreamRail(UpstreamSession(UpstreamTarget(url=url), timeout_s=8))
-        rail_sandbox.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1500}}])
         try:
-            timed_out = failure(lambda: rail.create_refund("pay_RZPSLOW00001", 1000, notes=stamp_notes(sik),
-                                                           receipt=receipt_for(sik), idempotency_key=None))  # fmt: skip
+            with rail_sandbox.slow_held():  # not answered before the upstream's 500 ms client gives up
+                timed_out = failure(lambda: rail.create_refund("pay_RZPSLOW00001", 1000, notes=stamp_notes(sik),
+                                                               receipt=receipt_for(sik),
+                                                               idempotency_key=None))  # fmt: skip
+                wait_for(lambda: rail_sandbox.health()["slow_waiting"] == 1, timeout=60)
         finally:
-            rail_sandbox.clear_faults()
             rail.close()
     assert timed_out.kind is RailErrorKind.AMBIGUOUS
     assert timed_out.body is not None and timed_out.body.startswith('creating refund failed: Post "http')
     assert "context deadline exceeded (Client.Timeout exceeded while awaiting headers)" in timed_out.body
-    wait_for(lambda: rail_sandbox.count_stamped(sik) == 1, timeout=10)
+    wait_for(lambda: rail_sandbox.count_stamped(sik) == 1, timeout=60)
 
 
 def test_the_send_window_still_holds_against_the_real_contract(

@@ -80,14 +80,14 @@ def test_a_deadline_after_tools_call_was_handed_over_is_ambiguous(front: str, ra
     rail_sandbox.add_payment("pay_USLOW0000001", 100000)
     sik = "W" * 32
     rail = upstream(UpstreamTarget(url=front), timeout_s=OPENING_DEADLINE_S)
-    rail_sandbox.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 6000}}])
     try:
-        error, elapsed = failure(lambda: refund(rail, "pay_USLOW0000001", sik))
+        with rail_sandbox.slow_held():  # the rail answers only after the deadline, however late it is reached
+            error, elapsed = failure(lambda: refund(rail, "pay_USLOW0000001", sik))
+            wait_for(lambda: rail_sandbox.health()["slow_waiting"] == 1, timeout=60)
     finally:
         rail.close()
-        rail_sandbox.clear_faults()
     assert error.kind is RailErrorKind.AMBIGUOUS and elapsed < 2 * OPENING_DEADLINE_S
-    wait_for(lambda: rail_sandbox.count_stamped(sik) == 1, timeout=10)
+    wait_for(lambda: rail_sandbox.count_stamped(sik) == 1, timeout=60)
 
 
 def test_a_closed_send_window_never_reaches_the_upstream(front: str, rail_sandbox: SandboxProcess) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from interlock.clock import use_clock
 from rails.models import Page, Refund, Settlement
 from rails.pager import find_stamped
 
@@ -16,19 +17,37 @@ def refund(n: int) -> Refund:
                             "receipt": None, "status": "processed", "created_at": 1700000000})  # fmt: skip
 
 
-class EndlessList:
-    """Full pages without our stamp, for ever; the page after `slow_after` returns only once `until` passed."""
+class StoppedClock:
+    """A monotonic clock that moves only when a rail read says it took time: how busy the machine is cannot move
+    a deadline past before the test means it to."""
 
-    def __init__(self, *, slow_after: int | None = None, until: float = 0.0) -> None:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def time_ns(self) -> int:
+        return time.time_ns()
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class EndlessList:
+    """Full pages without our stamp, for ever; the page after `slow_after` takes until `until` on *clock*."""
+
+    def __init__(self, *, slow_after: int | None = None, until: float = 0.0, clock: StoppedClock | None = None) -> None:
         self.calls = 0
         self.slow_after = slow_after
         self.until = until
+        self.clock = clock
 
     def list_refunds_for_payment(self, payment_id: str, *, count: int = 100, skip: int = 0) -> Page[Refund]:
         self.calls += 1
         if self.slow_after is not None and self.calls > self.slow_after:
-            while time.monotonic() < self.until:  # a rail read that takes until past the pass's deadline
-                pass
+            assert self.clock is not None
+            self.clock.now = max(self.clock.now, self.until)  # a rail read that takes until the pass's deadline
         return Page[Refund](items=[refund(skip + i) for i in range(count)], requested_count=count, skip=skip, raw={})
 
     def list_instant_settlements(self, *, count: int = 10, skip: int = 0) -> Page[Settlement]:
@@ -36,9 +55,11 @@ class EndlessList:
 
 
 def test_a_deadline_passed_between_pages_is_inconclusive() -> None:
-    deadline = time.monotonic() + 0.3
-    rail = EndlessList(slow_after=1, until=deadline)
-    result = find_stamped(rail, "create_refund", "pay_PAGER0000001", SIK, page_size=5, deadline=deadline)
+    now = StoppedClock()
+    with use_clock(now):
+        deadline = now.monotonic() + 0.3
+        rail = EndlessList(slow_after=1, until=deadline, clock=now)
+        result = find_stamped(rail, "create_refund", "pay_PAGER0000001", SIK, page_size=5, deadline=deadline)
     assert result.matched_entity_id is None and not result.exhausted
     assert result.pages_scanned == 2 and rail.calls == 2
     assert result.error is not None and "deadline" in result.error

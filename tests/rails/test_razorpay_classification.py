@@ -46,22 +46,23 @@ def test_fail_504_is_ambiguous_sent_once_and_nothing_exists(rail: SandboxProcess
 
 def test_slow_times_out_as_ambiguous_and_the_refund_lands_later(rail: SandboxProcess, payment, sik):
     payment_id = payment()
-    rail.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1000}}])
-    with RazorpayClient(rail.url, rail.key_id, rail.key_secret, timeout_ms=250) as impatient:
-        assert kind_of(lambda: refund_for(impatient, payment_id, sik)) is RailErrorKind.AMBIGUOUS
-    wait_for(lambda: rail.count_stamped(sik) == 1, timeout=5)
+    with rail.slow_held():  # not answered before the client gives up, however late its timer fires
+        with RazorpayClient(rail.url, rail.key_id, rail.key_secret, timeout_ms=250) as impatient:
+            assert kind_of(lambda: refund_for(impatient, payment_id, sik)) is RailErrorKind.AMBIGUOUS
+        wait_for(lambda: rail.health()["slow_waiting"] == 1, timeout=60)
+    wait_for(lambda: rail.count_stamped(sik) == 1, timeout=60)
 
 
 def test_in_progress_409_is_ambiguous(rail: SandboxProcess, client, payment, sik):
     payment_id = payment()
-    rail.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1000}}])
-    with RazorpayClient(rail.url, rail.key_id, rail.key_secret, timeout_ms=100) as impatient:
-        assert kind_of(lambda: refund_for(impatient, payment_id, sik)) is RailErrorKind.AMBIGUOUS
-    wait_for(lambda: "ilk_" + sik in rail.health()["in_progress"], timeout=5)
-    with pytest.raises(RailError) as caught:
-        refund_for(client, payment_id, sik)
+    with rail.slow_held():  # the first request is held until the second has been answered
+        with RazorpayClient(rail.url, rail.key_id, rail.key_secret, timeout_ms=100) as impatient:
+            assert kind_of(lambda: refund_for(impatient, payment_id, sik)) is RailErrorKind.AMBIGUOUS
+        wait_for(lambda: "ilk_" + sik in rail.health()["in_progress"], timeout=60)
+        with pytest.raises(RailError) as caught:
+            refund_for(client, payment_id, sik)
     assert caught.value.kind is RailErrorKind.AMBIGUOUS and caught.value.http_status == 409
-    wait_for(lambda: rail.count_stamped(sik) == 1, timeout=5)
+    wait_for(lambda: rail.count_stamped(sik) == 1, timeout=60)
 
 
 def test_dup_response_returns_a_refund_without_our_stamp(rail: SandboxProcess, client, payment, sik):
@@ -84,13 +85,15 @@ def test_partition_fails_reads_and_money_as_ambiguous(rail: SandboxProcess, clie
 
 def test_replica_lag_hides_the_fresh_refund_from_the_client(rail: SandboxProcess, client, payment, sik):
     payment_id = payment()
-    rail.set_faults([{"name": "replica_lag", "rate": 1.0, "params": {"lag_ms": 800}}])
+    # A replica further behind than this test runs: the refund is still young to it when the client looks.
+    rail.set_faults([{"name": "replica_lag", "rate": 1.0, "params": {"lag_ms": 600_000}}])
     made = refund_for(client, payment_id, sik)
     assert client.list_refunds_for_payment(payment_id).items == []
     with pytest.raises(RailError) as caught:
         client.fetch_refund(made.id)  # type: ignore[attr-defined]
     assert caught.value.not_found
-    wait_for(lambda: client.list_refunds_for_payment(payment_id).items, timeout=5)
+    rail.clear_faults()  # the replica catches up
+    assert [r.id for r in client.list_refunds_for_payment(payment_id).items] == [made.id]  # type: ignore[attr-defined]
 
 
 def test_deep_page_needs_paging_to_find_ours(rail: SandboxProcess, client, payment, sik):

@@ -160,16 +160,18 @@ def test_a_second_request_while_the_first_with_its_key_is_processing_is_ambiguou
     and never a reason to switch keys: the same key later replays what the first one made."""
     rail.set_banking_balance(10_000_000)
     args = payout_args(fund_account(), sik)
-    rail.set_faults([{"name": "slow", "rate": 1.0, "scope": "money", "params": {"delay_ms": 1500}}])
-    with RazorpayClient(rail.url, rail.key_id, rail.key_secret, timeout_ms=10_000) as first_client:
+    with RazorpayClient(rail.url, rail.key_id, rail.key_secret, timeout_ms=60_000) as first_client:
         first: dict[str, Any] = {}
         thread = threading.Thread(target=lambda: first.update(payout=first_client.create_payout(**args)))
-        thread.start()
-        wait_until(lambda: sik in rail.health()["in_progress"], timeout=5, what="the first request to be in progress")
-        with pytest.raises(RailError) as caught:
-            client.create_payout(**args)
-        thread.join(timeout=15)
-    rail.clear_faults()
+        try:
+            with rail.slow_held():  # the first request is held until the second has been answered
+                thread.start()
+                wait_until(lambda: sik in rail.health()["in_progress"], timeout=60,
+                           what="the first request to be in progress")  # fmt: skip
+                with pytest.raises(RailError) as caught:
+                    client.create_payout(**args)
+        finally:
+            thread.join(timeout=60)
     assert caught.value.kind is RailErrorKind.AMBIGUOUS and caught.value.http_status == 409
     assert client.create_payout(**args).id == first["payout"].id
     assert rail.count_stamped(sik) == 1

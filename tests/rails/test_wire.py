@@ -132,15 +132,15 @@ def test_each_thread_keeps_its_own_connection_and_close_ends_them_all(server: _S
 
     def call_and_stay() -> None:  # the thread (and its connection) outlives the call, as a call slot does
         wire.exchange("GET", "/v1/balance", deadline=soon())
-        done.wait(10)
+        done.wait(60)
 
     threads = [threading.Thread(target=call_and_stay) for _ in range(3)]
     for thread in threads:
         thread.start()
-    wait_for(lambda: len(server.requests) == 3, timeout=5)
+    wait_for(lambda: len(server.requests) == 3, timeout=60)
     assert server.opened == 3 and server.closed == 0
     wire.close()
-    wait_for(lambda: server.closed == 3, timeout=5)
+    wait_for(lambda: server.closed == 3, timeout=60)
     done.set()
     for thread in threads:
         thread.join()
@@ -174,7 +174,7 @@ def test_an_idle_connection_the_server_dropped_is_replaced_before_writing() -> N
     with _serve(idle_s=0.2) as srv:
         wire = wire_to(srv.url)
         wire.exchange("GET", "/v1/balance", deadline=soon())
-        wait_for(lambda: srv.closed == 1, timeout=5)
+        wait_for(lambda: srv.closed == 1, timeout=60)
         # Written on the dead socket, this request would have been Lost (ambiguous); it goes on a new one.
         assert wire.exchange("POST", "/v1/refund", body=b"{}", deadline=soon()).status == 200
         wire.close()

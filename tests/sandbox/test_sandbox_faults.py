@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import httpx
 import pytest
 
@@ -44,12 +46,13 @@ def test_fail_504_answers_504_without_applying(sandbox: SandboxProcess, http, ne
 
 def test_slow_applies_after_the_client_gave_up(sandbox: SandboxProcess, new_payment, new_sik):
     payment_id, sik = new_payment(), new_sik()
-    sandbox.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1200}}])
-    with httpx.Client(base_url=sandbox.url, auth=(sandbox.key_id, sandbox.key_secret), timeout=0.3) as impatient:
-        with pytest.raises(httpx.ReadTimeout):
-            refund(impatient, payment_id, stamped_body(sik))
-    assert sandbox.count_stamped(sik) == 0  # not yet: the apply is still being held
-    wait_for(lambda: sandbox.count_stamped(sik) == 1, timeout=5)
+    with sandbox.slow_held():  # held until the block ends, however long the client takes to give up
+        with httpx.Client(base_url=sandbox.url, auth=(sandbox.key_id, sandbox.key_secret), timeout=0.3) as impatient:
+            with pytest.raises(httpx.ReadTimeout):
+                refund(impatient, payment_id, stamped_body(sik))
+        wait_for(lambda: sandbox.health()["slow_waiting"] == 1, timeout=60)  # it reached the rail ...
+        assert sandbox.count_stamped(sik) == 0  # ... and is not applied yet: the apply is still being held
+    wait_for(lambda: sandbox.count_stamped(sik) == 1, timeout=60)
 
 
 def test_dup_response_answers_with_an_earlier_entity(sandbox: SandboxProcess, http, new_payment, new_sik):
@@ -66,15 +69,21 @@ def test_dup_response_answers_with_an_earlier_entity(sandbox: SandboxProcess, ht
 
 def test_partition_resets_reads_and_money_then_heals(sandbox: SandboxProcess, http, new_payment, new_sik):
     payment_id, sik = new_payment(), new_sik()
-    sandbox.set_faults([{"name": "partition", "rate": 1.0, "params": {"duration_ms": 800}}])
+    # A partition longer than the test runs: it is still on when the test gets to look, however busy the machine.
+    sandbox.set_faults([{"name": "partition", "rate": 1.0, "params": {"duration_ms": 600_000}}])
     with pytest.raises(httpx.TransportError):
         http.get(f"/v1/payments/{payment_id}")
     with pytest.raises(httpx.TransportError):
         refund(http, payment_id, stamped_body(sik))
     assert sandbox.faults()["partition_remaining_ms"] > 0  # the control surface stays reachable
     assert sandbox.count_stamped(sik) == 0  # a dropped money call is not applied
+    # A short one heals by itself once its duration has passed.
+    sandbox.clear_faults()
+    sandbox.set_faults([{"name": "partition", "rate": 1.0, "params": {"duration_ms": 300}}])
+    with pytest.raises(httpx.TransportError):
+        http.get(f"/v1/payments/{payment_id}")
     sandbox.set_faults([{"name": "partition", "rate": 0.0}])  # no new partition once this one ends
-    wait_for(lambda: _reachable(http, payment_id), timeout=5)
+    wait_for(lambda: _reachable(http, payment_id), timeout=60)
     assert refund(http, payment_id, stamped_body(sik)).status_code == 200
 
 
@@ -96,12 +105,17 @@ def test_partition_clears_when_faults_are_cleared(sandbox: SandboxProcess, http,
 
 def test_replica_lag_hides_a_fresh_refund_then_shows_it(sandbox: SandboxProcess, http, new_payment, new_sik):
     payment_id, sik = new_payment(), new_sik()
-    sandbox.set_faults([{"name": "replica_lag", "rate": 1.0, "params": {"lag_ms": 1000}}])
+    # A lag longer than the test runs hides the refund however slowly it gets to look ...
+    sandbox.set_faults([{"name": "replica_lag", "rate": 1.0, "params": {"lag_ms": 600_000}}])
     made = refund(http, payment_id, stamped_body(sik)).json()
+    made_by = time.time()
     assert http.get(f"/v1/payments/{payment_id}/refunds").json()["items"] == []
     assert http.get(f"/v1/refunds/{made['id']}").status_code == 400
     assert sandbox.count_stamped(sik) == 1  # hidden from reads, but it happened
-    listed = wait_for(lambda: http.get(f"/v1/payments/{payment_id}/refunds").json()["items"], timeout=5)
+    # ... and a lag shorter than its age shows it.
+    wait_for(lambda: time.time() > made_by + 0.2, timeout=60)
+    sandbox.set_faults([{"name": "replica_lag", "rate": 1.0, "params": {"lag_ms": 100}}])
+    listed = http.get(f"/v1/payments/{payment_id}/refunds").json()["items"]
     assert [r["id"] for r in listed] == [made["id"]]
     assert http.get(f"/v1/refunds/{made['id']}").status_code == 200
 

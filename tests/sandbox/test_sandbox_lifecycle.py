@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,10 +62,21 @@ def test_a_refund_is_answered_pending_and_is_processed_later(rail, http) -> None
 
 def test_a_refund_the_bank_fails_gives_the_payment_its_amount_back(rail, http) -> None:
     rail.set_faults([{"name": "refund_bank_failure", "rate": 1.0}])
-    created = refund(rail, http, "pay_LC_FAIL", 25_000)
-    assert http.get("/v1/payments/pay_LC_FAIL").json()["amount_refunded"] == 25_000  # held while pending
+    with rail.lifecycle_held():  # still pending when looked at, however busy the machine
+        created = refund(rail, http, "pay_LC_FAIL", 25_000)
+        assert http.get("/v1/payments/pay_LC_FAIL").json()["amount_refunded"] == 25_000  # held while pending
     assert final(http, f"/v1/refunds/{created['id']}", ("processed", "failed"))["status"] == "failed"
     assert http.get("/v1/payments/pay_LC_FAIL").json()["amount_refunded"] == 0
+
+
+def test_a_held_lifecycle_moves_nothing_until_released_and_then_at_once_what_fell_due(rail, http) -> None:
+    with rail.lifecycle_held():
+        created = refund(rail, http, "pay_LC_HELD", 10_000)
+        overdue = time.time() + 2 * LIFECYCLE_MS / 1000
+        wait_for(lambda: time.time() > overdue, timeout=60)
+        assert http.get(f"/v1/refunds/{created['id']}").json()["status"] == "pending"
+    # The release applies what fell due before it answers: nothing to wait for here.
+    assert http.get(f"/v1/refunds/{created['id']}").json()["status"] == "processed"
 
 
 def test_a_settlement_goes_created_initiated_processed(rail, http) -> None:
@@ -88,9 +100,11 @@ def test_a_reversed_settlement_credits_back_what_was_settled(rail, http) -> None
 def test_the_schedule_survives_a_sandbox_restart(tmp_path: Path) -> None:
     env = {"INTERLOCK_SANDBOX_LIFECYCLE_MS": "1500"}
     with start_sandbox(tmp_path, env=env) as first:
+        first.hold_lifecycle()  # however slow the machine, the first process moves nothing before it is killed
         with httpx.Client(base_url=first.url, auth=(first.key_id, first.key_secret), timeout=10.0) as http:
             created = refund(first, http, "pay_LC_RESTART", 10_000)
-        os.kill(first.pid, signal.SIGKILL)  # before it is due: the process that planned it is gone
+            assert http.get(f"/v1/refunds/{created['id']}").json()["status"] == "pending"
+        os.kill(first.pid, signal.SIGKILL)  # the process that planned it is gone
         first.proc.wait(10)
     with start_sandbox(tmp_path, env=env) as second:
         with httpx.Client(base_url=second.url, auth=(second.key_id, second.key_secret), timeout=10.0) as http:

@@ -172,19 +172,18 @@ def test_keys_of_4_to_36_letters_digits_hyphens_underscores_and_spaces_are_taken
 def test_a_key_still_in_progress_answers_409_and_the_payout_lands_once(rail, http, fund_account):
     rail.set_banking_balance(100_000)
     payee, key = fund_account(), new_key()
-    rail.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1500}}])
     first: dict[str, httpx.Response] = {}
     worker = threading.Thread(target=lambda: first.update(r=pay(http, body(payee, 700), key)))
-    worker.start()
     try:
-        wait_for(lambda: key in rail.health()["in_progress"], timeout=10)
-        second = pay(http, body(payee, 700), key)
-        assert second.status_code == 409
-        assert second.json()["error"]["field"] == KEY_HEADER
+        with rail.slow_held():  # the first request is held until the second has been answered
+            worker.start()
+            wait_for(lambda: key in rail.health()["in_progress"], timeout=60)
+            second = pay(http, body(payee, 700), key)
+            assert second.status_code == 409
+            assert second.json()["error"]["field"] == KEY_HEADER
     finally:
-        worker.join(30)
+        worker.join(60)
     assert first["r"].status_code == 200
-    rail.clear_faults()
     assert pay(http, body(payee, 700), key).json()["id"] == first["r"].json()["id"]
     assert len(payouts_of(rail, payee)) == 1
 
@@ -282,15 +281,15 @@ def test_a_fund_account_deactivated_later_refuses_the_next_payout(rail, http, fu
 def test_a_slow_payout_is_checked_against_the_fund_account_as_it_is_when_applied(rail, http, fund_account):
     rail.set_banking_balance(100_000)
     payee, key = fund_account(), new_key()
-    rail.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1500}}])
     answer: dict[str, httpx.Response] = {}
     worker = threading.Thread(target=lambda: answer.update(r=pay(http, body(payee, 700), key)))
-    worker.start()
     try:
-        wait_for(lambda: key in rail.health()["in_progress"], timeout=10)
-        rail.add_fund_account(payee, active=False)  # deactivated while the payout is still being processed
+        with rail.slow_held():  # the payout is held until its fund account has been deactivated
+            worker.start()
+            wait_for(lambda: key in rail.health()["in_progress"], timeout=60)
+            rail.add_fund_account(payee, active=False)  # deactivated while the payout is still being processed
     finally:
-        worker.join(30)
+        worker.join(60)
     assert_bad_request(answer["r"], "Payouts cannot be created on an inactive fund account", "fund_account_id")
     assert payouts_of(rail, payee) == [] and balance(http) == 100_000
 
@@ -574,11 +573,14 @@ def test_a_queued_payout_starts_on_a_top_up_and_is_processed(living, live, inbox
 def test_a_reversal_makes_room_that_starts_a_queued_payout(living, live):
     living.set_banking_balance(10_000 + FEES)
     payee = new_fund_account(living)
-    living.set_faults([{"name": "payout_failed", "rate": 1.0}])
-    failing = pay(live, body(payee, 10_000)).json()
-    living.clear_faults()
-    waiting = pay(live, body(payee, 10_000, queue_if_low_balance=True)).json()
-    assert (failing["status"], waiting["status"]) == ("processing", "queued")
+    # Held, the failure waits for the second payout however slow the machine is: it finds no room, and is queued.
+    with living.lifecycle_held():
+        living.set_faults([{"name": "payout_failed", "rate": 1.0}])
+        failing = pay(live, body(payee, 10_000)).json()
+        living.clear_faults()
+        waiting = pay(live, body(payee, 10_000, queue_if_low_balance=True)).json()
+        assert (failing["status"], waiting["status"]) == ("processing", "queued")
+        assert live.get(f"/v1/payouts/{failing['id']}").json()["status"] == "processing"
     assert final(live, failing["id"], ("failed",))["status"] == "failed"
     assert final(live, waiting["id"], ("processed",))["fees"] == FEES
     assert balance(live) == 0

@@ -164,21 +164,20 @@ def test_malformed_idempotency_key_is_refused(sandbox: SandboxProcess, new_payme
 def test_key_still_in_progress_answers_409(sandbox: SandboxProcess, http: httpx.Client, new_payment, new_sik):
     payment_id, sik = new_payment(10_000), new_sik()
     body, key = {"amount": 700, "notes": {"interlock_sik": sik}}, "ilk_" + sik
-    sandbox.set_faults([{"name": "slow", "rate": 1.0, "params": {"delay_ms": 1500}}])
     first: dict[str, httpx.Response] = {}
     worker = threading.Thread(target=lambda: first.update(r=refund(http, payment_id, body, key=key)))
-    worker.start()
     try:
-        # The slow request holds the key from arrival; a second one must see "still processing".
-        wait_for(lambda: key in sandbox.health()["in_progress"], timeout=5)
-        second = refund(http, payment_id, body, key=key)
-        assert second.status_code == 409
-        assert second.json()["error"]["code"] == "BAD_REQUEST_ERROR"
+        with sandbox.slow_held():  # the first request is held until the second has been answered
+            worker.start()
+            # The slow request holds the key from arrival; a second one must see "still processing".
+            wait_for(lambda: key in sandbox.health()["in_progress"], timeout=60)
+            second = refund(http, payment_id, body, key=key)
+            assert second.status_code == 409
+            assert second.json()["error"]["code"] == "BAD_REQUEST_ERROR"
     finally:
-        worker.join(10)
+        worker.join(60)
     assert first["r"].status_code == 200
     assert sandbox.count_stamped(sik) == 1
-    sandbox.clear_faults()
     assert refund(http, payment_id, body, key=key).json()["id"] == first["r"].json()["id"]
 
 

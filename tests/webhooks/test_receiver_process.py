@@ -32,7 +32,7 @@ def test_an_acknowledged_event_survives_a_sigkill_of_the_receiver(tmp_path: Path
     try:
         wait_until(lambda: _up(url), what="the receiver to listen")
         body = event()
-        answer = httpx.post(url + PATH, content=body, headers=headers(body), timeout=5)
+        answer = httpx.post(url + PATH, content=body, headers=headers(body), timeout=60)
         assert answer.status_code == 200 and answer.json()["status"] == "accepted"
         first.kill()  # SIGKILL right after the acknowledgement
     finally:
@@ -40,7 +40,7 @@ def test_an_acknowledged_event_survives_a_sigkill_of_the_receiver(tmp_path: Path
     second = Proc([*INTERLOCK, "webhooks", "--port", str(port)], env, tmp_path / "second.log")
     try:
         wait_until(lambda: _up(url), what="the restarted receiver to listen")
-        again = httpx.post(url + PATH, content=body, headers=headers(body), timeout=5)
+        again = httpx.post(url + PATH, content=body, headers=headers(body), timeout=60)
         assert again.status_code == 200 and again.json()["status"] == "duplicate"
     finally:
         second.stop()
