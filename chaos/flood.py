@@ -23,7 +23,8 @@ while the real client makes its requests one after another, each timed from its 
 "Held" is the median count of hostile connections this process had open at once while the real requests were timed,
 sampled every 100 ms (the fewest is reported beside it): the attacker's side of each connection, the listener's
 deadlines closing them as fast as they are reopened. The verdict asks every real request answered with p99 under
-2,000 ms while at least `hostile` were held.
+2,000 ms while at least 2,000 were held (the attacker keeps trying to hold more, `hostile`: the listeners close an
+oversized or endless head at once and the rest at their deadlines, and each takes a moment to reopen).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from interlock.results import commit_id, write_section
 
 KINDS = ("idle", "half_head", "trickled_body", "oversized_header", "repeated_headers")
 P99_TARGET_MS = 2000
+HELD_TARGET = 2000  # hostile connections open at once while the real requests are timed (issue 46)
 SAMPLE_EVERY_S = 0.1
 REOPEN_AFTER_S = 0.01
 RAMP_TIMEOUT_S = 60.0
@@ -177,8 +179,8 @@ class Timed:
         return (f"listener flood: {self.listener} held {self.held} hostile connections; real requests answered "
                 f"{self.answered}/{self.asked}, p50 {self.p(0.5):.0f} ms, p99 {self.p(0.99):.0f} ms")  # fmt: skip
 
-    def passed(self, hostile: int) -> bool:
-        return self.answered == self.asked and self.p(0.99) < P99_TARGET_MS and self.held >= hostile
+    def passed(self) -> bool:
+        return self.answered == self.asked and self.p(0.99) < P99_TARGET_MS and self.held >= HELD_TARGET
 
 
 class Stack:
@@ -250,7 +252,7 @@ def flood_main(hostile: int, requests: int, out: Path, *, write: bool, max_conne
     (run_dir / "flood.md").write_text(section + "\n", encoding="utf-8")
     if write:
         write_section("flood", section)
-    failed = [r.listener for r in results if not r.passed(hostile)]
+    failed = [r.listener for r in results if not r.passed()]
     for r in results:
         for problem in r.problems[:5]:
             print(f"  {r.listener}: {problem[:300]}")
@@ -417,23 +419,24 @@ def summarise(results: list[Timed], *, hostile: int, command: str, seconds: floa
         "## Listener flood: every HTTP listener under hostile connections",
         "",
         "Evidence class: **real process** × **sandbox rail**. `interlock up` (supervisord, embedded Redis, sandbox",
-        "rail, every actor) in a fresh data directory; one listener at a time flooded from one process with "
-        f"{hostile} hostile",
-        "connections kept open at once, reopened as soon as the listener closes them (idle; half a request head; a",
+        "rail, every actor) in a fresh data directory; one listener at a time flooded from one process trying to "
+        f"hold {hostile} hostile",
+        "connections open at once, each reopened as soon as the listener closes it (idle; half a request head; a",
         "body trickled a byte a second; a 64 KiB header line; a header repeated without end), while a real client",
         "makes its requests one after another, each timed to its answer: an agent's money call at the ingress (a new",
         "MCP session and `create_refund`), a signed delivery to the webhook receiver, an approver's page load and",
         "approval in the console. \"Held\" is the median count of hostile connections open at once while timed",
         f"(sampled every {SAMPLE_EVERY_S * 1000:.0f} ms). Target: every real request answered, p99 < "
-        f"{P99_TARGET_MS} ms, held ≥ {hostile}. Each listener's cap: INTERLOCK_HTTP_MAX_CONNECTIONS={max_connections}",
-        "(above the flood, so that it is held rather than evicted; eviction at the cap is tested with a cap of 12:",
+        f"{P99_TARGET_MS} ms, held ≥ {HELD_TARGET}. Each listener's cap:",
+        f"INTERLOCK_HTTP_MAX_CONNECTIONS={max_connections} (above the flood, so that it is held rather than evicted;",
+        "eviction at the cap is tested with a cap of 12:",
         "tests/interlock/test_listener_guard.py); the deadlines at their defaults (a head in 10 s, a body in 15 s).",
         "",
         f"- command: `{command}`; commit: {commit_id()}; date: {time.strftime('%Y-%m-%d')}; wall time: "
         f"{seconds:.0f} s; machine: {os.cpu_count()} CPUs",
     ]
     for r in results:
-        verdict = "PASS" if r.passed(hostile) else "FAIL"
+        verdict = "PASS" if r.passed() else "FAIL"
         lines.append(f"- **{r.line()}** — {verdict}; fewest held at once {r.fewest}; hostile connections opened "
                      f"{r.opened}, closed by the listener "
                      f"{r.closed}" + (f"; unanswered: {'; '.join(p[:160] for p in r.problems[:3])}"
