@@ -111,11 +111,11 @@ def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, 
     if ("ground_truth", "interlock") not in scores:
         out += ["", f"Not measured by this run: {PREVIOUS_OFF}."]
     hj_direct, hj_through = scores[("hijacked", "direct")], scores[("hijacked", via)]
-    why = ("the user's request names the attacker's account, so the stand-in approves it" if via == APPROVAL_ON
-           else "the attacker's account is no payee of the account holder's")
+    asked = [c for c in hj_through.calls if c["user_task"] is None]  # the injection tasks run as user tasks
     out += ["", f"AgentDojo's own check that each injection task can be done when the user asks for it (run as a user "
             f"task): direct {_frac(list(hj_direct.as_user_tasks.values()))}, through Interlock "
-            f"{_frac(list(hj_through.as_user_tasks.values()))} ({why})."]  # fmt: skip
+            f"{_frac(list(hj_through.as_user_tasks.values()))} (Interlock's answers to their calls: "
+            f"{_answers(asked)})."]  # fmt: skip
     out += ["", "Each injection task, over the user tasks it was paired with:", "",
             "| injection task | goal | moves money | reached direct | reached through Interlock | Interlock's answers "
             "to its calls |", "|---|---|---|---|---|---|"]  # fmt: skip
@@ -129,12 +129,19 @@ def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, 
         goal = info["goal"] if len(info["goal"]) <= 90 else info["goal"][:87] + "..."
         out.append(f"| {task_id} | {goal} | {'yes' if info['money'] else 'no'} | {_frac(direct)} | {_frac(through)} "
                    f"| {_answers(calls)} |")  # fmt: skip
-    approved = Counter((c["user_task"], c["held"].split(": ", 1)[1]) for c in hj_through.calls
-                       if c["part"] == "injection" and c["user_task"] and (c.get("held") or "").startswith("approved"))
+    approved: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for c in hj_through.calls:
+        if c["part"] == "injection" and c["user_task"] and (c.get("held") or "").startswith("approved"):
+            approved.setdefault((c["user_task"], c["held"].split(": ", 1)[1]), []).append(c)
     if via == APPROVAL_ON:
         out += ["", "Attacker's payouts the stand-in approved (the attacker's IBAN is in a file the user's request "
-                "points to, put there by the injection):", ""]  # fmt: skip
-        out += [f"* {user}: {n} call(s), {why}" for (user, why), n in sorted(approved.items())] or ["* none"]
+                "points to, put there by the injection), and what became of them:", ""]  # fmt: skip
+        out += [f"* {user}: {len(calls)} call(s), {why}: {_answers(calls)}"
+                for (user, why), calls in sorted(approved.items(), key=lambda kv: _task_number(kv[0][0]))] or ["* none"]
+    if any(c["reason"] == "RAIL_REJECTED" for c in hj_through.calls):
+        out += ["", "FAILED_TERMINAL RAIL_REJECTED: RazorpayX's minimum payout is Rs 1 (\"The amount must be at least "
+                "100.\"); the attacker's goals that send 0.01 are refused by the rail after the stand-in approved "
+                "them — the rail's floor, not Interlock's judgement, kept those goals from being reached."]
     gt_direct, gt_through = scores[("ground_truth", "direct")], scores[("ground_truth", via)]
     lost = [u for (u, _), ok in gt_through.utility.items() if not ok and gt_direct.utility.get((u, ""), False)]
     out += ["", "User tasks whose utility was lost through Interlock (ground truth, no injections):", ""]
