@@ -347,17 +347,21 @@ def purpose_command(models: str, rounds: int, results: Path, no_write: bool) -> 
 @click.option("--user-task", "user_tasks", multiple=True, help="e.g. user_task_0; repeatable (default: all 16)")
 @click.option("--injection-task", "injection_tasks", multiple=True,
               help="e.g. injection_task_4; repeatable (default: all 9)")  # fmt: skip
-@click.option("--approve-policy", type=click.Choice(["never"]), default="never", show_default=True,
-              help="what the account holder does with a HELD payout (payee approval, issue 47 item 3, adds policies)")
+@click.option("--approve-policy", "approve_policies", multiple=True, type=click.Choice(["never", "user-request"]),
+              help="who decides a payout to a payee never paid: never (payee approval off: refused) or user-request "
+              "(held; a stated policy standing in for the account holder approves a payee the user's request names "
+              "or points to, rejects any other); repeatable, each a through-Interlock route of its own (default: both)")
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path), help="data directory (default: a temp dir)")
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), default=RESULTS, show_default=True)
 @click.option("--no-write", is_flag=True, help="print the section; leave RESULTS.md alone")
 def agentdojo_command(modes: tuple[str, ...], user_tasks: tuple[str, ...], injection_tasks: tuple[str, ...],
-                      approve_policy: str, work: Path | None, results: Path, no_write: bool) -> None:  # fmt: skip
+                      approve_policies: tuple[str, ...], work: Path | None, results: Path,
+                      no_write: bool) -> None:  # fmt: skip
     """AgentDojo's banking suite (v1.2.2), scored by AgentDojo's own checks, direct (AgentDojo's bank) and through
     Interlock (every money call a create_payout at a real stack's ingress); writes the `agentdojo-banking` section
     of RESULTS.md and prints its one line. Needs .venv-agentdojo (`make agentdojo`)."""
-    from bench.dojo_bridge import ROUTES, RunnerError, run
+    from bench.dojo_approver import POLICIES
+    from bench.dojo_bridge import RunnerError, route_name, run
     from bench.dojo_report import Scores, render
 
     base = work or Path(tempfile.mkdtemp(prefix="interlock-agentdojo-"))
@@ -366,21 +370,22 @@ def agentdojo_command(modes: tuple[str, ...], user_tasks: tuple[str, ...], injec
     scores: dict[tuple[str, str], Scores] = {}
     raws: dict[str, object] = {}
     for mode in modes or ("ground_truth", "hijacked"):
-        for route in ROUTES:
+        for route, policy in [("direct", "never")] + [("interlock", p) for p in approve_policies or POLICIES]:
+            route = route_name(route, policy)
             try:
                 raw = run(mode, route, base / mode / route, user_tasks=list(user_tasks) or None,
-                          injection_tasks=list(injection_tasks) or None, approve_policy=approve_policy)  # fmt: skip
+                          injection_tasks=list(injection_tasks) or None, approve_policy=policy)  # fmt: skip
             except RunnerError as exc:
                 raise click.ClickException(str(exc)) from exc
             scores[(mode, route)], raws[f"{mode}/{route}"] = Scores.load(raw), raw
-            click.echo(f"{mode:<13} {route:<9} utility {sum(scores[(mode, route)].utility.values())}/"
+            click.echo(f"{mode:<13} {route:<22} utility {sum(scores[(mode, route)].utility.values())}/"
                        f"{len(scores[(mode, route)].utility)}  {time.monotonic() - started:.0f}s")  # fmt: skip
     (base / "scores.json").write_text(json.dumps(raws, indent=1))
-    if len(scores) < 4:
+    if {mode for mode, _ in scores} != {"ground_truth", "hijacked"}:
         click.echo("both modes on both routes are needed for the section; printed the scores only")
         return
     command = "interlock bench agentdojo" + "".join(f" --user-task {t}" for t in user_tasks) + "".join(
-        f" --injection-task {t}" for t in injection_tasks)  # fmt: skip
+        f" --injection-task {t}" for t in injection_tasks) + "".join(f" --approve-policy {p}" for p in approve_policies)
     text = render(scores, command=command, commit=commit, elapsed_s=time.monotonic() - started)
     if not no_write and not user_tasks and not injection_tasks:
         _publish("agentdojo-banking", text, results, no_write)

@@ -4,8 +4,10 @@ AgentDojo runs in a venv of its own (.venv-agentdojo, `make agentdojo`) as bench
 the Interlock side of its bridge. Through Interlock, the runner asks here over a pipe before each task run
 (`begin`: a fresh ledger and the mandate the account holder would sign for that environment) and for each money
 call (`pay`): this side turns it into a real MCP `create_payout` call at the ingress of a real stack over the
-sandbox's RazorpayX and answers whether Interlock said APPLIED. One redis-server and one sandbox serve the whole run;
-each task run gets its own ledger, engine and ingress (its own day: windows, idempotency and holds start empty).
+sandbox's RazorpayX and answers whether Interlock said APPLIED. With `--approve-policy user-request` a payout held
+for a payee on no list is decided by a stated policy standing in for the account holder (bench/dojo_approver.py).
+One redis-server and one sandbox serve the whole run; each task run gets its own ledger, engine and ingress (its own
+day: windows, idempotency and holds start empty).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import re
 import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any
 
 import redis
 
+from bench.dojo_approver import APPROVER_ID, HELD_PAYEE, POLICIES, StandIn
 from bench.env import AGENT, TIMINGS, TOKEN, mandate_data, write_mandate
 from deploy.agent_client import SandboxControl, mcp_client, structured
 from deploy.stack import Stack
@@ -39,7 +41,13 @@ VENV_PYTHON = REPO / ".venv-agentdojo" / "bin" / "python"
 RUNNER = Path(__file__).resolve().parent / "dojo_runner.py"
 SUITE_VERSION = "v1.2.2"
 MODES = ("ground_truth", "hijacked")  # item 2 (c), a real local model, is a third mode of the same runner
-ROUTES = ("direct", "interlock")
+
+
+def route_name(route: str, policy: str) -> str:
+    """"direct", "interlock" (payee approval off) or "interlock-<policy>" (payee approval on, decided by *policy*)."""
+    return route if route == "direct" or policy == "never" else f"{route}-{policy}"
+
+
 # An IBAN's shape: country, check digits, 11..30 letters or digits (the suite's bill IBAN UK12... is one too).
 IBAN = re.compile(r"^[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}$")
 DAY_MS = 86_400_000
@@ -48,6 +56,7 @@ PAYOUT_FEE_MINOR = 590  # the sandbox's ₹5 + 18% GST per payout (sandbox/payou
 FOLLOW_UP_S = 30.0  # how long the harness follows an answer that is not final yet (interlock_status)
 # The answers a harness acts on; any other state (PROPOSED, IN_FLIGHT, UNKNOWN, ...) is followed until it is one.
 ANSWERED = frozenset({"APPLIED", "BLOCKED", "HELD", "FAILED_TERMINAL", "CONFIRMED_NOT_APPLIED", "QUARANTINED"})
+DECIDED = ANSWERED - {"HELD"}  # after the stand-in approved or rejected a hold: its outcome
 
 
 class RunnerError(Exception):
@@ -79,14 +88,20 @@ def paid_before(account: dict[str, Any]) -> list[str]:
     return sorted({t["recipient"] for t in sent if IBAN.match(t["recipient"])})
 
 
-def mandate_changes(account: dict[str, Any]) -> dict[str, Any]:
+def mandate_changes(account: dict[str, Any], *, hold_unlisted: bool = False) -> dict[str, Any]:
     """What the account holder would sign: pay only those paid before, nothing beyond the account's balance in one
-    payout or in a day, at most MAX_CALLS_A_DAY payouts and their fees a day. No hold threshold inside the balance:
-    the approval a hold would wait for is the `--approve-policy` hook's (only `never` exists today)."""
+    payout or in a day, at most MAX_CALLS_A_DAY payouts and their fees a day. No hold threshold inside the balance.
+    With *hold_unlisted* (payee approval on) a payee paid never before is held for the account holder, APPROVER_ID,
+    instead of refused."""
     balance = to_minor(account["balance"]) or 0
+    payees: dict[str, Any] = {"fund_account_ids": [fund_account_id(iban) for iban in paid_before(account)]}
     payout = {"reversibility": "irreversible",
               "value": {"min_amount_minor": 1, "max_amount_minor": balance, "currencies": ["INR"]},
-              "payees": {"fund_account_ids": [fund_account_id(iban) for iban in paid_before(account)]}}  # fmt: skip
+              "payees": payees}  # fmt: skip
+    approval: dict[str, Any] = {}
+    if hold_unlisted:
+        payees["unlisted"] = "hold"
+        approval["approval.approvers"] = [APPROVER_ID]
     return {
         "mandate_id": "mnd_agentdojo_banking",
         "purpose": "AgentDojo banking: pay the account holder's known payees from their account",
@@ -95,12 +110,8 @@ def mandate_changes(account: dict[str, Any]) -> dict[str, Any]:
                             "currency": "INR"}],  # fmt: skip
         "limits.fee_budgets": {"INR": {"window_ms": DAY_MS, "max_fee_minor": MAX_CALLS_A_DAY * PAYOUT_FEE_MINOR}},
         "approval.hold_above_minor": balance,
+        **approval,
     }
-
-
-# The approve-policy hook: given a HELD answer and the call, whether the account holder releases it. Only `never`
-# today; payee approval (issue 47 item 3) adds the policies that release a held payout through the console's path.
-APPROVE_POLICIES: dict[str, Callable[[dict[str, Any], dict[str, Any]], bool]] = {"never": lambda answer, call: False}
 
 
 @dataclass
@@ -117,6 +128,7 @@ class Call:
     state: str
     reason: str | None
     applied: bool
+    held: str | None = None  # held for the payee and then "approved" or "rejected" by the stand-in, with why
 
 
 @dataclass
@@ -132,6 +144,7 @@ class Bridge:
     control: SandboxControl | None = None
     mcp_url: str = ""
     known: set[str] = field(default_factory=set)
+    stand_in: StandIn | None = None
 
     def start(self) -> None:
         self.base = Stack(self.work / "base", env=dict(TIMINGS))
@@ -176,10 +189,12 @@ class Bridge:
         data.mkdir(parents=True)
         env = {**TIMINGS, **{k: v for k, v in self.base.env.items() if k.startswith("INTERLOCK_RAIL_")}}
         stack = Stack(data, env=env, redis_url=self.base.redis_url)
-        mandate = write_mandate(data / "mandate.yaml", mandate_data(mandate_changes(account)))
+        hold = self.approve_policy != "never"
+        mandate = write_mandate(data / "mandate.yaml", mandate_data(mandate_changes(account, hold_unlisted=hold)))
         tokens = data / "tokens.yaml"
         tokens.write_text(f"agents:\n  {AGENT}: {{token_sha256: {token_sha256(TOKEN)}}}\n", encoding="utf-8")
         stack.env["INTERLOCK_MANDATE"] = str(mandate)
+        self.stand_in = StandIn.for_stack(data, stack.base_env()) if self.approve_policy == "user-request" else None
         self.control.set_banking_balance(to_minor(account["balance"]) or 0)
         self.pair = stack
         self.mcp_url = stack.start_ingress(tokens_file=tokens, wait=False)
@@ -190,9 +205,11 @@ class Bridge:
     def pay(self, request: dict[str, Any]) -> dict[str, Any]:
         recipient, amount, subject = request["recipient"], request["amount"], request["subject"]
 
-        def answer(state: str, reason: str | None, message: str, applied: bool = False) -> dict[str, Any]:
-            self.calls.append(Call(request.get("user_task"), request.get("injection_task"), request.get("part", "user"),
-                                   request["tool"], recipient, amount, subject, state, reason, applied))  # fmt: skip
+        def answer(state: str, reason: str | None, message: str, applied: bool = False,
+                   held: str | None = None) -> dict[str, Any]:  # fmt: skip
+            self.calls.append(Call(request.get("user_task"), request.get("injection_task"),
+                                   request.get("part", "user"), request["tool"], recipient, amount, subject, state,
+                                   reason, applied, held))  # fmt: skip
             return {"applied": applied, "state": state, "reason": reason, "message": message}
 
         if not IBAN.match(recipient):
@@ -209,21 +226,30 @@ class Bridge:
         if re.fullmatch(r"[A-Za-z0-9 ]{1,30}", subject):
             args["narration"] = subject
         content = asyncio.run(self._create_payout(args))
+        held = None
+        if content.get("state") == "HELD" and content.get("reason_code") == HELD_PAYEE and self.stand_in is not None:
+            # The person the hold waits for: the stated policy, through ops.holds with its own credential; then the
+            # outcome is followed as any answer not final yet, and the environment changes only on APPLIED.
+            approved, why = self.stand_in.decide(str(content["sik"]), recipient, request.get("request") or {})
+            held = ("approved: " if approved else "rejected: ") + why
+            content = asyncio.run(self._create_payout(args, content, DECIDED))
         state = str(content.get("state") or "ERROR")
         reason = content.get("reason_code")
-        if state == "HELD" and APPROVE_POLICIES[self.approve_policy](content, args):
-            state = "HELD"  # releasing through the console's path arrives with payee approval (issue 47 item 3)
         applied = state == "APPLIED"
-        return answer(state, reason, f"Interlock answered {state}" + (f" ({reason})" if reason else ""), applied)
+        message = f"Interlock answered {state}" + (f" ({reason})" if reason else "")
+        return answer(state, reason, message + (f"; held for the payee and {held}" if held else ""), applied, held)
 
-    async def _create_payout(self, args: dict[str, Any]) -> dict[str, Any]:
+    async def _create_payout(self, args: dict[str, Any], content: dict[str, Any] | None = None,
+                             answered: frozenset[str] = ANSWERED) -> dict[str, Any]:  # fmt: skip
+        """The call's answer once it is one of *answered*; given *content* (an answer had already), only followed."""
         async with mcp_client(self.mcp_url, TOKEN, timeout_s=30) as client:
-            content = structured(await client.call_tool("create_payout", args))
+            if content is None:
+                content = structured(await client.call_tool("create_payout", args))
             deadline = time.monotonic() + FOLLOW_UP_S
             # The harness follows an answer it cannot act on yet as Interlock says: by its sik, or (IN_PROGRESS before
             # anything was recorded: no sik, RETRY_SAME_CALL) with the same call again, which the SIK makes the same
             # payout.
-            while content.get("state") not in ANSWERED and time.monotonic() < deadline:
+            while content.get("state") not in answered and time.monotonic() < deadline:
                 await asyncio.sleep(0.3)
                 if content.get("sik"):
                     content = {**content, **structured(await client.call_tool("interlock_status",
@@ -232,7 +258,7 @@ class Bridge:
                     content = structured(await client.call_tool("create_payout", args))
                 else:
                     break
-            if content.get("state") not in ANSWERED:
+            if content.get("state") not in answered:
                 logger.warning("create_payout %s: no answer to act on in %ss: %s", args, FOLLOW_UP_S, content)
             return content
 
@@ -247,15 +273,19 @@ class Bridge:
 
 def run(mode: str, route: str, work: Path, *, user_tasks: list[str] | None = None,
         injection_tasks: list[str] | None = None, approve_policy: str = "never") -> dict[str, Any]:  # fmt: skip
-    """One mode on one route, in the AgentDojo venv; returns AgentDojo's scores and (through Interlock) the calls."""
+    """One mode on one route ("direct", or through Interlock as route_name names it), in the AgentDojo venv; returns
+    AgentDojo's scores and (through Interlock) the calls."""
     if not VENV_PYTHON.exists():
         raise RunnerError(f"{VENV_PYTHON} is missing: `make agentdojo` creates it (bench/agentdojo_requirements.txt)")
+    if approve_policy not in POLICIES:
+        raise RunnerError(f"--approve-policy {approve_policy}: one of {', '.join(POLICIES)}")
     work.mkdir(parents=True, exist_ok=True)
     results = work / f"{mode}-{route}.json"
-    config: dict[str, Any] = {"suite_version": SUITE_VERSION, "mode": mode, "route": route, "results": str(results),
+    bridge = Bridge(work / f"{mode}-stacks", approve_policy) if route != "direct" else None
+    config: dict[str, Any] = {"suite_version": SUITE_VERSION, "mode": mode, "results": str(results),
+                              "route": "direct" if bridge is None else "interlock",
                               "logdir": str(work / "agentdojo-logs"), "user_tasks": user_tasks,
                               "injection_tasks": injection_tasks}  # fmt: skip
-    bridge = Bridge(work / f"{mode}-stacks", approve_policy) if route == "interlock" else None
     fds: list[int] = []
     if bridge is not None:
         req_read, req_write = os.pipe()

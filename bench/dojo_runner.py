@@ -13,7 +13,9 @@ The scores are AgentDojo's: `benchmark_suite_without_injections` / `benchmark_su
 * the route: `InterlockRoute` wraps any agent pipeline and hands it, instead of the suite's runtime, one whose
   money tools (send_money, schedule_transaction, update_scheduled_transaction when it changes the recipient or the
   amount) first ask the Interlock side over a pipe, and change AgentDojo's environment only when it answers
-  APPLIED. Everything else (reads, passwords, user info) runs as AgentDojo's own function.
+  APPLIED. Everything else (reads, passwords, user info) runs as AgentDojo's own function. Each money call carries
+  the user's request (the prompt, and the content of each environment file whose name the prompt writes out): what
+  the Interlock side's approve policy reads when the payout is held for its payee.
 
 The pipe speaks JSON lines: {"op": "begin", ...} before each task run (the Interlock side gives it a fresh ledger
 and the mandate the account holder would sign for this environment), {"op": "pay", ...} for each money call.
@@ -52,6 +54,9 @@ class Pair:
         self.user_task: str | None = None
         self.injection_task: BaseInjectionTask | None = None
         self.part = "user"  # whose ground truth the agent is running: the user's or the injection task's
+        # The user's request as a person deciding a held payout would see it: its text (the prompt) and the files of
+        # the environment it points to (whose name it writes out), as the environment holds them when the task starts.
+        self.request: dict[str, Any] = {}
 
 
 def recording_attack(name: str, suite: Any, pipeline: BasePipelineElement, pair: Pair) -> Any:
@@ -159,7 +164,7 @@ def bridged(function: Function, bridge: Bridge, pair: Pair) -> Function:
         injection = pair.injection_task.ID if pair.injection_task is not None else None
         answer = bridge.ask({"op": "pay", "tool": tool, "recipient": recipient, "amount": exact_amount(amount),
                              "subject": subject, "date": date, "recurring": recurring, "user_task": pair.user_task,
-                             "injection_task": injection, "part": pair.part})  # fmt: skip
+                             "injection_task": injection, "part": pair.part, "request": pair.request})  # fmt: skip
         if not answer.get("applied"):
             raise NotApplied(answer.get("message") or f"Interlock answered {answer.get('state')}")
 
@@ -206,6 +211,8 @@ class InterlockRoute(BasePipelineElement):
         injection = self.pair.injection_task.ID if self.pair.injection_task is not None else None
         self.bridge.ask({"op": "begin", "prompt": query, "user_task": self.pair.user_task,
                          "injection_task": injection, "account": env.bank_account.model_dump(mode="json")})  # type: ignore[attr-defined]  # fmt: skip
+        files = env.filesystem.files  # type: ignore[attr-defined]
+        self.pair.request = {"text": query, "files": {name: text for name, text in files.items() if name in query}}
         functions = {name: bridged(f, self.bridge, self.pair) if name in MONEY_TOOLS else f
                      for name, f in runtime.functions.items()}  # fmt: skip
         return self.inner.query(query, FunctionsRuntime(list(functions.values())), env, messages, extra_args or {})
