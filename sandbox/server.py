@@ -23,6 +23,12 @@ from sandbox.rail import Rail
 
 logger = logging.getLogger(__name__)
 
+# An idle kept-alive connection is closed after this long: longer than its clients keep one to reuse (httpx and
+# rails/wire.py: 5 s), as a real rail's front is (nginx's default is 75 s). With uvicorn's default, 5 s, a client
+# reusing a connection idle just under 5 s could write its request as the rail closed it, and get no answer: on a
+# busy machine a test's control call failed so, and a money call would be Lost (ambiguous).
+KEEP_ALIVE_S = 75
+
 
 class PortInUse(OSError):
     """Raised when the sandbox's port is already bound by another process; names host and port."""
@@ -101,6 +107,7 @@ def serve(rail: Rail, sock: socket.socket, *, ready_file: Path | None = None) ->
         access_log=False,
         # Slow applies may still be sleeping at SIGTERM; give them a moment, then go.
         timeout_graceful_shutdown=2,
+        timeout_keep_alive=KEEP_ALIVE_S,
     )
     server = uvicorn.Server(config)
     host, port = sock.getsockname()[:2]

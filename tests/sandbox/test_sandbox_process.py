@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import http.client
 import json
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
 import yaml
 
+from rails.wire import KEEPALIVE_S
 from sandbox.server import bind
 from sandbox.testing import journal_count_for_stamp, start_sandbox, wait_for
 
@@ -146,3 +149,19 @@ def test_small_responses_are_not_held_back_by_nagle() -> None:
         return nodelay
 
     assert asyncio.run(accept_one()) != 0, "accepted connections would wait on Nagle + delayed ACK"
+
+
+def test_a_connection_idle_as_long_as_a_client_keeps_one_is_still_served(tmp_path: Path) -> None:
+    # Regression: the rail closed an idle connection after uvicorn's 5 s, exactly as long as httpx and rails/wire.py
+    # keep one to reuse; on a busy machine a request written on one as the rail closed it got no answer at all.
+    with start_sandbox(tmp_path / "rail") as rail:
+        conn = http.client.HTTPConnection(rail.host, rail.port, timeout=60)
+        try:
+            conn.request("GET", "/__sandbox/health")
+            assert conn.getresponse().read() and conn.sock is not None
+            kept, idle_from = conn.sock, time.monotonic()
+            wait_for(lambda: time.monotonic() > idle_from + KEEPALIVE_S + 1, timeout=60)
+            conn.request("GET", "/__sandbox/health")  # on the same connection, idle past a client's keep-alive
+            assert conn.getresponse().status == 200 and conn.sock is kept
+        finally:
+            conn.close()
