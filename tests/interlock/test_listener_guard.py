@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from interlock.ports import free_port
+from ledger.db import open_ledger
 from tests.mandates import write_mandate
 from tests.procs import INTERLOCK, Proc, closed_by_server, wait_until
 from tests.webhooks.test_receiver import NEW, event, headers
@@ -40,6 +41,7 @@ def _listener(name: str, tmp_path: Path) -> tuple[Proc, str, str, Callable[[str]
     else:
         mandate = tmp_path / "mandate.yaml"
         write_mandate(mandate, {})
+        open_ledger(tmp_path / "ledger.sqlite3").close()  # the rail worker's: the console keeps its sessions there
         env = {"INTERLOCK_CONSOLE_TOKEN": CONSOLE_TOKEN, "INTERLOCK_MANDATE": str(mandate),
                "INTERLOCK_LEDGER": str(tmp_path / "ledger.sqlite3")}  # fmt: skip
 
