@@ -87,6 +87,9 @@ class LocalPayments:
     def fetch_banking_balance(self, account_number: str) -> BankingBalance:
         raise AssertionError("the rail worker bench proposes refunds only")
 
+    def fetch_payout(self, payout_id: str) -> Payout:
+        raise AssertionError("the rail worker bench proposes refunds only")
+
     def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
                      count: int = 100, skip: int = 0) -> Page[Payout]:  # fmt: skip
         raise AssertionError("the rail worker bench proposes refunds only")

@@ -27,9 +27,10 @@ from ledger.queries import (
     intent_state,
     intent_unsettled_at,
     money_committed_for_subject,
+    payouts_not_known_debited,
 )
 from rails.models import Balance, BankingBalance, FundAccount, Page, Payment, Payout
-from rails.pager import payouts_not_debited
+from rails.pager import MAX_OURS, NOT_DEBITED, payout_basis
 from rails.razorpay import RailError, RailErrorKind
 
 logger = logging.getLogger(__name__)
@@ -49,6 +50,8 @@ class RailReader(Protocol):
     def fetch_fund_account(self, fund_account_id: str) -> FundAccount: ...
 
     def fetch_banking_balance(self, account_number: str) -> BankingBalance: ...
+
+    def fetch_payout(self, payout_id: str) -> Payout: ...
 
     def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
                      count: int = ..., skip: int = ...) -> Page[Payout]: ...  # fmt: skip
@@ -77,7 +80,8 @@ def resolve(
     if call.tool == "create_refund":
         return _resolve_refund(base, call, rail, ledger, account_merchants or (base.merchant_id,))
     if call.tool == PAYOUT_TOOL:
-        return _resolve_payout(base, call, rail, ledger, mandate, at_ms, grace_ms, payouts_missing, clock_skew_ms)
+        return _resolve_payout(base, call, rail, ledger, mandate, at_ms, grace_ms, payouts_missing, clock_skew_ms,
+                               account_merchants or (base.merchant_id,))
     return _resolve_settlement(base, call, rail, ledger, mandate, at_ms, grace_ms, balance_read_missing,
                                clock_skew_ms)  # fmt: skip
 
@@ -243,7 +247,7 @@ def _key_settlement(
 
 def _resolve_payout(
     base: ResolvedAction, call: MoneyCall, rail: RailReader, ledger: sqlite3.Connection, mandate: Mandate | None,
-    at_ms: int, grace_ms: int, payouts_missing: str | None, clock_skew_ms: int,
+    at_ms: int, grace_ms: int, payouts_missing: str | None, clock_skew_ms: int, merchants: tuple[str, ...],
 ) -> ResolvedAction:
     """The payee as the rail knows it (never the agent's word), the RazorpayX balance and the payouts on it not yet
     debited; the SIK keys the fund account and amount in the mandate's window (ADR 0028)."""
@@ -262,8 +266,9 @@ def _resolve_payout(
             return _unresolved(base, "G2_PAYEE_NOT_FOUND", fund_account_id=terms.fund_account_id)
         return _rail_failure(base, exc, terms.fund_account_id)
     try:
-        banking = rail.fetch_banking_balance(account)
-        waiting = payouts_not_debited(rail, account, fee_minor=DEFAULT_FEE_RATE.project_payout())
+        banking, waiting = payout_basis(rail, account, fee_minor=DEFAULT_FEE_RATE.project_payout(),
+                                        ours=payouts_not_known_debited(ledger, merchants, undebited=NOT_DEBITED,
+                                                                       limit=MAX_OURS + 1))  # fmt: skip
     except RailError as exc:
         return _replace(_rail_failure(base, exc, f"banking balance of {account}"), fund_account=fund_account)
     # The payee is the contact, not the account: its bank account and its UPI id are one payee to the SIK, so "the

@@ -30,8 +30,11 @@ def _placeholders(states: Iterable[State]) -> tuple[str, list[str]]:
 
 
 # G2's money in motion (issue 13 item 7): what may still move, plus HELD — a person may release it at any
-# moment, so a second call must not be judged as if that money were still there.
-_G2_COUNTED: frozenset[State] = MAY_MOVE_MONEY | {State.HELD}
+# moment, so a second call must not be judged as if that money were still there — and QUARANTINED: the rail may
+# hold money moved under the intent's stamp (on other terms, say) that a rail read taken before it moved does not
+# show, and only a person can say (finding F12: a payout quarantined after the gate's read left the balance to a
+# second payout the rail then refused). Counted until resolved; where the read shows it too, that refuses, never pays.
+_G2_COUNTED: frozenset[State] = MAY_MOVE_MONEY | {State.HELD, State.QUARANTINED}
 
 
 # These two run inside the serial admission transaction. Left alone, SQLite's planner takes the primary key
@@ -131,6 +134,28 @@ def money_committed_for_tool(
         (per_call_minor, *merchants, tool, exclude_sik, currency, *states, applied_since_ms, applied_since_ms),
     ).fetchone()
     return int(row[0])
+
+
+def payouts_not_known_debited(conn: sqlite3.Connection, merchant_ids: str | Sequence[str], *,
+                               undebited: Sequence[str], limit: int) -> list[str]:  # fmt: skip
+    """Rail ids of the APPLIED payouts of every merchant in *merchant_ids* (one rail account) that this ledger has
+    not seen debited or ended: the lifecycle follower has no status for them yet (rail_status_owed), or the last it
+    read is one of *undebited* (queued, pending, scheduled). G2's payout read fetches each by id before it reads the
+    balance, so our own payout counts whatever the rail's lists show or lag (finding F11). At most *limit* ids: the
+    caller asks for one more than it will fetch, to tell when the follower is behind."""
+    who, merchants = _merchants(merchant_ids)
+    marks = ", ".join("?" for _ in undebited)
+    rows = conn.execute(
+        f"""SELECT i.rail_entity_id FROM rail_status_owed o JOIN intents i ON i.merchant_id = o.merchant_id
+                                                                         AND i.sik = o.sik
+            WHERE o.merchant_id IN ({who}) AND i.tool = ? AND i.state = 'APPLIED' AND i.rail_entity_id IS NOT NULL
+            UNION
+            SELECT entity_id FROM rail_status INDEXED BY rail_status_due
+            WHERE final = 0 AND merchant_id IN ({who}) AND tool = ? AND status IN ({marks})
+            ORDER BY 1 LIMIT ?""",
+        (*merchants, PAYOUT_TOOL, *merchants, PAYOUT_TOOL, *undebited, limit),
+    ).fetchall()
+    return [str(r[0]) for r in rows]
 
 
 def money_under_task(conn: sqlite3.Connection, signer: str | None, task_id: str, *, exclude_sik: str,

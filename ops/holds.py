@@ -37,6 +37,7 @@ from ledger.queries import (
     applied_mark,
     money_committed_for_subject,
     money_committed_for_tool,
+    payouts_not_known_debited,
 )
 from ledger.states import State
 from ops import held_payees
@@ -45,7 +46,7 @@ from ops.context import OpsContext
 from ops.format import format_minor
 from ops.rail_check import REFUND_TOOL
 from rails.models import Balance, BankingBalance, FundAccount, Payment
-from rails.pager import payouts_not_debited
+from rails.pager import MAX_OURS, NOT_DEBITED, payout_basis
 from rails.razorpay import RailError
 
 logger = logging.getLogger(__name__)
@@ -142,7 +143,7 @@ def approve(
         raise OperatorRefused(sik, "an approval names the terms digest of the call it approves (`holds list` "
                                    "prints it as terms=…; pass --terms)")  # fmt: skip
     mandates = ctx.mandates()
-    rail_view = _read_referent(ctx, sik, merchant_id)  # before the write lock: a rail call may take seconds
+    rail_view = _read_referent(ctx, mandates, sik, merchant_id)  # before the write lock: a rail call may take seconds
     seq: int | None = None
     with ctx.ledger() as conn:
         with transaction(conn):  # every check reads the row under the write lock it is released under
@@ -194,16 +195,19 @@ class _RailView:
     applied_mark: int | None = None
 
 
-def _read_referent(ctx: OpsContext, sik: str, merchant_id: str | None) -> _RailView:
+def _read_referent(ctx: OpsContext, mandates: MandateStore, sik: str, merchant_id: str | None) -> _RailView:
     with ctx.ledger(readonly=True) as conn:
         intent = find_intent(conn, sik, merchant_id)
         mark = applied_mark(conn)
+        # Our payouts not yet seen debited, fetched by id before the balance (rails.pager.payout_basis; F11).
+        ours = (payouts_not_known_debited(conn, _account_merchants(mandates, intent), undebited=NOT_DEBITED,
+                                          limit=MAX_OURS + 1) if intent.tool == PAYOUT_TOOL else [])  # fmt: skip
     if intent.state is not State.HELD:
         return _RailView()  # refused under the lock as not HELD; nothing to read
-    return replace(_read_rail(ctx, intent), applied_mark=mark)
+    return replace(_read_rail(ctx, intent, ours), applied_mark=mark)
 
 
-def _read_rail(ctx: OpsContext, intent: Intent) -> _RailView:
+def _read_rail(ctx: OpsContext, intent: Intent, ours: list[str]) -> _RailView:
     what = {REFUND_TOOL: f"payment {intent.subject_id}", PAYOUT_TOOL: f"payee {intent.subject_id} and balance"}.get(
         intent.tool, "settlement balance")
     try:
@@ -212,10 +216,9 @@ def _read_rail(ctx: OpsContext, intent: Intent) -> _RailView:
                 return _RailView(payment=rail.fetch_payment(intent.subject_id))
             if intent.tool == PAYOUT_TOOL:
                 account = str(intent.params["account_number"])
-                return _RailView(fund_account=rail.fetch_fund_account(intent.subject_id),
-                                 banking_balance=rail.fetch_banking_balance(account),
-                                 payouts_waiting_minor=payouts_not_debited(
-                                     rail, account, fee_minor=DEFAULT_FEE_RATE.project_payout()))  # fmt: skip
+                fund_account = rail.fetch_fund_account(intent.subject_id)
+                banking, waiting = payout_basis(rail, account, ours=ours, fee_minor=DEFAULT_FEE_RATE.project_payout())
+                return _RailView(fund_account=fund_account, banking_balance=banking, payouts_waiting_minor=waiting)
             return _RailView(balance=rail.fetch_balance())
     except (RailError, ConfigError) as exc:
         # Fail closed: an approval is judged against the rail as it is now, never against the gate's old read.

@@ -15,7 +15,7 @@ inconclusive, never "exhausted".
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -23,7 +23,7 @@ from interlock import clock
 from interlock.failpoints import failpoint
 from interlock.sik import receipt_for
 from interlock.tools import PAYOUT_TOOL
-from rails.models import Page, Payout, Refund, Settlement
+from rails.models import BankingBalance, Page, Payout, Refund, Settlement
 from rails.razorpay import RailError, RailErrorKind
 
 logger = logging.getLogger(__name__)
@@ -98,30 +98,64 @@ def find_stamped(rail: RailLister, tool: str, subject: str, sik: str, *, page_si
     return PageResult(None, pages, exhausted=False, error=f"gave up after {max_pages} pages", passed_over=tuple(passed))
 
 
-# Payouts the rail holds without having debited the balance for them yet (SPEC §18; ADR 0028).
-NOT_DEBITED = ("queued", "pending", "scheduled")
+# Payouts the rail holds without having debited the balance for them yet (SPEC §18; ADR 0028), in the order a
+# payout passes through them (scheduled, or pending a person's approval, then queued for balance): lists read in
+# this order cannot miss one that moves from one to the next between two reads (finding F11).
+NOT_DEBITED = ("scheduled", "pending", "queued")
+# Our own payouts fetched by id on one read, at most: past that the lifecycle follower is behind, and the read fails
+# closed rather than making hundreds of calls per payout judged. MAX_OURS bounds the ids the ledger hands over (a
+# long queue of ours, listed, needs no fetch); a caller asks for one more, and more than MAX_OURS fails closed too.
+MAX_OURS_FETCHED = 100
+MAX_OURS = 10_000
 
 
-class PayoutLister(Protocol):
+class PayoutReader(Protocol):
     def list_payouts(self, account_number: str, *, reference_id: str | None = None, status: str | None = None,
                      count: int = ..., skip: int = ...) -> Page[Payout]: ...  # fmt: skip
 
+    def fetch_payout(self, payout_id: str) -> Payout: ...
 
-def payouts_not_debited(rail: PayoutLister, account_number: str, *, fee_minor: int = 0,
-                        page_size: int = PAGE_SIZE) -> int:  # fmt: skip
-    """Minor units of the account's payouts the rail holds but has not debited yet (queued, pending, scheduled),
-    every list paged to its end: the balance does not show them, and each takes its amount and *fee_minor* (a
-    queued payout shows no fee yet) when it runs. A RailError goes to the caller, who fails closed."""
-    total = 0
+    def fetch_banking_balance(self, account_number: str) -> BankingBalance: ...
+
+
+def payout_basis(rail: PayoutReader, account_number: str, *, ours: Sequence[str], fee_minor: int = 0,
+                 page_size: int = PAGE_SIZE) -> tuple[BankingBalance, int]:  # fmt: skip
+    """The RazorpayX balance and the minor units of the account's payouts the rail holds but has not debited yet:
+    what a payout's G2 is judged against (ADR 0028). Each undebited payout takes its amount and *fee_minor* (a
+    queued payout shows no fee yet) when it runs.
+
+    The order of the reads is the rule (finding F11). Every undebited list is paged to its end first; then each of
+    *ours* — our APPLIED payouts the ledger has not seen debited or ended (ledger.queries.payouts_not_known_debited)
+    — that no list showed undebited is fetched by id, since a list may lag a new payout or lose one that moved
+    between pages; the balance is read last. A payout only ever moves from undebited to debited (or ends), so one
+    seen undebited before the balance read is either still waiting or in that balance: counted twice at worst,
+    which refuses, never pays. Read the other way round, a payout debited between the two reads would be in
+    neither. A RailError goes to the caller, who fails closed."""
+    if len(ours) > MAX_OURS:
+        raise _follower_behind(MAX_OURS)
+    waiting: dict[str, int] = {}
     for status in NOT_DEBITED:
         skip = 0
         for _ in range(MAX_PAGES):
             page = rail.list_payouts(account_number, status=status, count=page_size, skip=skip)
-            total += sum(p.amount + fee_minor for p in page.items if p.status == status)
+            waiting.update((p.id, p.amount + fee_minor) for p in page.items if p.status == status)
             if page.exhausted:
                 break
             skip += len(page.items)
         else:
             raise RailError(RailErrorKind.AMBIGUOUS, f"more than {MAX_PAGES} pages of {status} payouts",
                             method="GET", path="/v1/payouts")  # fmt: skip
-    return total
+    unlisted = [payout_id for payout_id in ours if payout_id not in waiting]
+    if len(unlisted) > MAX_OURS_FETCHED:
+        raise _follower_behind(MAX_OURS_FETCHED)
+    for payout_id in unlisted:
+        payout = rail.fetch_payout(payout_id)
+        if payout.status in NOT_DEBITED:
+            waiting[payout.id] = payout.amount + fee_minor
+    return rail.fetch_banking_balance(account_number), sum(waiting.values())
+
+
+def _follower_behind(most: int) -> RailError:
+    return RailError(RailErrorKind.AMBIGUOUS, f"more than {most} of this account's payouts are not yet followed to "
+                     "a debit (is the reconciler's lifecycle follower running?); a payout is judged again once it "
+                     "catches up", method="GET", path="/v1/payouts")  # fmt: skip

@@ -696,15 +696,14 @@ def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvid
         if e.queue_if_low_balance and not queueing.get(action.agent, False):
             out.append(Violation("QUEUE_FLAG", f"{shard.name}: {e.id} was sent queue_if_low_balance for "
                                                f"{action.agent}, whose mandate does not queue"))  # fmt: skip
-    if not evidence.get("list_lag_ms"):
-        for name, refusals in evidence.get("payout_refusals", {}).items():
-            retried = _retried(shards[name]) if name in shards else None
-            for r in refusals:
-                if r["queued"] == 0 and not r.get("overtaken_by_queueing") and not (
-                        retried is not None and retried(r["stamp"], r.get("at_ms"))):  # fmt: skip
-                    out.append(Violation("PAYOUT_BALANCE", f"{name}: payout {r['stamp']} of {r['amount']} (with its "
-                                                           f"fee {r['cost']}) admitted; the rail had {r['balance']} "
-                                                           "and nothing queued"))  # fmt: skip
+    for name, refusals in evidence.get("payout_refusals", {}).items():
+        retried = _retried(shards[name]) if name in shards else None
+        for r in refusals:
+            if r["queued"] == 0 and not r.get("overtaken_by_queueing") and not (
+                    retried is not None and retried(r["stamp"], r.get("at_ms"))):  # fmt: skip
+                out.append(Violation("PAYOUT_BALANCE", f"{name}: payout {r['stamp']} of {r['amount']} (with its "
+                                                       f"fee {r['cost']}) admitted; the rail had {r['balance']} "
+                                                       "and nothing queued"))  # fmt: skip
     replaced = {(r["shard"], r["agent"]): r["effective_mono_ms"] for r in evidence.get("replacements", [])
                 if r.get("effective_mono_ms") is not None}  # fmt: skip
     raised = {name: _raised(shard.ledger) for name, shard in shards.items()}

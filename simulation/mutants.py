@@ -190,6 +190,21 @@ SKEW_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     _m("unsettled_at_on_one_clock", "F8, ADR 0009 amended: a repeat past the grace lands on a first admitted or "
        "settled up to the skew before its ingress's clock says it was received",
        Edit("ledger/states.py", "    since = at_ms - clock_skew_ms\n", "    since = at_ms\n")),
+    _m("withdrawal_refusal_for_life", "F10: a withdrawn payout the rail would not cancel in one status is tried again "
+       "once it moves to another (pending, approved into queued)",
+       Edit("reconciler/withdrawal.py", "(merchant_id, sik, reason, status) in self._refused or waiting:",
+            "any(r[:3] == (merchant_id, sik, reason) for r in self._refused) or waiting:")),
+    _m("payout_balance_read_first", "F11, ADR 0028 amended: a payout's G2 reads the undebited payouts before the "
+       "balance, so one debited between the two reads is in one of them",
+       Edit("rails/pager.py", "    waiting: dict[str, int] = {}\n    for status in NOT_DEBITED:",
+            "    banking = rail.fetch_banking_balance(account_number)\n    waiting: dict[str, int] = {}\n"
+            "    for status in NOT_DEBITED:"),
+       Edit("rails/pager.py", "    return rail.fetch_banking_balance(account_number), sum(waiting.values())",
+            "    return banking, sum(waiting.values())")),
+    _m("quarantined_not_in_motion", "F12: G2 counts a QUARANTINED intent's money as in motion until a person "
+       "resolves it",
+       Edit("ledger/queries.py", "_G2_COUNTED: frozenset[State] = MAY_MOVE_MONEY | {State.HELD, State.QUARANTINED}",
+            "_G2_COUNTED: frozenset[State] = MAY_MOVE_MONEY | {State.HELD}")),
 )}  # fmt: skip
 
 # Defects no ordering of this deployment can reach, because another layer of the real code stands in front of them
@@ -316,6 +331,14 @@ SEARCHES: dict[str, Search] = {
     # start: a repeat received as its queued first call is admitted and settled, stamped by clocks either side
     "unsettled_at_on_one_clock": Search(200, frozenset({"skew", "short_grace", "rail_outage"}),
                                         frozenset({"ONE_ENTITY_PER_ACTION"})),
+    # a payout pending a person's approval when its mandate is replaced, approved into the queue afterwards
+    "withdrawal_refusal_for_life": Search(300, frozenset({"payout_approval", "replace"}), frozenset({"WITHDRAWN"})),
+    # payouts racing one balance while the rail's answers fail and the bank moves them on between reads
+    "payout_balance_read_first": Search(200, frozenset({"payout_race", "rail_outage"}),
+                                        frozenset({"PAYOUT_BALANCE"})),
+    # one racing payout found on the rail stamped on other terms (quarantined) before the next is admitted
+    "quarantined_not_in_motion": Search(200, frozenset({"payout_race", "rail_outage"}),
+                                        frozenset({"PAYOUT_BALANCE"})),
 }
 
 

@@ -45,7 +45,7 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
     rng = random.Random(f"payouts:{seed}")
     plan = world.faults.rail
     plan.payout_failed, plan.payout_reversed = rng.choice((0.0, 0.1, 0.3)), rng.choice((0.0, 0.1))
-    plan.payout_approval, plan.payout_rejected = rng.random() < 0.25, rng.choice((0.0, 0.2))
+    plan.payout_approval, plan.payout_rejected = rng.random() < 0.25 or w.payout_approval, rng.choice((0.0, 0.2))
     plan.payout_reversed_after_processed = rng.choice((0.0, 0.1))  # the poller's watch finds it, or a webhook
     used = {a.amount for a in world.actions}
     for index, shard in enumerate(world.shards.values()):
@@ -101,7 +101,6 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
             # them and a payout the rail refuses (PAYOUT_BALANCE).
             shard.rail.banking_balance = race * 16 // 10
     if w.payout_race:
-        # What PAYOUT_BALANCE judges: nothing waits unlisted (a payout's list also lags past the bound with
-        # refund_list_late: keyed entities do; seed 3 of {payout_race, rail_outage}, finding F11).
-        plan.list_lag_ms = plan.refund_list_past_bound_ms = 0
+        # Payout lists lag as the seed drew them: G2 fetches our own undebited payouts by id (finding F11), so
+        # PAYOUT_BALANCE is judged whatever the lists show.
         world.actions.sort(key=lambda a: a.tool != PAYOUT or a.subject.startswith("cont_PAYEEC"))  # stable

@@ -133,13 +133,15 @@ CROWD = "crowd"  # lists longer than a page (simulation.crowd), in every seed, n
 # Payouts in every seed, each payout agent's first two calls payouts racing past the gate against a balance that pays
 # one of them, lists that do not lag (simulation.payouts): aimed at the admission's balance re-check.
 PAYOUT_RACE = "payout_race"
+PAYOUT_APPROVAL = "payout_approval"
 # A shard's machine lost and the shard restored from its replica (simulation.machine_loss), in every seed instead
 # of some; it displaces the merchant's move.
 MACHINE_LOSS = "machine_loss"
 # The workload's parts a focus may name.
-PARTS = frozenset({MOVE, HOLDS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, PAYOUT_RACE})
+PARTS = frozenset({MOVE, HOLDS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, PAYOUT_RACE,
+                   PAYOUT_APPROVAL})
 FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS,
-               WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, MACHINE_LOSS, SHORT_GRACE, PAYOUT_RACE)
+               WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, MACHINE_LOSS, SHORT_GRACE, PAYOUT_RACE, PAYOUT_APPROVAL)
 
 
 # Scheduling steps a seed may take before it counts as never settling (STEP_BUDGET). Payouts, webhooks and the
@@ -198,10 +200,7 @@ def run_seed(seed: int, *, max_steps: int = MAX_STEPS, keep: Path | None = None,
             violations = checker.check(evidence, world.actions, world.answers, mandates, settled=settled,
                                        stopped=frozenset(sched.stopped), set_back_ms=sched.clock.set_back_ms,
                                        calls=world.received)  # fmt: skip
-            # Payout lists lag with list_lag, and past the bound with refund_list_late (keyed entities): PAYOUT_BALANCE
-            # is not judged then (finding F11).
-            lag = max(faults.rail.list_lag_ms, faults.rail.refund_list_past_bound_ms or 0)
-            workload = {**extras.evidence(), "list_lag_ms": lag,
+            workload = {**extras.evidence(),
                         "payout_refusals": {s.name: list(s.rail.balance_refusals) for s in world.shards.values()}}
             violations += checker.check_workload(evidence, world.actions, world.answers, mandates, workload)
             if not settled:

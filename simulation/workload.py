@@ -54,6 +54,7 @@ class Workload:
     move: bool = False
     payouts: bool = False
     payout_race: bool = False  # focus only: simulation.payouts
+    payout_approval: bool = False  # focus only: every payout account has the approval workflow (simulation.payouts)
     webhooks: bool = False
     lifecycle: bool = False
     upstream_mcp: bool = False
@@ -104,8 +105,10 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: froz
     w.account = w.account and not w.move
     # Its own generator too: the seeds without payouts run as they did before payouts were simulated.
     w.payouts = "payouts" not in disabled and ("payouts" in focus or "payout_race" in focus
+                                               or "payout_approval" in focus
                                                or random.Random(f"payouts:{seed}").random() < SHARE)  # fmt: skip
     w.payout_race = w.payouts and "payout_race" in focus
+    w.payout_approval = w.payouts and "payout_approval" in focus
     hooked = random.Random(f"webhooks:{seed}").random() < 0.5
     w.webhooks = "webhooks" not in disabled and ("webhooks" in focus or hooked)
     banked = random.Random(f"lifecycle:{seed}").random() < 0.5
