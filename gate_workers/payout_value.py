@@ -32,8 +32,7 @@ def payee_result(action: ResolvedAction, ctx: GateContext) -> GateResult:
     who = {"fund_account_id": fund_account.id, "contact_id": fund_account.contact_id}
     if mandate is None or payees is None:
         return block("G2_PAYEE_NOT_ALLOWED", **who)
-    listed = payees.allow(fund_account.id, fund_account.contact_id) or fund_account.id in allowed_fund_accounts(
-        ctx.ledger, MandateVersion(action.merchant_id, action.agent_id, mandate.mandate_hash))
+    listed = payee_listed(action, ctx)
     holds_unlisted = payees.unlisted == "hold" and bool(mandate.approval.approvers)
     if not listed and not holds_unlisted:
         return block("G2_PAYEE_NOT_ALLOWED", **who)
@@ -43,6 +42,17 @@ def payee_result(action: ResolvedAction, ctx: GateContext) -> GateResult:
         return hold(PAYEE_UNLISTED_HELD, **who, payee=fund_account.shown(), payee_digest=fund_account.digest,
                     approvers=list(mandate.approval.approvers))  # fmt: skip
     return allow("G2_PAYEE_LISTED", **who)
+
+
+def payee_listed(action: ResolvedAction, ctx: GateContext) -> bool:
+    """Whether a payout's fund account, as the rail returned it, is on its grant's payees — by its id or its
+    contact's — or was added by an approver under this mandate version (ADR 0034)."""
+    fund_account, mandate = action.fund_account, ctx.mandate
+    grant = mandate.grant(action.tool) if mandate is not None else None
+    if fund_account is None or mandate is None or grant is None or grant.payees is None:
+        return False
+    return grant.payees.allow(fund_account.id, fund_account.contact_id) or fund_account.id in allowed_fund_accounts(
+        ctx.ledger, MandateVersion(action.merchant_id, action.agent_id, mandate.mandate_hash))
 
 
 def payout_balance_refusal(action: ResolvedAction, ctx: GateContext, merchants: tuple[str, ...]) -> GateResult | None:

@@ -41,6 +41,12 @@ EXPLANATIONS: dict[str, str] = {
         "fetch_balance tool. Nothing was paid. Repeating the call gets the same answer: an operator must "
         "connect Interlock to a rail that can report the balance."
     ),
+    "G1_FREE_TEXT_REFUSED": (
+        "The text sent with this call (the narration, a description or a note) breaks the mandate's rule for "
+        "the text that may go out with money: too long, of a shape it does not allow, not the one narration "
+        "this payee gets, or any narration to a payee on no list. Nothing was recorded and nothing was paid. "
+        "The same call gets the same answer; the call without that text is judged afresh."
+    ),
     "G2_PAYEE_NOT_ALLOWED": (
         "The payee (the fund account, as the rail reports it) is not one the mandate lets this agent pay: "
         "payouts go only to the fund accounts or contacts a person listed in the mandate. Nothing was paid. "

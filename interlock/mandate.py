@@ -19,6 +19,7 @@ from interlock.mandate_model import (
     SIK_FIELDS,
     Approval,
     FeeBudget,
+    FreeText,
     Grant,
     IdempotencyRule,
     Limits,
@@ -44,7 +45,7 @@ from interlock.mandate_sign import (
 )
 
 __all__ = [
-    "REFUND_TOOL", "SIGNATURE_SUFFIX", "SIGNING_CONTEXT", "SIK_FIELDS", "Approval", "FeeBudget", "Grant",
+    "REFUND_TOOL", "SIGNATURE_SUFFIX", "SIGNING_CONTEXT", "SIK_FIELDS", "Approval", "FeeBudget", "FreeText", "Grant",
     "IdempotencyRule", "Limits", "Mandate", "MandateStore", "Pin", "Provenance", "Scope", "TaskBinding",
     "ValueLimit", "Window", "generate_keypair", "key_id", "load_mandate", "load_mandates_from_settings",
     "load_private_key", "load_public_key", "parse_mandate", "sign_mandate", "signature_path", "signature_problem",

@@ -3,7 +3,8 @@
 `mandate_hash` is the sha256 of the canonical JSON (RFC 8785) of the *validated* mandate, dumped in JSON mode
 with every default filled in — except the optional fields added for the seed's format and task binding
 (`task_binding`, `task_signers`, `key_fields`, `manifest_sha256`, `trust_tier`, `purpose_check`, `rail`) and those
-added since (a payout grant's `payees.unlisted`, a window's `tool` and `per_subject`), which are left out while
+added since (a payout grant's `payees.unlisted`, a window's `tool` and `per_subject`, a grant's `free_text`), which
+are left out while
 unset, so a mandate that does not use them keeps the hash (and the signature) it had before they existed.
 Loading with file:line errors is interlock.mandate_load; Ed25519 signing is interlock.mandate_sign.
 """
@@ -157,6 +158,46 @@ class Payees(_Strict):
         return self
 
 
+PayeeId = Annotated[str, _check(r"(fa|cont)_[A-Za-z0-9]{14}", "a RazorpayX fund account or contact id")]
+UnlistedText = Literal["bounded", "none"]
+_FIXED_TEXT = r"[A-Za-z0-9 ]{1,30}"  # RazorpayX's narration: 1-30 letters, digits and spaces
+
+
+def _compiles(pattern: str) -> str:
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"is not a regular expression ({exc})") from None
+    return pattern
+
+
+class FreeText(_Strict):
+    """What an agent may write into the text that goes out with money (issue 47 item 4): the narration a payee reads
+    on its bank statement, a settlement's description, and the value of every note of its own (kept on the rail's
+    entity for the account holder). Unbounded, it is a hijacked agent's way to send the account holder's data to
+    any payee the mandate allows. A call whose text breaks a rule is refused, never rewritten.
+
+    `max_chars` and `pattern` (a regular expression each text must match whole) bound every such text. For a
+    payout, `fixed` gives a payee (by fund account or contact) the one narration it may get, and `unlisted: none`
+    sends no narration at all to a payee on no list (one a person approves as the call is held, ADR 0034)."""
+
+    max_chars: Annotated[StrictInt, Field(ge=1, le=256)] | None = Field(default=None, exclude_if=_unset)
+    pattern: Annotated[str, Field(min_length=1, max_length=200), AfterValidator(_compiles)] | None = Field(
+        default=None, exclude_if=_unset)
+    fixed: dict[PayeeId, Annotated[str, _check(_FIXED_TEXT, "1-30 letters, digits or spaces (a narration)")]] = (
+        Field(default_factory=dict, exclude_if=lambda v: not v))
+    unlisted: UnlistedText = Field(default="bounded", exclude_if=lambda v: v == "bounded")
+
+    def problem(self, texts: dict[str, str]) -> tuple[str, str] | None:
+        """The first text of *texts* (where it is sent -> the text) that max_chars or pattern refuses, and why."""
+        for where, text in texts.items():
+            if self.max_chars is not None and len(text) > self.max_chars:
+                return where, f"is {len(text)} characters; the mandate allows at most {self.max_chars}"
+            if self.pattern is not None and re.fullmatch(self.pattern, text) is None:
+                return where, f"does not match the mandate's pattern {self.pattern!r}"
+        return None
+
+
 class Grant(_Strict):
     reversibility: Literal["reversible", "irreversible"]
     value: ValueLimit | None = None
@@ -164,6 +205,8 @@ class Grant(_Strict):
     payees: Payees | None = Field(default=None, exclude_if=_unset)
     # create_payout only: a payout the balance cannot cover waits on the rail (true) or is refused (false, default).
     queue_if_low_balance: bool = Field(default=False, exclude_if=lambda v: v is False)
+    # Any money grant: what text the agent may send with the money (FreeText); left out of the hash while unset.
+    free_text: FreeText | None = Field(default=None, exclude_if=_unset)
 
 
 class Scope(_Strict):
@@ -342,6 +385,12 @@ def _mandate_problems(m: Mandate) -> Iterator[_Problem]:
             yield _Problem(path + ("value",), message)
         if tool != PAYOUT_TOOL and (grant.payees is not None or grant.queue_if_low_balance):
             yield _Problem(path, f"payees and queue_if_low_balance belong to create_payout's grant, not {tool}'s")
+        if grant.free_text is not None and tool not in MONEY_TOOLS:
+            yield _Problem(path + ("free_text",), f"{tool} sends no money, so there is no text sent with it to bound")
+        elif grant.free_text is not None and tool != PAYOUT_TOOL and (grant.free_text.fixed or
+                                                                      grant.free_text.unlisted != "bounded"):
+            yield _Problem(path + ("free_text",), "free_text.fixed and free_text.unlisted are about a payout's payee; "
+                           f"{tool} has none")  # fmt: skip
     for tool, rule in m.idempotency.items():
         if tool not in MONEY_TOOLS:
             yield _Problem(("idempotency", tool), f"{tool} moves no money and has no idempotency window")

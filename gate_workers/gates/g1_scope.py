@@ -2,6 +2,7 @@
 
 With a task binding (SPEC §10), G1 also refuses an untrusted task (bad signature, unknown signer, expired,
 malformed), a missing one the mandate requires, and a tool the task does not grant (gate_workers.task_binding).
+A call whose text (narration, description, notes) breaks the grant's free_text is refused (gate_workers.free_text).
 A mandate whose rail account is not the one the credentials reach is refused (ADR 0021).
 
 Signatures are checked when the mandate is loaded (INTERLOCK_MANDATE_PUBKEYS): an unsigned or
@@ -12,10 +13,13 @@ ingress runs itself through the same function (interlock.scope).
 from __future__ import annotations
 
 from gate_workers.context import GateContext, ResolvedAction
+from gate_workers.free_text import free_text_refusal
+from gate_workers.payout_value import payee_listed
 from gate_workers.task_binding import task_scope
 from interlock.messages import Verdict
 from interlock.rail_account import RAIL_ACCOUNT_MISMATCH, account_problem
 from interlock.scope import check_scope
+from interlock.tools import PAYOUT_TOOL
 from interlock.verdicts import GateResult, block
 
 NAME = "G1"
@@ -29,4 +33,5 @@ def check(action: ResolvedAction, ctx: GateContext) -> GateResult:
     wrong_account = account_problem(ctx.mandate, ctx.rail_account_id)
     if wrong_account is not None:
         return block(RAIL_ACCOUNT_MISMATCH, **wrong_account)
-    return task_scope(action, ctx.mandate) or scope
+    listed = payee_listed(action, ctx) if action.tool == PAYOUT_TOOL else None
+    return task_scope(action, ctx.mandate) or free_text_refusal(action, ctx, listed=listed) or scope
