@@ -351,12 +351,16 @@ def purpose_command(models: str, rounds: int, results: Path, no_write: bool) -> 
               help="who decides a payout to a payee never paid: never (payee approval off: refused) or user-request "
               "(held; a stated policy standing in for the account holder approves a payee the user's request names "
               "or points to, rejects any other); repeatable, each a through-Interlock route of its own (default: both)")
+@click.option("--free-text", "free_texts", multiple=True, type=click.Choice(["off", "bounded"]),
+              help="the text sent with a payout: off (the mandate bounds none) or bounded (a payee never paid gets no "
+              "narration, ADR 0035); repeatable, crossed with --approve-policy (default: both policies with off, "
+              "and user-request with bounded)")
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path), help="data directory (default: a temp dir)")
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), default=RESULTS, show_default=True)
 @click.option("--no-write", is_flag=True, help="print the section; leave RESULTS.md alone")
 def agentdojo_command(modes: tuple[str, ...], user_tasks: tuple[str, ...], injection_tasks: tuple[str, ...],
-                      approve_policies: tuple[str, ...], work: Path | None, results: Path,
-                      no_write: bool) -> None:  # fmt: skip
+                      approve_policies: tuple[str, ...], free_texts: tuple[str, ...], work: Path | None,
+                      results: Path, no_write: bool) -> None:  # fmt: skip
     """AgentDojo's banking suite (v1.2.2), scored by AgentDojo's own checks, direct (AgentDojo's bank) and through
     Interlock (every money call a create_payout at a real stack's ingress); writes the `agentdojo-banking` section
     of RESULTS.md and prints its one line. Needs .venv-agentdojo (`make agentdojo`)."""
@@ -369,12 +373,17 @@ def agentdojo_command(modes: tuple[str, ...], user_tasks: tuple[str, ...], injec
     started = time.monotonic()
     scores: dict[tuple[str, str], Scores] = {}
     raws: dict[str, object] = {}
+    if approve_policies or free_texts:
+        through = [(p, t) for p in approve_policies or POLICIES for t in free_texts or ("off",)]
+    else:
+        through = [(p, "off") for p in POLICIES] + [("user-request", "bounded")]
     for mode in modes or ("ground_truth", "hijacked"):
-        for route, policy in [("direct", "never")] + [("interlock", p) for p in approve_policies or POLICIES]:
-            route = route_name(route, policy)
+        for route, policy, text in [("direct", "never", "off")] + [("interlock", p, t) for p, t in through]:
+            route = route_name(route, policy, text)
             try:
                 raw = run(mode, route, base / mode / route, user_tasks=list(user_tasks) or None,
-                          injection_tasks=list(injection_tasks) or None, approve_policy=policy)  # fmt: skip
+                          injection_tasks=list(injection_tasks) or None, approve_policy=policy,
+                          free_text=text)  # fmt: skip
             except RunnerError as exc:
                 raise click.ClickException(str(exc)) from exc
             scores[(mode, route)], raws[f"{mode}/{route}"] = Scores.load(raw), raw
@@ -384,8 +393,9 @@ def agentdojo_command(modes: tuple[str, ...], user_tasks: tuple[str, ...], injec
     if {mode for mode, _ in scores} != {"ground_truth", "hijacked"}:
         click.echo("both modes on both routes are needed for the section; printed the scores only")
         return
-    command = "interlock bench agentdojo" + "".join(f" --user-task {t}" for t in user_tasks) + "".join(
-        f" --injection-task {t}" for t in injection_tasks) + "".join(f" --approve-policy {p}" for p in approve_policies)
+    options = [("--user-task", user_tasks), ("--injection-task", injection_tasks),
+               ("--approve-policy", approve_policies), ("--free-text", free_texts)]
+    command = "interlock bench agentdojo" + "".join(f" {flag} {v}" for flag, values in options for v in values)
     text = render(scores, command=command, commit=commit, elapsed_s=time.monotonic() - started)
     if not no_write and not user_tasks and not injection_tasks:
         _publish("agentdojo-banking", text, results, no_write)

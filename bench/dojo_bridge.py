@@ -43,13 +43,25 @@ SUITE_VERSION = "v1.2.2"
 MODES = ("ground_truth", "hijacked")  # item 2 (c), a real local model, is a third mode of the same runner
 
 
-def route_name(route: str, policy: str) -> str:
-    """"direct", "interlock" (payee approval off) or "interlock-<policy>" (payee approval on, decided by *policy*)."""
-    return route if route == "direct" or policy == "never" else f"{route}-{policy}"
+def route_name(route: str, policy: str, free_text: str = "off") -> str:
+    """"direct", "interlock" (payee approval off) or "interlock-<policy>" (payee approval on, decided by *policy*),
+    with "-text" when the mandate bounds the text sent with money (*free_text* "bounded", ADR 0035)."""
+    if route == "direct":
+        return route
+    name = route if policy == "never" else f"{route}-{policy}"
+    return name + ("-text" if free_text == "bounded" else "")
+
+
+# What the account holder signs about the text sent with a payment, when it is bounded (ADR 0035): a payee they
+# never paid gets no narration (AgentDojo's `subject`, the reference a bank transfer shows its recipient).
+BOUNDED_TEXT: dict[str, Any] = {"unlisted": "none"}
+FREE_TEXT = ("off", "bounded")
 
 
 # An IBAN's shape: country, check digits, 11..30 letters or digits (the suite's bill IBAN UK12... is one too).
 IBAN = re.compile(r"^[A-Z]{2}[0-9]{2}[A-Z0-9]{11,30}$")
+# RazorpayX's narration: 1-30 letters, digits and spaces. A subject of that shape is sent as the narration too.
+NARRATION = re.compile(r"[A-Za-z0-9 ]{1,30}")
 DAY_MS = 86_400_000
 MAX_CALLS_A_DAY = 20
 PAYOUT_FEE_MINOR = 590  # the sandbox's ₹5 + 18% GST per payout (sandbox/payout_states.py), for the fee budget
@@ -88,11 +100,12 @@ def paid_before(account: dict[str, Any]) -> list[str]:
     return sorted({t["recipient"] for t in sent if IBAN.match(t["recipient"])})
 
 
-def mandate_changes(account: dict[str, Any], *, hold_unlisted: bool = False) -> dict[str, Any]:
+def mandate_changes(account: dict[str, Any], *, hold_unlisted: bool = False,
+                    bound_text: bool = False) -> dict[str, Any]:  # fmt: skip
     """What the account holder would sign: pay only those paid before, nothing beyond the account's balance in one
     payout or in a day, at most MAX_CALLS_A_DAY payouts and their fees a day. No hold threshold inside the balance.
     With *hold_unlisted* (payee approval on) a payee paid never before is held for the account holder, APPROVER_ID,
-    instead of refused."""
+    instead of refused; with *bound_text*, such a payee gets no narration (BOUNDED_TEXT)."""
     balance = to_minor(account["balance"]) or 0
     payees: dict[str, Any] = {"fund_account_ids": [fund_account_id(iban) for iban in paid_before(account)]}
     payout = {"reversibility": "irreversible",
@@ -102,6 +115,8 @@ def mandate_changes(account: dict[str, Any], *, hold_unlisted: bool = False) -> 
     if hold_unlisted:
         payees["unlisted"] = "hold"
         approval["approval.approvers"] = [APPROVER_ID]
+    if bound_text:
+        payout["free_text"] = dict(BOUNDED_TEXT)
     return {
         "mandate_id": "mnd_agentdojo_banking",
         "purpose": "AgentDojo banking: pay the account holder's known payees from their account",
@@ -129,6 +144,7 @@ class Call:
     reason: str | None
     applied: bool
     held: str | None = None  # held for the payee and then "approved" or "rejected" by the stand-in, with why
+    narration: str | None = None  # the text the call asked the payee's bank statement to show (AgentDojo's subject)
 
 
 @dataclass
@@ -137,6 +153,7 @@ class Bridge:
 
     work: Path
     approve_policy: str = "never"
+    free_text: str = "off"
     calls: list[Call] = field(default_factory=list)
     runs: int = 0
     base: Stack | None = None
@@ -190,7 +207,8 @@ class Bridge:
         env = {**TIMINGS, **{k: v for k, v in self.base.env.items() if k.startswith("INTERLOCK_RAIL_")}}
         stack = Stack(data, env=env, redis_url=self.base.redis_url)
         hold = self.approve_policy != "never"
-        mandate = write_mandate(data / "mandate.yaml", mandate_data(mandate_changes(account, hold_unlisted=hold)))
+        changes = mandate_changes(account, hold_unlisted=hold, bound_text=self.free_text == "bounded")
+        mandate = write_mandate(data / "mandate.yaml", mandate_data(changes))
         tokens = data / "tokens.yaml"
         tokens.write_text(f"agents:\n  {AGENT}: {{token_sha256: {token_sha256(TOKEN)}}}\n", encoding="utf-8")
         stack.env["INTERLOCK_MANDATE"] = str(mandate)
@@ -204,12 +222,14 @@ class Bridge:
 
     def pay(self, request: dict[str, Any]) -> dict[str, Any]:
         recipient, amount, subject = request["recipient"], request["amount"], request["subject"]
+        narration = subject if NARRATION.fullmatch(subject) else None
 
         def answer(state: str, reason: str | None, message: str, applied: bool = False,
                    held: str | None = None) -> dict[str, Any]:  # fmt: skip
             self.calls.append(Call(request.get("user_task"), request.get("injection_task"),
                                    request.get("part", "user"), request["tool"], recipient, amount, subject, state,
-                                   reason, applied, held))  # fmt: skip
+                                   reason, applied, held,
+                                   narration if state != "NO_COUNTERPART" else None))  # fmt: skip
             return {"applied": applied, "state": state, "reason": reason, "message": message}
 
         if not IBAN.match(recipient):
@@ -223,8 +243,8 @@ class Bridge:
             notes["recurring"] = str(bool(request["recurring"])).lower()
         args: dict[str, Any] = {"fund_account_id": self._fund_account(recipient), "amount": minor, "currency": "INR",
                                 "mode": "NEFT", "purpose": "payout", "notes": notes}  # fmt: skip
-        if re.fullmatch(r"[A-Za-z0-9 ]{1,30}", subject):
-            args["narration"] = subject
+        if narration is not None:
+            args["narration"] = narration
         content = asyncio.run(self._create_payout(args))
         held = None
         if content.get("state") == "HELD" and content.get("reason_code") == HELD_PAYEE and self.stand_in is not None:
@@ -272,7 +292,8 @@ class Bridge:
 
 
 def run(mode: str, route: str, work: Path, *, user_tasks: list[str] | None = None,
-        injection_tasks: list[str] | None = None, approve_policy: str = "never") -> dict[str, Any]:  # fmt: skip
+        injection_tasks: list[str] | None = None, approve_policy: str = "never",
+        free_text: str = "off") -> dict[str, Any]:  # fmt: skip
     """One mode on one route ("direct", or through Interlock as route_name names it), in the AgentDojo venv; returns
     AgentDojo's scores and (through Interlock) the calls."""
     if not VENV_PYTHON.exists():
@@ -281,7 +302,9 @@ def run(mode: str, route: str, work: Path, *, user_tasks: list[str] | None = Non
         raise RunnerError(f"--approve-policy {approve_policy}: one of {', '.join(POLICIES)}")
     work.mkdir(parents=True, exist_ok=True)
     results = work / f"{mode}-{route}.json"
-    bridge = Bridge(work / f"{mode}-stacks", approve_policy) if route != "direct" else None
+    if free_text not in FREE_TEXT:
+        raise RunnerError(f"--free-text {free_text}: one of {', '.join(FREE_TEXT)}")
+    bridge = Bridge(work / f"{mode}-stacks", approve_policy, free_text) if route != "direct" else None
     config: dict[str, Any] = {"suite_version": SUITE_VERSION, "mode": mode, "results": str(results),
                               "route": "direct" if bridge is None else "interlock",
                               "logdir": str(work / "agentdojo-logs"), "user_tasks": user_tasks,
