@@ -37,6 +37,7 @@ from interlock.errors import InterlockError, LedgerError
 from interlock.ports import free_port, port_in_use
 from interlock.queues import gates_queue
 from interlock.shards import hashed_shard
+from interlock.stack_env import stack_env_file, write_stack_env
 from ledger import replication
 
 logger = logging.getLogger(__name__)
@@ -142,6 +143,14 @@ def up_command(data: Path, gate_workers: int, sandbox: bool, mandate: Path | Non
     programs.append(Program("webhooks", interlock("webhooks", "--host", "127.0.0.1", "--port", str(webhook_port)),
                             priority=40))  # fmt: skip
     conf = write_conf(data, programs, env, free_port())
+    # Where an operator's commands find this stack's settings (issue 48 item 1): one file per shard, the first also
+    # as stack.env.
+    for index, plan in enumerate(plans):
+        shard_env = {**env, **plan.env()}
+        if index == 0:
+            write_stack_env(stack_env_file(data), shard_env)
+        if shards > 1:
+            write_stack_env(stack_env_file(data, plan.name), shard_env)
     supervisor = subprocess.Popen([sys.executable, "-m", "supervisor.supervisord", "-c", str(conf.path)],
                                   stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
     stopping = {"now": False}

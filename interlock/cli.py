@@ -10,8 +10,10 @@ from __future__ import annotations
 import faulthandler
 import importlib
 import logging
+import os
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -73,10 +75,28 @@ COMMANDS: dict[str, str] = {
 }
 
 
+# An operator's commands: each reads the settings of the stack `interlock up` started in --data (interlock.stack_env)
+# for whatever the environment does not set. The actors, `up` itself and the tools that start stacks of their own
+# never do: they are given their environment.
+OPERATOR_COMMANDS = frozenset({"audit", "status", "shards", "holds", "approver", "quarantine", "attention",
+                               "metrics", "token", "mandate", "task", "console", "demo"})  # fmt: skip
+
+
 @click.group(cls=LazyGroup, lazy=COMMANDS)
 @click.option("-v", "--verbose", is_flag=True, help="log at DEBUG level (to stderr)")
-def cli(verbose: bool) -> None:
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path), default=Path("data"),
+              envvar="INTERLOCK_DATA", show_default=True,
+              help="where `interlock up` keeps the stack; an operator's command reads its settings (stack.env) for "
+              "every variable the environment does not set")  # fmt: skip
+@click.option("--shard", default=None, envvar="INTERLOCK_DATA_SHARD",
+              help="with `interlock up --shards`: the shard whose settings an operator's command reads")
+@click.pass_context
+def cli(ctx: click.Context, verbose: bool, data: Path, shard: str | None) -> None:
     """Interlock: an MCP proxy that lets an agent move money at most once, within its mandate."""
+    if ctx.invoked_subcommand in OPERATOR_COMMANDS:
+        from interlock.stack_env import fill_from_stack
+
+        fill_from_stack(os.environ, data, shard)
     # Every actor process starts here, so this is the one place a stack dump on STACKS_SIGNAL is installed. Written
     # by the C handler itself: it works while the main thread is blocked, or holds the GIL in a C call.
     try:

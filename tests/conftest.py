@@ -1,6 +1,8 @@
 from __future__ import annotations
 
+import os
 import sqlite3
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,6 +12,12 @@ import redis
 from deploy.redis_server import EmbeddedRedis
 from ledger.db import open_ledger
 from sandbox.testing import SandboxProcess, start_sandbox
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """No test reads the settings of a stack a developer started in ./data (interlock.stack_env): a test that means
+    to passes --data, or INTERLOCK_DATA, itself."""
+    os.environ["INTERLOCK_DATA"] = str(Path(tempfile.gettempdir()) / "interlock-tests-no-stack-here")
 
 
 @pytest.fixture

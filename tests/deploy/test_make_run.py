@@ -35,6 +35,17 @@ def test_make_run_starts_the_stack_runs_the_demo_and_stops(tmp_path: Path) -> No
         assert "PASS  ...settled by the rail's webhook" in text, "the ambiguous refund was settled by its webhook"
         assert f"webhooks      http://127.0.0.1:{ports['webhooks']}/webhooks/razorpay" in text
         assert all(port_in_use(p) for p in ports.values())
+        # An operator's commands find the running stack with nothing exported (issue 48 item 1): from --data.
+        for command in (["status"], ["holds", "list"], ["quarantine", "list"], ["audit", "verify"]):
+            done = subprocess.run([str(REPO / ".venv" / "bin" / "interlock"), "--data", str(tmp_path / "data"),
+                                   *command], env=env, capture_output=True, text=True, timeout=60)  # fmt: skip
+            said = done.stdout + done.stderr
+            assert done.returncode == 0 and "is not set" not in said, (command, said)
+        assert "queues:" in subprocess.run([str(REPO / ".venv" / "bin" / "interlock"), "--data", str(tmp_path / "data"),
+                                            "status"], env=env, capture_output=True, text=True,
+                                           timeout=60).stdout  # fmt: skip
+        stack_env = tmp_path / "data" / "stack.env"
+        assert stack_env.stat().st_mode & 0o777 == 0o600  # it holds the rail key and the webhook secret
     finally:
         if make.poll() is None:
             os.killpg(make.pid, signal.SIGINT)
