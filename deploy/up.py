@@ -331,14 +331,24 @@ def _wait_ready(conf: SupervisorConf, plans: list[ShardPlan], data: Path, gate_w
         time.sleep(0.25)
 
 
+# The exit status of an actor that refused to start (interlock.cli.main: a ConfigError or another InterlockError, said
+# on its last line as "interlock: ..."). supervisord would start it again and again; the same settings are refused
+# the same way, so `up` says why and stops at once (issue 48 item 1).
+REFUSED_TO_START = 2
+
+
 def _not_ready(conf: SupervisorConf, plans: list[ShardPlan], gate_workers: int, ports: list[int]) -> str | None:
     try:
-        states = {p["name"]: p["statename"] for p in _rpc(conf).supervisor.getAllProcessInfo()}
+        infos = _rpc(conf).supervisor.getAllProcessInfo()
     except (OSError, xmlrpc.client.Error):
         return "supervisord's control port"
-    for name, state in states.items():
-        if state != "RUNNING":
-            return f"{name} ({state})"
+    for info in infos:
+        refused = _refused_to_start(info)
+        if refused is not None:
+            raise InterlockError(refused)
+    for info in infos:
+        if info["statename"] != "RUNNING":
+            return f"{info['name']} ({info['statename']})"
     for plan in plans:
         waiting = _shard_not_ready(plan, gate_workers)
         if waiting is not None:
@@ -347,6 +357,21 @@ def _not_ready(conf: SupervisorConf, plans: list[ShardPlan], gate_workers: int, 
         if not port_in_use(port):
             return f"a listener on port {port} (ingress, console, webhooks)"
     return None
+
+
+def _refused_to_start(info: dict[str, Any]) -> str | None:
+    """Why an actor that exited REFUSED_TO_START did, from the last "interlock: " line of its log; None for one
+    running, starting, or exited otherwise (a crash supervisord restarts)."""
+    if info["statename"] not in ("BACKOFF", "EXITED", "FATAL") or info.get("exitstatus") != REFUSED_TO_START:
+        return None
+    log = Path(str(info.get("stdout_logfile") or ""))
+    try:
+        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()[-200:]
+    except OSError:
+        lines = []
+    said = next((line.removeprefix("interlock: ") for line in reversed(lines) if line.startswith("interlock: ")),
+                f"exit status {REFUSED_TO_START}")  # fmt: skip
+    return f"{info['name']} refused to start: {said} (its log: {log}); every actor is stopped"
 
 
 def _shard_not_ready(plan: ShardPlan, gate_workers: int) -> str | None:
