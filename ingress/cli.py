@@ -11,6 +11,7 @@ from ingress.tokens import TokenTable, new_token, token_sha256, yaml_entry
 from interlock.config import Settings, load_settings
 from interlock.errors import ConfigError
 from interlock.mandate import MandateStore
+from rails.base import check_rail_settings
 
 logger = logging.getLogger(__name__)
 
@@ -32,6 +33,9 @@ def ingress_command(transport: str | None, host: str, port: int) -> None:
         raise click.UsageError("choose a transport: --stdio or --http")
     settings = load_settings()
     mandates = MandateStore.from_settings(settings)
+    # The rail serves fetch_payment, fetch_refund and (proxy mode) the upstream's tools: a setting missing is said
+    # now, where the operator (or the MCP client's log) sees it, not as every call's escalation later.
+    check_rail_settings(settings)
     if transport == "stdio":
         agent_id = _stdio_agent(settings, mandates)
         ingress = Ingress(settings, mandates, stdio_agent_id=agent_id)

@@ -100,3 +100,9 @@ def make_rail(settings: Settings) -> Rail:
 
         return RazorpayClient.from_settings(settings)
     raise ConfigError(f"INTERLOCK_RAIL={settings.rail!r} is not a known rail", variable="INTERLOCK_RAIL")
+
+
+def check_rail_settings(settings: Settings) -> None:
+    """Refuse at start, naming the variable, a process whose rail settings are missing or malformed (what make_rail
+    would refuse on first use): the client is built and closed, and nothing is sent."""
+    make_rail(settings).close()

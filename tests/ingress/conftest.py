@@ -39,6 +39,11 @@ def env(redis_server: EmbeddedRedis, tmp_path: Path) -> dict[str, str]:
         "INTERLOCK_AGENT_ID": DEMO_AGENT,
         "INTERLOCK_OUTCOME_WAIT_MS": "60000",  # a deadline only: an answer comes as soon as its outcome does
         "INTERLOCK_LEDGER": str(tmp_path / "ledger.sqlite3"),
+        # The rail, required at start (these tests read nothing from it): the README's config, at a port nothing
+        # listens on.
+        "INTERLOCK_RAIL_URL": "http://127.0.0.1:9",
+        "INTERLOCK_RAIL_KEY_ID": "rzp_test_interlock",
+        "INTERLOCK_RAIL_KEY_SECRET": "interlock_sandbox_secret",
     }
 
 

@@ -54,7 +54,8 @@ def agents_env(redis_server: EmbeddedRedis, tmp_path: Path) -> dict[str, str]:
     tokens.write_text("agents:\n" + "".join(f"  {a}: {{token_sha256: {token_sha256(t)}}}\n" for a, t in TOKENS.items()))
     return {"REDIS_URL": redis_server.url, "INTERLOCK_MANDATE_DIR": str(mandates),
             "INTERLOCK_AGENT_TOKENS": str(tokens), "INTERLOCK_LEDGER": str(tmp_path / "ledger.sqlite3"),
-            "INTERLOCK_OUTCOME_WAIT_MS": "60000", "PATH": "/usr/bin:/bin"}  # fmt: skip
+            "INTERLOCK_OUTCOME_WAIT_MS": "60000", "PATH": "/usr/bin:/bin", "INTERLOCK_RAIL_URL": "http://127.0.0.1:9",
+            "INTERLOCK_RAIL_KEY_ID": "rzp_test_interlock", "INTERLOCK_RAIL_KEY_SECRET": "x" * 24}  # fmt: skip
 
 
 def start(env: dict[str, str], tmp_path: Path, fd_limit: int | None = None, **limits: str) -> HttpIngress:
