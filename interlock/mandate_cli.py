@@ -1,4 +1,4 @@
-"""`interlock init` (the four-question mandate wizard) and `interlock mandate keygen|sign|verify|check|pins`.
+"""`interlock init` (the mandate wizard) and `interlock mandate keygen|sign|verify|check|pins`.
 
 The wizard has no --yes on purpose (SPEC §11): a person reads the generated policy and its hash and
 answers the final confirmation, or nothing is written.
@@ -10,9 +10,10 @@ import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import click
 import yaml
@@ -29,6 +30,7 @@ from interlock.mandate import (
     signature_problem,
     validate_mandate,
 )
+from interlock.mandate_inert import inert_settings
 from interlock.tools import current_pins
 
 DAY_MS = 86_400_000
@@ -38,9 +40,13 @@ READ_GRANTS = ("fetch_payment", "fetch_refund", "interlock_status")
 CHOICES = {
     "refunds": ("create_refund",),
     "settlements": ("create_instant_settlement",),
+    "payouts": ("create_payout",),
     "both": ("create_refund", "create_instant_settlement"),
+    "all": ("create_refund", "create_instant_settlement", "create_payout"),
     "read-only": (),
 }
+PAYEE = re.compile(r"(fa|cont)_[A-Za-z0-9]{14}")
+ACCOUNT_NUMBER = re.compile(r"[0-9]{9,18}")
 _ID = re.compile(r"[A-Za-z0-9_]{1,64}")
 T = TypeVar("T")
 
@@ -83,6 +89,24 @@ def _ident(what: str) -> Callable[[str], str]:
     return check
 
 
+def _matching(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    def check(text: str) -> str:
+        if not pattern.fullmatch(text.strip()):
+            raise click.BadParameter(f"must be {what}")
+        return text.strip()
+
+    return check
+
+
+def _payee_ids(text: str) -> list[str]:
+    ids = [part.strip() for part in text.split(",") if part.strip()]
+    bad = [i for i in ids if not PAYEE.fullmatch(i)]
+    if not ids or bad:
+        raise click.BadParameter(f"give fund account ids (fa_ and 14 characters) or contact ids (cont_ and 14), "
+                                 f"separated by commas{'; not ' + ', '.join(bad) if bad else ''}")  # fmt: skip
+    return ids
+
+
 def _approvers(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
     if not names or any(re.search(r"\s", name) for name in names):
@@ -102,8 +126,11 @@ def build_mandate(
     valid_days: int,
     max_calls_per_day: int,
     purpose: str | None = None,
+    hold_above_minor: int | None | Literal["default"] = "default",
+    payout: Payout | None = None,
 ) -> Mandate:
-    """Turn the wizard's answers into a validated mandate (INR, 24h window, current pins)."""
+    """Turn the wizard's answers into a validated mandate (INR, 24h window, current pins). *hold_above_minor*: calls
+    above it wait for an approver ("default": HOLD_FRACTION of the per-action maximum; None: none wait)."""
     grants: dict[str, Any] = {tool: {"reversibility": "reversible"} for tool in READ_GRANTS}
     data: dict[str, Any] = {
         "v": 1,
@@ -130,13 +157,27 @@ def build_mandate(
             }
         window = {"window_ms": DAY_MS, "max_calls": max_calls_per_day, "max_amount_minor": daily_cap_minor}
         data["limits"]["windows"] = [{**window, "currency": "INR"}]
-        data["approval"]["hold_above_minor"] = max(min(100, per_action_minor), int(per_action_minor * HOLD_FRACTION))
-        data["approval"]["hold_expiry_ms"] = DAY_MS
+        if hold_above_minor == "default":
+            hold_above_minor = default_hold(per_action_minor)
+        if hold_above_minor is not None:
+            data["approval"]["hold_above_minor"] = hold_above_minor
+            data["approval"]["hold_expiry_ms"] = DAY_MS
+        if "create_payout" in money_tools:
+            if payout is None:
+                raise MandateError("payouts are granted, so the RazorpayX account and the payees must be given")
+            grants["create_payout"]["payees"] = payout.payees()
+            data["rail"] = {"account_number": payout.account_number}
+            # The same amount to the same payee within one day is one payout (ADR 0028).
+            data["idempotency"]["create_payout"] = {"window_ms": DAY_MS}
+        fee = 0
         if "create_instant_settlement" in money_tools:
             # The same settlement amount within one day is one operation (SPEC §4).
             data["idempotency"]["create_instant_settlement"] = {"window_ms": DAY_MS}
             # Enough fees to settle the whole daily cap, plus the round-up G3 projects per call (at most 2 paise).
-            fee = DEFAULT_FEE_RATE.project(daily_cap_minor) + 2 * max_calls_per_day
+            fee += DEFAULT_FEE_RATE.project(daily_cap_minor) + 2 * max_calls_per_day
+        if "create_payout" in money_tools:
+            fee += DEFAULT_FEE_RATE.project_payout() * max_calls_per_day  # each payout's fee, every call of the day
+        if fee:
             data["limits"]["fee_budgets"] = {"INR": {"window_ms": DAY_MS, "max_fee_minor": fee}}
     pins = current_pins()
     data["provenance"] = {
@@ -146,10 +187,34 @@ def build_mandate(
     return validate_mandate(data, source="interlock init")
 
 
+def default_hold(per_action_minor: int) -> int:
+    """The hold threshold the wizard offers: HOLD_FRACTION of the per-action maximum (at least Rs 1)."""
+    return max(min(100, per_action_minor), int(per_action_minor * HOLD_FRACTION))
+
+
+@dataclass(frozen=True)
+class Payout:
+    """The wizard's payout answers: the RazorpayX account payouts are made from, whom they may pay (fund accounts
+    and contacts), and what happens to a payee on neither list (`block`, or `hold` for an approver: ADR 0034)."""
+
+    account_number: str
+    payee_ids: tuple[str, ...]
+    unlisted: str = "block"
+
+    def payees(self) -> dict[str, Any]:
+        section: dict[str, Any] = {
+            "fund_account_ids": [p for p in self.payee_ids if p.startswith("fa_")],
+            "contact_ids": [p for p in self.payee_ids if p.startswith("cont_")],
+        }
+        if self.unlisted != "block":
+            section["unlisted"] = self.unlisted
+        return section
+
+
 def _purpose(tools: tuple[str, ...], per_action: int | None, daily: int | None, approvers: list[str]) -> str:
     if not tools or per_action is None or daily is None:
         return "Read-only: look up payments, refunds and the status of earlier operations"
-    what = {"create_refund": "refunds", "create_instant_settlement": "instant settlements"}
+    what = {"create_refund": "refunds", "create_instant_settlement": "instant settlements", "create_payout": "payouts"}
     return (
         f"{' and '.join(what[t] for t in tools).capitalize()} up to {rupees(per_action)} per action and "
         f"{rupees(daily)} per day (INR); exceptions approved by {', '.join(approvers)}"
@@ -184,7 +249,8 @@ def init_command(
     max_calls_per_day: int,
     purpose: str | None,
 ) -> None:
-    """Ask four questions, show the resulting mandate and its hash, and write it only if you say yes."""
+    """Ask what the agent may do, how much, who decides exceptions (and for payouts, from which account to whom),
+    show the resulting mandate and its hash, and write it only if you say yes."""
     click.echo("Interlock mandate wizard. Your answers become the agent's whole permission to move money.")
     merchant_id = _ident("merchant_id")(merchant_id) if merchant_id else _prompt(
         "Merchant account id (e.g. acc_DEMO000001)", _ident("merchant_id")
@@ -192,30 +258,63 @@ def init_command(
     agent_id = _ident("agent_id")(agent_id) if agent_id else _prompt(
         "Agent id (e.g. agent_support_bot)", _ident("agent_id")
     )
+    asked = iter(range(1, 100))  # every question is numbered as it is asked: a skipped one takes no number
     click.echo(
-        "\n1. What may the agent do?\n"
+        f"\n{next(asked)}. What may the agent do?\n"
         "   refunds      refund customer payments\n"
         "   settlements  pay out the settlement balance instantly (costs a fee)\n"
+        "   payouts      pay vendors or people you name from a RazorpayX account (costs a fee)\n"
         "   both         refunds and instant settlements\n"
+        "   all          refunds, instant settlements and payouts\n"
         "   read-only    look things up; move no money"
     )
     choice = click.prompt("   Choose", type=click.Choice(list(CHOICES)))
+    tools = CHOICES[choice]
     per_action = daily = None
-    if CHOICES[choice]:
-        per_action = _prompt(
-            "\n2. The most it may move in ONE action, in RUPEES (e.g. 5000 or 4999.50; add p for paise: 500000p)",
-            parse_amount,
-        )
+    hold: int | None = None
+    payout: Payout | None = None
+    if tools:
+        per_action = _prompt(f"\n{next(asked)}. The most it may move in ONE action, in RUPEES (e.g. 5000 or 4999.50; "
+                             "add p for paise: 500000p)", parse_amount)  # fmt: skip
         click.echo(f"   = {per_action} paise ({rupees(per_action)})")
+        number = next(asked)
         while True:
-            daily = _prompt("\n3. The daily cap across everything it does, in RUPEES (or paise with p)", parse_amount)
+            daily = _prompt(f"\n{number}. The daily cap across everything it does, in RUPEES (or paise with p)",
+                            parse_amount)  # fmt: skip
             if daily >= per_action:
                 break
             click.echo(f"Error: the daily cap must be at least the per-action maximum ({rupees(per_action)})")
         click.echo(f"   = {daily} paise ({rupees(daily)}) per 24 hours")
-    else:
-        click.echo("\n2-3. Skipped: a read-only agent moves no money.")
-    approvers = _prompt("\n4. Who approves exceptions? (comma-separated, e.g. ops_lead@example.com)", _approvers)
+        offered = default_hold(per_action)
+        number = next(asked)
+        while True:
+            answer = click.prompt(f"\n{number}. A call above how much waits for a person to approve it? In RUPEES "
+                                  "(or paise with p); `none`: no call waits for its amount",
+                                  default=rupees(offered))  # fmt: skip
+            if answer.strip().lower() == "none":
+                hold = None
+                break
+            try:
+                hold = parse_amount(answer)
+            except click.BadParameter as exc:
+                click.echo(f"Error: {exc.message}")
+                continue
+            if hold < per_action:
+                break
+            click.echo(f"Error: at or above the per-action maximum ({rupees(per_action)}) no call would ever wait; "
+                       "give less, or `none`")  # fmt: skip
+        click.echo(f"   = calls above {rupees(hold)} wait for a person" if hold is not None else "   = none wait")
+    if "create_payout" in tools:
+        account = _prompt(f"\n{next(asked)}. The RazorpayX account number payouts are made from (9-18 digits)",
+                          _matching(ACCOUNT_NUMBER, "9-18 digits, e.g. 7878780080316316"))  # fmt: skip
+        payees = _prompt(f"\n{next(asked)}. Whom may it pay? RazorpayX fund account ids (fa_...) or contact ids "
+                         "(cont_..., every account of that contact), comma-separated", _payee_ids)  # fmt: skip
+        unlisted = click.prompt(f"\n{next(asked)}. A payout to anyone else: refused (block), or held for a person "
+                                "who may add the payee (hold)?", type=click.Choice(["block", "hold"]),
+                                default="block")  # fmt: skip
+        payout = Payout(account, tuple(payees), unlisted)
+    approvers = _prompt(f"\n{next(asked)}. Who approves exceptions (held calls, quarantined ones)? (comma-separated, "
+                        "e.g. ops_lead@example.com)", _approvers)  # fmt: skip
 
     try:
         mandate = build_mandate(
@@ -229,6 +328,8 @@ def init_command(
             valid_days=valid_days,
             max_calls_per_day=max_calls_per_day,
             purpose=purpose,
+            hold_above_minor=hold,
+            payout=payout,
         )
         text = mandate_yaml(mandate)
         # What is written must be what was shown and hashed.
@@ -240,6 +341,8 @@ def init_command(
     click.echo("\n" + text)
     if mandate.approval.hold_above_minor is not None:
         click.echo(f"Calls above {rupees(mandate.approval.hold_above_minor)} wait for {', '.join(approvers)}.")
+    for warning in inert_settings(mandate):
+        click.echo(f"Warning: {warning}")
     click.echo(f"mandate_hash: {mandate.mandate_hash}")
     if not click.confirm("Write this mandate?", default=False):
         click.echo("Nothing written.")
@@ -299,7 +402,8 @@ def verify_command(pubkeys: tuple[Path, ...], mandate_path: Path) -> None:
 @click.option("--pubkey", "pubkeys", multiple=True, type=click.Path(dir_okay=False, path_type=Path))
 @click.argument("mandate_path", type=click.Path(dir_okay=False, path_type=Path))
 def check_command(pubkeys: tuple[Path, ...], mandate_path: Path) -> None:
-    """Validate MANDATE_PATH, print its hash, and compare its pins with Interlock's current tools."""
+    """Validate MANDATE_PATH, print its hash, compare its pins with Interlock's current tools, and warn about each
+    setting that can never act (a hold threshold no call reaches, a maximum a window never lets through, ...)."""
     with _mandate_errors():
         mandate = load_mandate(mandate_path, pubkeys=list(pubkeys) or None)
     click.echo(f"ok: {mandate.mandate_id} for agent {mandate.agent_id} of merchant {mandate.merchant_id}")
@@ -327,6 +431,8 @@ def check_command(pubkeys: tuple[Path, ...], mandate_path: Path) -> None:
             click.echo(f"  {tool}: DRIFT, pinned {pinned} but the tool now hashes to {pins[tool]} (G6 would block)")
         else:
             click.echo(f"  {tool}: pinned{suffix}")
+    for warning in inert_settings(mandate):
+        click.echo(f"warning: {warning}")
     if drift:
         raise SystemExit(1)
 

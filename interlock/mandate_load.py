@@ -175,8 +175,16 @@ class MandateStore:
     def require(self, agent_id: str) -> Mandate:
         mandate = self._mandates.get(agent_id)
         if mandate is None:
-            raise MandateError(f"no mandate for agent_id {agent_id!r}")
+            raise MandateError(f"no mandate for agent_id {agent_id!r}: {self.known()}")
         return mandate
+
+    def known(self) -> str:
+        """Which files were read and the agents they have mandates for, for an error that names neither."""
+        if not self._mandates:
+            return "no mandate is configured (set INTERLOCK_MANDATE to a file or INTERLOCK_MANDATE_DIR to a directory)"
+        files = sorted({str(path) for path in self.sources.values()})
+        agents = ", ".join(sorted(self._mandates))
+        return f"the mandates read ({', '.join(files) or 'given in code'}) are for {agents}"
 
     def account_problem(self, mandate: Mandate) -> dict[str, Any] | None:
         """Why *mandate*'s money may not move with this deployment's credentials (G1_RAIL_ACCOUNT_MISMATCH)."""
