@@ -30,6 +30,14 @@ class Row:
     expected: str
     observed: str
     ok: bool
+    needs: str | None = None  # what of the example mandate (deploy/mandate.example.yaml) the row's answer depends on
+
+
+# What the example mandate grants that some rows check: on another mandate they may fail for that reason alone.
+REFUNDS = ("create_refund granted, Rs 500 within its maximum and under its hold threshold (the example: Rs 5,000 and "
+           "Rs 3,000)")
+PAYOUTS = (f"create_payout granted, {DEMO_PAYEE} on its payees and {STRANGER} on none, refused "
+           "(the example's `payees: {fund_account_ids: [fa_DEMOVENDOR0001]}`)")
 
 
 async def run_demo(info: StackInfo, *, out: Callable[[str], None] = print, settle_timeout_s: float = 60) -> int:
@@ -44,8 +52,8 @@ async def run_demo(info: StackInfo, *, out: Callable[[str], None] = print, settl
     rows: list[Row] = []
     siks: list[str] = []
 
-    def row(check: str, expected: str, observed: str, ok: bool) -> None:
-        rows.append(Row(check, expected, observed, ok))
+    def row(check: str, expected: str, observed: str, ok: bool, needs: str | None = None) -> None:
+        rows.append(Row(check, expected, observed, ok, needs))
         out(f"{'PASS' if ok else 'FAIL'}  {check:<44} expected {expected:<34} observed {observed}")
 
     out(f"interlock demo against {info.mcp_url} (agent {info.agent_id}); sandbox payments {pay_a}, {pay_b}, {pay_c}")
@@ -56,7 +64,7 @@ async def run_demo(info: StackInfo, *, out: Callable[[str], None] = print, settl
         siks.append(sik_a)
         count = rail.count_stamped(sik_a) if sik_a else 0
         row("refund Rs 500 on a Rs 1,899 payment", "APPLIED, 1 rail entity",
-            f"{first.get('state')}, {count} rail entity", first.get("state") == "APPLIED" and count == 1)
+            f"{first.get('state')}, {count} rail entity", first.get("state") == "APPLIED" and count == 1, REFUNDS)
 
         # 2. The same refund retried five times with fresh request ids: still one.
         states = []
@@ -66,7 +74,7 @@ async def run_demo(info: StackInfo, *, out: Callable[[str], None] = print, settl
         count = rail.count_stamped(sik_a) if sik_a else 0
         same = all(s == ("APPLIED", True, first.get("rail_entity_id")) for s in states)
         row("same refund retried 5x, fresh request ids", "5x APPLIED replayed, 1 entity",
-            f"{sum(1 for s in states if s[1])}x replayed, {count} entity", same and count == 1)
+            f"{sum(1 for s in states if s[1])}x replayed, {count} entity", same and count == 1, REFUNDS)
 
         # 3. An injected over-refund (Rs 48,000 on a Rs 1,899 payment) is blocked.
         injected = structured(await client.call_tool("create_refund", {"payment_id": pay_b, "amount": 4800000}))
@@ -75,7 +83,7 @@ async def run_demo(info: StackInfo, *, out: Callable[[str], None] = print, settl
         row("injected over-refund Rs 48,000", "BLOCKED G2_EXCEEDS_REFUNDABLE",
             f"{injected.get('state')} {injected.get('reason_code')}, {count} entity",
             injected.get("state") == "BLOCKED" and injected.get("reason_code") == "G2_EXCEEDS_REFUNDABLE"
-            and count == 0)  # fmt: skip
+            and count == 0, REFUNDS)  # fmt: skip
 
         # 4. An ambiguous 504 (the rail applied, then timed out): UNKNOWN now, APPLIED after reconciliation.
         rail.set_faults([{"name": "ambiguous_504", "rate": 1.0}])
@@ -87,7 +95,7 @@ async def run_demo(info: StackInfo, *, out: Callable[[str], None] = print, settl
         siks.append(sik_c)
         row("rail answers 504 after applying", "UNKNOWN, RETRY_SAME_CALL",
             f"{unknown.get('state')}, {unknown.get('caller_action')}",
-            unknown.get("state") == "UNKNOWN" and unknown.get("caller_action") == "RETRY_SAME_CALL")
+            unknown.get("state") == "UNKNOWN" and unknown.get("caller_action") == "RETRY_SAME_CALL", REFUNDS)
         settled = await _wait_for_state(client, sik_c, "APPLIED", settle_timeout_s) if sik_c else {}
         count = rail.count_stamped(sik_c) if sik_c else 0
         # With webhooks, settled by the rail's refund.created (ADR 0027), long before the list read's 2 s delay.
@@ -118,17 +126,21 @@ async def run_demo(info: StackInfo, *, out: Callable[[str], None] = print, settl
             False, True, True]  # fmt: skip
         row("payout Rs 480 to the listed vendor, 3x", "APPLIED, 2x replayed, 1 payout",
             f"{paid[0].get('state')}, {sum(1 for p in paid if p.get('replayed'))}x replayed, {count} payout",
-            once and count == 1)
+            once and count == 1, PAYOUTS)
         stranger = structured(await client.call_tool("create_payout", {**pay, "fund_account_id": STRANGER}))
         row("injected payout to an unlisted payee", "BLOCKED G2_PAYEE_NOT_ALLOWED",
             f"{stranger.get('state')} {stranger.get('reason_code')}",
-            stranger.get("state") == "BLOCKED" and stranger.get("reason_code") == "G2_PAYEE_NOT_ALLOWED")
+            stranger.get("state") == "BLOCKED" and stranger.get("reason_code") == "G2_PAYEE_NOT_ALLOWED", PAYOUTS)
 
     # 7. The rail's own journal: exactly the two refunds this run meant to make.
     ours = [e for e in rail.entities() if e["entity"].get("payment_id") in (pay_a, pay_b, pay_c)]
     row("sandbox journal entities for this run", "2", str(len(ours)), len(ours) == 2)
     rail.close()
     passed = sum(r.ok for r in rows)
+    needs = sorted({r.needs for r in rows if not r.ok and r.needs})
+    if needs:
+        out("Some failed rows check what the example mandate (deploy/mandate.example.yaml) grants; under another "
+            "mandate they fail for that alone. They need: " + "; ".join(needs))  # fmt: skip
     out(f"demo: {passed} passed, {len(rows) - passed} failed")
     return 0 if passed == len(rows) else 1
 

@@ -109,3 +109,25 @@ async def test_a_gate_worker_killed_mid_flight_never_causes_a_second_entity(
         assert again["state"] == "APPLIED", again
     assert full.control.count_stamped(again["sik"]) == 1
     assert full.intents_count() == 1
+
+
+@pytest.mark.anyio
+async def test_the_demo_says_which_failed_rows_need_the_example_mandate(
+    full_stack_factory: Callable[..., FullStack], tmp_path: Path,
+) -> None:
+    """On a mandate without the payout grant the two payout rows fail; the demo says that is what they check
+    (issue 48 item 4), and every other row passes."""
+    import yaml
+
+    from tests.mandates import make_mandate
+
+    mandate = make_mandate(drop=("scope.grants.create_payout", "idempotency.create_payout"))
+    path = tmp_path / "no-payouts.yaml"
+    path.write_text(yaml.safe_dump(mandate.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    full = full_stack_factory(env={"INTERLOCK_MANDATE": str(path)})
+    lines: list[str] = []
+    code = await run_demo(full.info, out=lines.append)
+    assert code == 1 and lines[-1] == "demo: 7 passed, 2 failed", "\n".join(lines)
+    failed = [line for line in lines if line.startswith("FAIL")]
+    assert len(failed) == 2 and all("payout" in line for line in failed), failed
+    assert "They need: create_payout granted, fa_DEMOVENDOR0001 on its payees" in lines[-2], lines[-2]
