@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck clean browser node agents agentdojo bench bench-model chaos soak mutation simulate
+.PHONY: install run test lint typecheck clean browser node prometheus agents agentdojo bench bench-model chaos soak mutation simulate
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +47,14 @@ node:
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm; \
 	  else echo "make node: the Node client test needs Node.js and npm: apt-get install nodejs npm" >&2; exit 1; fi; }
 
+# Debian's prometheus package (the server and promtool): tests/deploy/test_alerts.py checks and unit-tests the shipped
+# alerting rules and runs a real server against a running stack (issue 48 item 5).
+prometheus:
+	@{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus; \
+	  else echo "make prometheus: the alerting test needs Debian's prometheus: apt-get install prometheus" >&2; exit 1; fi; }
+
 # The agent frameworks tests/agents drives Interlock with (the OpenAI Agents SDK, LangGraph with
 # langchain-mcp-adapters, PydanticAI), pinned in tests/agents/requirements.txt, in a venv of their own: they need
 # the MCP SDK 1.x, Interlock's server runs on 2.x. Rebuilt when the requirements change.
@@ -81,7 +89,7 @@ agentdojo: $(AGENTDOJO_STAMP)
 # lint runs.
 # Two test processes (pytest-xdist), each taking whole files so a module's servers start once: the suite's real
 # processes spend much of their time waiting, and two keep both cores of a CI machine busy.
-test: browser node
+test: browser node prometheus
 	$(MAKE) --no-print-directory -j2 lint agents agentdojo
 	$(BIN)/python -m pytest -q -n 2 --dist loadfile
 

@@ -502,6 +502,16 @@ def counts(conn: sqlite3.Connection) -> list[tuple[str, str, int]]:
             conn.execute("SELECT tool, status, COUNT(*) FROM rail_status GROUP BY tool, status")]  # fmt: skip
 
 
+def attentions_waiting_by_merchant(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
+    """(merchant, how many, when the oldest was last observed) of the attentions waiting for a person: raised and
+    acknowledged by nobody."""
+    if not _kept(conn):
+        return []
+    return [(str(m), int(n), int(oldest)) for m, n, oldest in conn.execute(
+        f"""SELECT merchant_id, COUNT(*), MIN(updated_at) FROM rail_status s
+            WHERE attention IS NOT NULL AND {_not_acked(conn)} GROUP BY merchant_id""")]  # fmt: skip
+
+
 def attention_counts(conn: sqlite3.Connection, *, acknowledged: bool = False) -> list[tuple[str, int]]:
     """(attention, how many) of those waiting for a person, or with *acknowledged*, of those a person has taken."""
     if not _kept(conn):

@@ -186,9 +186,36 @@ def ledger_metrics(conn: sqlite3.Connection, now: int | None = None, *, shard: s
     yield attention
     yield taken
 
+    yield from waiting_for_a_person(conn, now, shard)
+
     records = GaugeMetricFamily("interlock_audit_records", "records in the audit chain", labels=["shard"])
     records.add_metric([shard], int(conn.execute("SELECT COALESCE(MAX(seq), 0) FROM audit_head").fetchone()[0]))
     yield records
+
+
+# What waits for a person (issue 48 item 5), by merchant: a call HELD for an approver, an intent QUARANTINED for a
+# person to resolve with evidence, an attention raised on applied money and acknowledged by nobody. The alerting
+# rules shipped in deploy/prometheus/interlock-alerts.yml fire on these.
+WAITING_KINDS = ("held", "quarantined", "attention")
+
+
+def waiting_for_a_person(conn: sqlite3.Connection, now: int, shard: str) -> Iterator[Metric]:
+    count = GaugeMetricFamily("interlock_waiting_for_a_person", "items waiting for a person: calls held for an "
+                              "approver, quarantined intents, unacknowledged attentions", labels=["kind", "merchant",
+                                                                                                  "shard"])  # fmt: skip
+    oldest = GaugeMetricFamily("interlock_waiting_for_a_person_oldest_age_seconds", "how long the oldest item of each "
+                               "kind has waited", labels=["kind", "merchant", "shard"])  # fmt: skip
+    found: list[tuple[str, str, int, int]] = [
+        ("held" if state == "HELD" else "quarantined", str(merchant), int(n), int(since)) for state, merchant, n, since
+        in conn.execute("""SELECT state, merchant_id, COUNT(*), MIN(updated_at) FROM intents
+                           WHERE state IN ('HELD', 'QUARANTINED') GROUP BY state, merchant_id""")]  # fmt: skip
+    attentions = lifecycle.attentions_waiting_by_merchant(conn)
+    found += [("attention", merchant, n, since) for merchant, n, since in attentions]
+    for kind, merchant, n, since in found:
+        count.add_metric([kind, merchant, shard], n)
+        oldest.add_metric([kind, merchant, shard], max(0, now - since) / 1000)
+    yield count
+    yield oldest
 
 
 def _latency(conn: sqlite3.Connection, shard: str) -> HistogramMetricFamily:
