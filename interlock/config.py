@@ -164,6 +164,14 @@ class Settings(BaseSettings):
     approver_token: str | None = Field(
         default=None, description="the approver's own token, for `interlock holds approve/reject` (else a prompt)"
     )
+    notify_url: str | None = Field(
+        default=None, description="where the reconciler POSTs a Slack-compatible message for each new held call, "
+        "quarantined intent and attention (issue 48 item 5; unset: none is sent)",
+    )  # fmt: skip
+    notify_secret: str | None = Field(
+        default=None, min_length=16, description="the key each notification is signed with (X-Interlock-Signature, "
+        "HMAC-SHA256); required with INTERLOCK_NOTIFY_URL",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _one_client_cannot_take_everything(self) -> Settings:
@@ -175,6 +183,11 @@ class Settings(BaseSettings):
                     f"{env_name(one)}={getattr(self, one)} must be at most half of {env_name(total)}="
                     f"{getattr(self, total)}, so that one agent cannot take all of it"
                 )
+        if self.notify_url is not None and self.notify_secret is None:
+            raise ValueError("INTERLOCK_NOTIFY_URL is set, so INTERLOCK_NOTIFY_SECRET must be too (at least 16 "
+                             "characters): every notification is signed, so a receiver can tell it from a forgery")
+        if self.notify_url is not None and not self.notify_url.startswith(("https://", "http://")):
+            raise ValueError(f"INTERLOCK_NOTIFY_URL must be an http(s) URL, got {self.notify_url!r}")
         return self
 
     def require(self, name: str) -> Any:

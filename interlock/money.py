@@ -56,3 +56,15 @@ class Money:
 
     def __str__(self) -> str:
         return f"{self.amount_minor} {self.currency} (minor units)"
+
+
+# ISO 4217 minor-unit exponents that are not 2; anything else displays with 2 decimals.
+_EXPONENTS = {"JPY": 0, "KRW": 0, "BHD": 3, "KWD": 3, "OMR": 3}
+
+
+def format_minor(amount_minor: int, currency: str) -> str:
+    """350000 INR -> '3,500.00 INR' (display only: the integer is what was approved; this is how a person reads it)."""
+    exponent = _EXPONENTS.get(currency, 2)
+    major, minor = divmod(abs(amount_minor), 10**exponent)
+    sign = "-" if amount_minor < 0 else ""
+    return f"{sign}{major:,}" + (f".{minor:0{exponent}d}" if exponent else "") + f" {currency}"

@@ -502,6 +502,21 @@ def counts(conn: sqlite3.Connection) -> list[tuple[str, str, int]]:
             conn.execute("SELECT tool, status, COUNT(*) FROM rail_status GROUP BY tool, status")]  # fmt: skip
 
 
+def attentions_waiting(conn: sqlite3.Connection, *, limit: int = 1000) -> list[dict[str, Any]]:
+    """The attentions waiting for a person (raised, acknowledged by nobody), each with what raised it: merchant,
+    sik, tool, entity, status, attention, raised_seq (None on a ledger from before it) and when it was observed."""
+    if not _kept(conn):
+        return []
+    raised = "s.raised_seq" if _raised_kept(conn) else "NULL"
+    rows = conn.execute(
+        f"""SELECT s.merchant_id, s.sik, s.tool, s.entity_id, s.status, s.attention, {raised}, s.updated_at
+            FROM rail_status s WHERE s.attention IS NOT NULL AND {_not_acked(conn)} ORDER BY s.updated_at LIMIT ?""",
+        (limit,),
+    ).fetchall()
+    names = ("merchant_id", "sik", "tool", "entity_id", "status", "attention", "raised_seq", "updated_at")
+    return [dict(zip(names, tuple(row), strict=True)) for row in rows]
+
+
 def attentions_waiting_by_merchant(conn: sqlite3.Connection) -> list[tuple[str, int, int]]:
     """(merchant, how many, when the oldest was last observed) of the attentions waiting for a person: raised and
     acknowledged by nobody."""

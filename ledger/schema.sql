@@ -331,3 +331,22 @@ CREATE TABLE IF NOT EXISTS payee_amendments (
     allowed_at      INTEGER NOT NULL,
     PRIMARY KEY (merchant_id, agent_id, mandate_hash, fund_account_id)
 ) STRICT, WITHOUT ROWID;
+
+-- What the reconciler has told a person of (reconciler/notify.py, issue 48 item 5): one row per item waiting for a
+-- person — a call HELD, an intent QUARANTINED, an attention raised — keyed by the item as it was then (a call held
+-- again after a release, an attention raised again on changed money, is a new item). Sent once (sent_at); a POST the
+-- receiver did not take is tried again at next_try_at, doubling, until MAX_ATTEMPTS. Nothing here moves money.
+CREATE TABLE IF NOT EXISTS notifications (
+    item_key     TEXT    PRIMARY KEY,       -- kind:merchant:sik:version
+    kind         TEXT    NOT NULL CHECK (kind IN ('held', 'quarantined', 'attention')),
+    merchant_id  TEXT    NOT NULL,
+    sik          TEXT    NOT NULL,
+    body_json    TEXT    NOT NULL,          -- exactly what is POSTed (and signed) every try
+    created_at   INTEGER NOT NULL,
+    attempts     INTEGER NOT NULL DEFAULT 0,
+    next_try_at  INTEGER NOT NULL,
+    sent_at      INTEGER,
+    given_up_at  INTEGER,
+    last_error   TEXT
+) STRICT;
+CREATE INDEX IF NOT EXISTS notifications_due ON notifications (next_try_at) WHERE sent_at IS NULL AND given_up_at IS NULL;

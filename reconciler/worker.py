@@ -27,6 +27,7 @@ from rails.base import Rail, make_rail
 from reconciler.inbox import InboxReader
 from reconciler.lifecycle import LifecycleFollower
 from reconciler.loop import Reconciler
+from reconciler.notify import Notifier
 from reconciler.withdrawal import PayoutWithdrawal
 
 logger = logging.getLogger(__name__)
@@ -70,6 +71,9 @@ def reconciler_command(once: bool) -> None:
     follower = _follower(settings, rec, rail, reader)
     assert rec.mandates is not None
     withdrawal = PayoutWithdrawal(ledger=rec.ledger, rail=rail, mandates=rec.mandates, owner=rec.owner)
+    # What waits for a person, told to the operator's channel (issue 48 item 5), when one is configured.
+    notifier = (Notifier(ledger=rec.ledger, url=settings.notify_url, secret=settings.require("notify_secret"))
+                if settings.notify_url else None)  # fmt: skip
     logger.info("reconciler %s started (min delay %d ms; webhook inbox %s)", rec.owner,
                 settings.reconcile_min_delay_ms, "read" if reader else "not configured")  # fmt: skip
     last_cleanup = 0.0
@@ -91,6 +95,8 @@ def reconciler_command(once: bool) -> None:
             rec.sweep()
             _follow(follower)
             _follow(withdrawal)
+            if notifier is not None:
+                _follow(notifier)
             last_sweep, sweep_now = time.monotonic(), False
         if once:
             break
@@ -148,8 +154,8 @@ def _follower(settings: Settings, rec: Reconciler, rail: Rail, reader: InboxRead
     return follower
 
 
-def _follow(follower: LifecycleFollower | PayoutWithdrawal) -> None:
-    """One step of the lifecycle follower or of the payout withdrawal: neither may stop the reconcile loop."""
+def _follow(follower: LifecycleFollower | PayoutWithdrawal | Notifier) -> None:
+    """One step of the lifecycle follower, the payout withdrawal or the notifier: none may stop the reconcile loop."""
     try:
         follower.step()
     except (sqlite3.Error, LedgerError) as exc:  # the ledger busy past its timeout: the next step goes on
