@@ -81,3 +81,27 @@ async def test_a_real_prometheus_fires_for_a_call_held_on_a_running_stack(
         server.terminate()
         server.wait(30)
         log.close()
+
+
+@pytest.mark.anyio
+async def test_the_reconciler_process_posts_a_held_call_to_the_configured_channel(
+    full_stack_factory: Callable[..., FullStack],
+) -> None:
+    """The real reconciler actor, given INTERLOCK_NOTIFY_URL and _SECRET, tells a real receiver of the call it holds."""
+    from tests.reconciler.test_notify import SECRET, Receiver
+
+    receiver = Receiver()
+    try:
+        full = full_stack_factory(env={"INTERLOCK_NOTIFY_URL": receiver.url, "INTERLOCK_NOTIFY_SECRET": SECRET})
+        async with mcp_client(full.info.mcp_url, full.info.token()) as client:
+            held = structured(await client.call_tool("create_refund", {"payment_id": full.payment(500000),
+                                                                       "amount": 400000}))  # fmt: skip
+        assert held["state"] == "HELD", held
+        deadline = time.monotonic() + 120  # a bound on a wait: the reconciler sweeps every few seconds
+        while time.monotonic() < deadline and not receiver.received:
+            time.sleep(0.2)
+        [body] = receiver.bodies()
+        assert body["interlock"]["kind"] == "held" and body["interlock"]["sik"] == held["sik"]
+        assert "4,000.00 INR" in body["text"]
+    finally:
+        receiver.server.shutdown()
