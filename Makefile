@@ -20,7 +20,7 @@ install: $(STAMP)
 run: install
 	$(BIN)/interlock up --demo $(UP_ARGS)
 
-PACKAGES := interlock agent_harness ingress gate_workers rail_worker reconciler ledger rails sandbox chaos bench ops console deploy simulation webhooks
+PACKAGES := interlock agent_harness ingress gate_workers rail_worker reconciler ledger rails runtime sandbox chaos bench ops console deploy simulation webhooks
 
 # lint-imports checks the layer contracts in pyproject.toml ([tool.importlinter]; docs/architecture.md).
 lint: install

@@ -58,7 +58,7 @@ CENTRES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("Interlock: ledger (SQL, state machine, audit chain)", (f"{REPO}/ledger/",)),
     ("Interlock: canonical JSON, SIK, messages", (f"{REPO}/interlock/canonical.py", f"{REPO}/interlock/sik.py",
                                                   f"{REPO}/interlock/messages.py")),  # fmt: skip
-    ("Interlock: RQ consumer and producer", (f"{REPO}/interlock/consumer.py", f"{REPO}/interlock/producer.py")),
+    ("Interlock: RQ consumer and producer", (f"{REPO}/runtime/consumer.py", f"{REPO}/interlock/producer.py")),
     ("Interlock: ingress", (f"{REPO}/ingress/",)),
     ("Interlock: gates", (f"{REPO}/gate_workers/",)),
     ("Interlock: rail worker", (f"{REPO}/rail_worker/",)),

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 import redis
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -20,6 +19,7 @@ from starlette.templating import Jinja2Templates
 
 from console import actions, pages
 from console.auth import COOKIE, PUBLIC_PATHS, SESSION_MS, ConsoleAuth, Principal, safe_next
+from console.render import render
 from console.sessions import SessionStore
 from interlock.errors import ConfigError, InterlockError
 from ops.approvers import ApproverTable
@@ -47,14 +47,6 @@ class TokenLock(BaseHTTPMiddleware):
             return render(request, "login.html", {"next": request.url.path, "error": None}, status_code=401)
         return PlainTextResponse("401: a console or approver token is required", status_code=401,
                                  headers={"WWW-Authenticate": 'Bearer realm="interlock-console"'})  # fmt: skip
-
-
-def render(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> Response:
-    templates: Jinja2Templates = request.app.state.templates
-    auth: ConsoleAuth = request.app.state.auth
-    principal: Principal | None = getattr(request.state, "principal", None)
-    return templates.TemplateResponse(request, name, {"csrf": auth.csrf_value(principal), "principal": principal,
-                                                      **context}, status_code=status_code)  # fmt: skip
 
 
 async def login_page(request: Request) -> Response:

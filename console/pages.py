@@ -12,6 +12,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from console.render import render
 from ledger import audit, lifecycle, operator
 from ledger.intents import get_intent
 from ledger.states import SETTLED, State
@@ -32,8 +33,6 @@ def _flash(request: Request) -> dict[str, Any]:
 
 
 def _render(request: Request, name: str, context: dict[str, Any], status_code: int = 200) -> Response:
-    from console.app import render
-
     return render(request, name, {**_flash(request), **context}, status_code=status_code)
 
 

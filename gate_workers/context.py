@@ -5,16 +5,14 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Literal, Protocol
 
 from interlock.config import DEFAULT_CLOCK_SKEW_MS
 from interlock.fees import DEFAULT_FEE_RATE, FeeRate
 from interlock.mandate import Mandate
+from interlock.messages import Verdict
 from interlock.task import TaskProblem, VerifiedTask
 from rails.models import Balance, BankingBalance, FundAccount, Payment
-
-if TYPE_CHECKING:
-    from gate_workers.gates.g5_purpose import PurposeJudge
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +54,25 @@ class ResolvedAction:
     # The harness's task (SPEC §10), verified against the mandate's task_signers — or why it could not be.
     task: VerifiedTask | None = None
     task_problem: TaskProblem | None = None
+
+
+# G5's judge (gate_workers.gates.g5_purpose, ADR 0006), defined here beside the action it judges: its verdict type
+# admits only HOLD or BLOCK, so no judge can say ALLOW (tests/typing/g5_cannot_allow.py must fail to type-check).
+AdvisoryVerdict = Literal[Verdict.HOLD, Verdict.BLOCK]
+
+
+@dataclass(frozen=True, slots=True)
+class Objection:
+    verdict: AdvisoryVerdict
+    reason_code: str
+    detail: Mapping[str, Any] = field(default_factory=dict)
+
+
+class PurposeJudge(Protocol):
+    def judge(self, action: ResolvedAction, purposes: Mapping[str, str], min_similarity: float,
+              verdict: AdvisoryVerdict) -> Objection | None:  # fmt: skip
+        """An objection, or None for no objection. There is no way to say ALLOW."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

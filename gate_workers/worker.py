@@ -1,6 +1,6 @@
 """`interlock gate-worker`: one stateless RQ worker on queue "gates". Run as many as you like.
 
-It is a non-forking RQ worker (interlock.consumer.LeanWorker) that evaluates up to
+It is a non-forking RQ worker (runtime.consumer.LeanWorker) that evaluates up to
 INTERLOCK_GATE_CONCURRENCY proposals at once on a thread pool: a proposal spends most of its time waiting
 on its rail read, so one process keeps many reads out. Each thread opens its own read-only ledger
 connection; none is ever carried across a fork or shared between threads.
@@ -15,9 +15,9 @@ from rq.serializers import JSONSerializer
 
 from gate_workers.jobs import GateRuntime, install_runtime
 from interlock.config import load_settings
-from interlock.consumer import LeanWorker
 from interlock.errors import PurposeModelUnavailable
 from interlock.queues import gates_queue, rq_queue
+from runtime.consumer import LeanWorker
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,9 @@ from interlock.mandate_load import (
     load_mandate,
     load_mandates_from_settings,
     parse_mandate,
+    sign_mandate,
     validate_mandate,
+    verify_mandate_signature,
 )
 from interlock.mandate_model import (
     REFUND_TOOL,
@@ -38,10 +40,8 @@ from interlock.mandate_sign import (
     key_id,
     load_private_key,
     load_public_key,
-    sign_mandate,
     signature_path,
     signature_problem,
-    verify_mandate_signature,
 )
 
 __all__ = [

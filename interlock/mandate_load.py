@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,7 +15,14 @@ from pydantic import ValidationError
 from interlock import strict_yaml
 from interlock.errors import MandateError
 from interlock.mandate_model import Mandate, _Violations
-from interlock.mandate_sign import read_text, signature_problem
+from interlock.mandate_sign import (
+    SIGNING_CONTEXT,
+    key_id,
+    load_private_key,
+    read_text,
+    signature_path,
+    signature_problem,
+)
 from interlock.rail_account import account_problem, merchants_on_account
 from interlock.tools import MONEY_TOOLS
 
@@ -219,3 +228,28 @@ def _pubkeys_from(value: str | None) -> list[Path]:
         if not key.is_file():
             raise MandateError(f"INTERLOCK_MANDATE_PUBKEYS names {key}, which does not exist")
     return keys
+
+
+# Signing and verifying a mandate *file*: each loads it first (interlock.mandate_sign knows keys and bytes only).
+def sign_mandate(mandate_path: Path, private_key_path: Path) -> Path:
+    """Sign the validated mandate's canonical bytes; writes and returns `<mandate>.sig` (JSON)."""
+    mandate = load_mandate(mandate_path)
+    key = load_private_key(private_key_path)
+    signature = key.sign(SIGNING_CONTEXT + mandate.canonical_bytes)
+    record = {
+        "v": 1,
+        "alg": "Ed25519",
+        "key_id": key_id(key.public_key()),
+        "mandate_hash": mandate.mandate_hash,  # informative only: verification recomputes the message
+        "signature": base64.b64encode(signature).decode("ascii"),
+    }
+    out = signature_path(mandate_path)
+    tmp = out.with_name(out.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out)
+    return out
+
+
+def verify_mandate_signature(mandate_path: Path, public_key_paths: list[Path]) -> bool:
+    """True when `<mandate>.sig` is a valid signature of the mandate by one of the given public keys."""
+    return signature_problem(load_mandate(mandate_path), mandate_path, public_key_paths) is None

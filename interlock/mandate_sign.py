@@ -58,34 +58,6 @@ def generate_keypair(private_path: Path, public_path: Path) -> None:
     )
 
 
-def sign_mandate(mandate_path: Path, private_key_path: Path) -> Path:
-    """Sign the validated mandate's canonical bytes; writes and returns `<mandate>.sig` (JSON)."""
-    from interlock.mandate_load import load_mandate  # loading checks signatures: imported here, not at the top
-
-    mandate = load_mandate(mandate_path)
-    key = load_private_key(private_key_path)
-    signature = key.sign(SIGNING_CONTEXT + mandate.canonical_bytes)
-    record = {
-        "v": 1,
-        "alg": "Ed25519",
-        "key_id": key_id(key.public_key()),
-        "mandate_hash": mandate.mandate_hash,  # informative only: verification recomputes the message
-        "signature": base64.b64encode(signature).decode("ascii"),
-    }
-    out = signature_path(mandate_path)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(out)
-    return out
-
-
-def verify_mandate_signature(mandate_path: Path, public_key_paths: list[Path]) -> bool:
-    """True when `<mandate>.sig` is a valid signature of the mandate by one of the given public keys."""
-    from interlock.mandate_load import load_mandate
-
-    return signature_problem(load_mandate(mandate_path), mandate_path, public_key_paths) is None
-
-
 def signature_problem(mandate: Mandate, mandate_path: Path, public_key_paths: list[Path]) -> str | None:
     """Why the signature of *mandate* (loaded from *mandate_path*) does not verify, or None when it does."""
     sig_path = signature_path(mandate_path)

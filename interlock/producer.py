@@ -7,7 +7,7 @@ one HSET and pushed with one RPUSH on the caller's pipeline. The job's hash is w
 pushed, so a worker never dequeues an id whose hash is missing; a connection lost between the two leaves at
 most a hash no one will run, which expires with nothing paid (the queue delivers; the ledger decides, ADR 0007:
 the agent's repeat of the call brings it back). A queue's name is added to RQ's set once per worker, when it
-starts (interlock.consumer.LeanWorker), not once per message.
+starts (runtime.consumer.LeanWorker), not once per message.
 """
 
 from __future__ import annotations

@@ -14,7 +14,6 @@ from rq.serializers import JSONSerializer
 
 from interlock.clock import now_ms
 from interlock.config import load_settings
-from interlock.consumer import LeanWorker
 from interlock.errors import LeaseHeld
 from interlock.queues import rail_queue, rq_queue
 from interlock.redis_conn import connect
@@ -24,6 +23,7 @@ from rail_worker.dispatch import Dispatcher
 from rail_worker.lease import Heartbeat, boot
 from rail_worker.runtime import RailRuntime
 from rail_worker.writer import LedgerWriter
+from runtime.consumer import LeanWorker
 
 logger = logging.getLogger(__name__)
 

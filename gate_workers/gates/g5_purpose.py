@@ -11,31 +11,13 @@ was loaded gets the objection anyway (G5_JUDGE_UNAVAILABLE): the check is never 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
-
-from gate_workers.context import GateContext, ResolvedAction
+from gate_workers.context import AdvisoryVerdict, GateContext, Objection, PurposeJudge, ResolvedAction
 from interlock.messages import Verdict
 from interlock.verdicts import GateResult, allow
 
 NAME = "G5"
-
-AdvisoryVerdict = Literal[Verdict.HOLD, Verdict.BLOCK]
-
-
-@dataclass(frozen=True, slots=True)
-class Objection:
-    verdict: AdvisoryVerdict
-    reason_code: str
-    detail: Mapping[str, Any] = field(default_factory=dict)
-
-
-class PurposeJudge(Protocol):
-    def judge(self, action: ResolvedAction, purposes: Mapping[str, str], min_similarity: float,
-              verdict: AdvisoryVerdict) -> Objection | None:  # fmt: skip
-        """An objection, or None for no objection. There is no way to say ALLOW."""
-        ...
+# The judge's types live in gate_workers.context, beside the action; named here too, where G5 is read.
+__all__ = ["NAME", "AdvisoryVerdict", "Objection", "PurposeJudge", "check"]
 
 
 def check(action: ResolvedAction, ctx: GateContext) -> GateResult:

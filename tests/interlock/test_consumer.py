@@ -1,4 +1,4 @@
-"""The lean RQ worker (interlock.consumer): RQ's loop, one pipeline of bookkeeping per job, an optional pool.
+"""The lean RQ worker (runtime.consumer): RQ's loop, one pipeline of bookkeeping per job, an optional pool.
 Real redis-server; the jobs run in this process (burst mode)."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
 from deploy.redis_server import EmbeddedRedis
-from interlock import consumer
-from interlock.consumer import LeanWorker
 from interlock.queues import rq_queue
+from runtime import consumer
+from runtime.consumer import LeanWorker
 from tests.interlock import consumer_jobs
 
 

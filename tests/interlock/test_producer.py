@@ -7,9 +7,9 @@ import redis
 from rq.job import Job, JobStatus
 from rq.serializers import JSONSerializer
 
-from interlock.consumer import LeanWorker
 from interlock.producer import enqueue
 from interlock.queues import rq_queue
+from runtime.consumer import LeanWorker
 
 
 def _calls(client: redis.Redis) -> dict[str, int]:

@@ -11,8 +11,8 @@ from click.testing import CliRunner, Result
 
 from interlock.cli import cli
 from interlock.mandate import load_mandate
-from interlock.mandate_cli import init_command, parse_amount
 from interlock.tools import current_pins
+from ops.mandate_cli import init_command, parse_amount
 
 
 def run_init(out: Path, answers: list[str], *args: str) -> Result:

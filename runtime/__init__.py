@@ -1,0 +1,1 @@
+"""The actor runtime: how an actor process consumes its queue (runtime.consumer)."""
