@@ -54,8 +54,8 @@ class Crowd:
     def start(self, *, seed: int) -> Crowd:
         stack = self.stack
         stack.start_redis()
-        self.url = stack.start_ingress(tokens_file=self.tokens, wait=False)  # slow to import: start it first
-        sandbox = stack.start_sandbox(seed=seed)
+        sandbox = stack.start_sandbox(seed=seed)  # first: the ingress refuses to start without the rail's settings
+        self.url = stack.start_ingress(tokens_file=self.tokens, wait=False)
         stack.start_engine()
         stack.wait_for_ingress()
         self.control = SandboxControl(sandbox, stack.env["INTERLOCK_RAIL_KEY_ID"],

@@ -52,8 +52,8 @@ def run_random_trial(trial: int, seed: int, base: Path, *, calls: int = 12) -> R
     result = RandomTrial(trial, seed, victim, round(delay, 2), calls, 0, 0)
     try:
         stack.start_redis()
+        sandbox = stack.start_sandbox(seed=seed)  # first: the ingress refuses to start without the rail's settings
         url = stack.start_ingress(tokens_file=tokens, wait=False)
-        sandbox = stack.start_sandbox(seed=seed)
         stack.start_engine()
         stack.wait_for_ingress()
         control = SandboxControl(sandbox, stack.env["INTERLOCK_RAIL_KEY_ID"], stack.env["INTERLOCK_RAIL_KEY_SECRET"])
