@@ -332,9 +332,12 @@ def _wait_ready(conf: SupervisorConf, plans: list[ShardPlan], data: Path, gate_w
 
 
 # The exit status of an actor that refused to start (interlock.cli.main: a ConfigError or another InterlockError, said
-# on its last line as "interlock: ..."). supervisord would start it again and again; the same settings are refused
-# the same way, so `up` says why and stops at once (issue 48 item 1).
+# on its last line as "interlock: ..."). supervisord starts it again and again; a setting refused is refused the same
+# way every time, so once the same refusal has ended REFUSED_TIMES starts in a row `up` says why and stops (issue 48
+# item 1). Not the first time: a start can also fail for a while on something still coming up (a Redis a moment
+# behind its rail worker), which a restart outlives.
 REFUSED_TO_START = 2
+REFUSED_TIMES = 5
 
 
 def _not_ready(conf: SupervisorConf, plans: list[ShardPlan], gate_workers: int, ports: list[int]) -> str | None:
@@ -360,18 +363,25 @@ def _not_ready(conf: SupervisorConf, plans: list[ShardPlan], gate_workers: int, 
 
 
 def _refused_to_start(info: dict[str, Any]) -> str | None:
-    """Why an actor that exited REFUSED_TO_START did, from the last "interlock: " line of its log; None for one
-    running, starting, or exited otherwise (a crash supervisord restarts)."""
-    if info["statename"] not in ("BACKOFF", "EXITED", "FATAL") or info.get("exitstatus") != REFUSED_TO_START:
+    """Why an actor refuses to start, once the same refusal has ended REFUSED_TIMES starts in a row: it is not
+    running and its log ends with that many identical "interlock: " lines (what interlock.cli.main prints before it
+    exits REFUSED_TO_START). None otherwise — running, or stopped for another reason (a crash supervisord restarts),
+    or refused fewer times. The log is the evidence, not supervisord's exit status: it reports 0 for a process in
+    BACKOFF, and one that fails after startsecs is restarted at once, STARTING nearly every time one looks."""
+    if info["statename"] == "RUNNING":
         return None
     log = Path(str(info.get("stdout_logfile") or ""))
     try:
-        lines = log.read_text(encoding="utf-8", errors="replace").splitlines()[-200:]
+        lines = [line for line in log.read_text(encoding="utf-8", errors="replace").splitlines()[-400:] if line]
     except OSError:
-        lines = []
-    said = next((line.removeprefix("interlock: ") for line in reversed(lines) if line.startswith("interlock: ")),
-                f"exit status {REFUSED_TO_START}")  # fmt: skip
-    return f"{info['name']} refused to start: {said} (its log: {log}); every actor is stopped"
+        return None
+    if not lines or not lines[-1].startswith("interlock: "):
+        return None
+    refusals = [line.removeprefix("interlock: ") for line in lines if line.startswith("interlock: ")]
+    if len(refusals) < REFUSED_TIMES or len(set(refusals[-REFUSED_TIMES:])) != 1:
+        return None  # not yet the same refusal at every start: supervisord tries again
+    return (f"{info['name']} refused to start: {refusals[-1]} ({REFUSED_TIMES} starts in a row; its log: {log}); "
+            "every actor is stopped")
 
 
 def _shard_not_ready(plan: ShardPlan, gate_workers: int) -> str | None:
