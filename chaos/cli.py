@@ -162,7 +162,8 @@ def _machine_loss(trials: int, seed: int, out: Path, *, parallel: int, write_res
     from chaos.machine_loss import summarise as summarise_machine_loss
 
     cells = [c for c in machine_loss_cells() if not tools or c.key.rsplit("|", 1)[1] in tools]
-    click.echo(f"chaos: machine loss, {len(cells)} money tools x {trials} trials, {parallel} at once")
+    click.echo(f"chaos: machine loss, {len(cells)} cells (money tool x replica kind) x {trials} trials, "
+               f"{parallel} at once")  # fmt: skip
     started = time.monotonic()
     results = run_matrix(cells, trials, seed, out, parallel=parallel)
     wall = time.monotonic() - started
