@@ -78,6 +78,8 @@ def judge(run: ModeRun) -> Verdict:
     if run.harness_error:
         notes.append(f"harness: {run.harness_error}")
     states = Counter(c.state or "error" for c in run.calls)
+    # Why calls failed outright, each distinct error once: a run with no state to judge must say what it saw.
+    notes += [f"error: {e}" for e in dict.fromkeys(c.error for c in run.calls if c.state is None and c.error)]
     return Verdict(
         scenario_id=scenario.id, family=scenario.family, mode=run.mode, benign=scenario.benign, moved=moved,
         fees=fees, entities=len(run.entities), duplicates=duplicates, money_at_risk=at_risk, violated=violated,

@@ -138,6 +138,8 @@ class McpTools:
             client = await self._session()
             result = await client.call_tool(tool, arguments, meta=cast("RequestParamsMeta | None", self.meta))
         except Exception as exc:  # noqa: BLE001 - a timeout or lost session is an error the agent retries
+            # The agent sees the exception's type only (as it always has); the log keeps what it said.
+            logger.warning("MCP call %s failed: %s: %s", tool, type(exc).__name__, exc)
             await self._reset()
             return Answer(None, f"{type(exc).__name__}")
         content = structured(result)

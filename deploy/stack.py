@@ -153,7 +153,12 @@ class Stack:
     def wait_for_ingress(self, timeout: float = 30) -> None:
         actor = self.actors["ingress"]
         port = int(actor.args[actor.args.index("--port") + 1])
-        wait_for(lambda: port_in_use(port), timeout=timeout, what="the ingress to listen", actor=actor)
+        # Its own line, not just a listener on the port: free_port() hands out a number another process may bind
+        # first (under xdist it happened), and then the agents' calls went to a stranger while the ingress died.
+        # The ingress binds and listens before it logs this.
+        mine = f":{port}/mcp ("
+        wait_for(lambda: mine in actor.log() and port_in_use(port), timeout=timeout, what="the ingress to listen",
+                 actor=actor)  # fmt: skip
 
     def start_console(self, *, token: str, approvers: Path | None = None, port: int = 0) -> str:
         """The operator console (optional actor), with the approvers' credentials file if given (ADR 0015);
