@@ -531,6 +531,24 @@ def decision_exists(conn: sqlite3.Connection, request_id: str) -> bool:
     return conn.execute("SELECT 1 FROM decisions WHERE request_id = ?", (request_id,)).fetchone() is not None
 
 
+@dataclass(frozen=True)
+class RecordedDecision:
+    """What admission recorded for a request: the first Decision of it that reached the ledger."""
+
+    merchant_id: str
+    sik: str | None  # None: the call never resolved to a key
+    verdict: str
+    reason_code: str
+
+
+def recorded_decision(conn: sqlite3.Connection, request_id: str) -> RecordedDecision | None:
+    row = conn.execute("SELECT merchant_id, sik, verdict, reason_code FROM decisions WHERE request_id = ?",
+                       (request_id,)).fetchone()  # fmt: skip
+    if row is None:
+        return None
+    return RecordedDecision(str(row[0]), str(row[1]) or None, str(row[2]), str(row[3]))
+
+
 def decision_reason(conn: sqlite3.Connection, request_id: str) -> str | None:
     """The reason code recorded for *request_id*'s decision (None when it was never decided)."""
     row = conn.execute("SELECT reason_code FROM decisions WHERE request_id = ?", (request_id,)).fetchone()

@@ -12,8 +12,8 @@ protocol, run once on the restored file before any rail worker may take its leas
    reads its stamp, as after any crash. Nothing restored is ever executed from AUTHORIZED.
 4. The rail's lists — refunds, instant settlements, each payout account's payouts — are paged newest first until
    they are older than the last commit less a margin, once at once and once more no earlier than the restore's
-   start plus the rail's call deadline plus the reconciler's minimum delay; refunds, which the rail may list up to
-   one more delay late (ADR 0026), once more, finally, a delay after that. The restore runs only once
+   start plus the rail's call deadline plus the reconciler's minimum delay; refunds and payouts, which the rail may
+   list up to one more delay late (ADR 0026), once more, finally, a delay after that. The restore runs only once
    the old machine is fenced (powered off, or cut off from the rail), so no call of the lost tail left after the
    restore started; one that left just before may be applied up to its deadline later and listed up to the delay
    after that (ADR 0010's bound), and the final read sees it. The replica's lease says nothing here: the lost
@@ -68,6 +68,8 @@ IN_MOTION = (State.AUTHORIZED, State.IN_FLIGHT, State.RECONCILING)
 # A known intent the lost tail may have moved on to a send: settled by the rail's entity.
 MOVED_ON = frozenset({State.HELD, State.CONFIRMED_NOT_APPLIED, State.FAILED_TERMINAL})
 ALL_TOOLS = (REFUND_TOOL, SETTLEMENT_TOOL, PAYOUT_TOOL)
+# What the rail may list up to one more delay late (ADR 0026): read a third time.
+LISTED_LATE = (REFUND_TOOL, PAYOUT_TOOL)
 
 
 class RestoreRefused(InterlockError):
@@ -115,8 +117,8 @@ def run(conn: sqlite3.Connection, rail: RailLists, mandates: Sequence[Mandate], 
     DELAY_MS). The rail is read at once and again no earlier than now + *deadline_s* + *reread_after_s* on
     *monotonic* (and at least *reread_after_s* after the first read): a call the lost machine sent just before the
     fence is applied within its deadline and listed within the delay after, so that read lists it, and the agent's
-    repeat lands on it instead of paying again (ADR 0029, amended; ADR 0010's bound). Refunds, which the rail may
-    list up to one more delay late (ADR 0026), are read a third time, finally, *reread_after_s* after that.
+    repeat lands on it instead of paying again (ADR 0029, amended; ADR 0010's bound). Refunds and payouts, which the
+    rail may list up to one more delay late (ADR 0026), are read a third time, finally, *reread_after_s* after that.
     *payouts* False: the deployment's rail makes no payouts (an upstream MCP server, ADR 0028), so none is read — its
     payout lists are refused, and a restore that asked for them would never finish."""
     fenced_at = monotonic()
@@ -137,13 +139,17 @@ def run(conn: sqlite3.Connection, rail: RailLists, mandates: Sequence[Mandate], 
             # makes it later, which is safe).
             sleep(max(reread_after_s, final_read_at - monotonic()))
         elif reading == 2:
-            # Refunds may be listed up to one more delay late (ADR 0026): one the last read missed has no keyed retry
-            # to prove it — the agent's repeat is refused by G2 against a payment already refunded — so refunds are
-            # read once more, a delay later (finding F-loss-2).
+            # Refunds and payouts may be listed up to one more delay late (ADR 0026). One the last read missed has no
+            # keyed retry to prove it: a refund's repeat is refused by G2 against a payment already refunded (finding
+            # F-loss-2), and a payout's repeat to the payee's other fund account carries another key, which G2 lands
+            # on the first payout only if the ledger knows it (finding F-loss-4). Both are read once more, a delay
+            # later.
             sleep(max(reread_after_s, final_read_at + reread_after_s - monotonic()))
         if reading:
             report.final_read_after_ms = round((monotonic() - fenced_at) * 1000)
-        tools = (REFUND_TOOL,) if reading == 2 else ALL_TOOLS if payouts else (REFUND_TOOL, SETTLEMENT_TOOL)
+        tools: tuple[str, ...] = LISTED_LATE if reading == 2 else ALL_TOOLS
+        if not payouts:
+            tools = tuple(t for t in tools if t != PAYOUT_TOOL)
         for tool, entity in _stamped_since(rail, mandates, report.window_from_ms // 1000, tools):
             report.entities_read += 1
             _judge(conn, tool, entity, owners, report, now, actor)

@@ -39,6 +39,8 @@ from rail_worker.runtime import RailRuntime
 
 logger = logging.getLogger(__name__)
 
+OUTCOME_PENDING = "OUTCOME_PENDING"  # as the ingress answers a call with nothing definite yet (SPEC §10)
+
 _EVENT_FOR_VERDICT = {
     Verdict.ALLOW: Event.GATES_PASSED, Verdict.HOLD: Event.GATES_HELD, Verdict.BLOCK: Event.GATES_BLOCKED,
 }  # fmt: skip
@@ -337,15 +339,29 @@ def _repeat(
 
 
 def _redelivered(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) -> Admission:
-    intent = intents.get_intent(conn, decision.merchant_id, decision.sik) if decision.sik else None
-    if intent is None and decision.sik is not None:  # the first answer may have come from a grace intent
-        intent = grace.same_call_intent(conn, decision, rt.mandates.get(decision.agent_id),
+    """A Decision for a request admission already decided: answered from what was recorded for it, not from this
+    copy. A proposal delivered twice is judged twice by the gates, and the two judgements can differ — the second's
+    rail read failed, say, so it carries no SIK — while only the first reached the ledger (finding F-loss-5: the copy
+    without a SIK was answered BLOCKED, DO_NOT_RETRY, for a settlement that had been APPLIED)."""
+    recorded = intents.recorded_decision(conn, decision.request_id)
+    assert recorded is not None  # the caller saw it, under the same write lock
+    sik = recorded.sik
+    intent = intents.get_intent(conn, recorded.merchant_id, sik) if sik is not None else None
+    if intent is None and sik is not None and decision.sik == sik:  # the first answer may have come from a grace
+        intent = grace.same_call_intent(conn, decision, rt.mandates.get(decision.agent_id),  # intent
                                         rt.settings.settlement_window_grace_ms, rt.settings.clock_skew_ms)  # fmt: skip
-    if intent is None:
+    if intent is not None:
+        return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=True), None)
+    if recorded.verdict == Verdict.BLOCK.value:
         # Refused the first time: answer with the refusal that was recorded (admission may have refused what the
         # gate allowed, e.g. DECISION_EXPIRED or a limit), and with the same caller action.
-        return Admission(_unkeyed(decision, intents.decision_reason(conn, decision.request_id)), None)
-    return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=True), None)
+        return Admission(_unkeyed(decision, recorded.reason_code), None)
+    # Admitted, and its intent is not found under the key recorded (a grace intent this copy cannot point to):
+    # nothing definite to say, and a repeat of the call is judged afresh and lands on whatever was recorded.
+    return Admission(Outcome(
+        request_id=decision.request_id, state="IN_PROGRESS", sik=sik, intent=None, rail_entity_id=None,
+        reason_code=OUTCOME_PENDING, caller_action=CallerAction.RETRY_SAME_CALL, replayed=False,
+    ), None)  # fmt: skip
 
 
 def _unkeyed(decision: Decision, reason: str | None = None) -> Outcome:

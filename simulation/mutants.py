@@ -253,6 +253,13 @@ LOSS_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
     _m("restore_refunds_read_twice", "finding F-loss-2: refunds, which may be listed a delay late, are read once "
        "more a delay after the final read",
        Edit("ops/restore.py", "    for reading in range(3):", "    for reading in range(2):")),
+    _m("restore_payouts_read_twice", "finding F-loss-4: payouts, which may be listed a delay late as refunds are, "
+       "are read with them once more a delay after the final read",
+       Edit("ops/restore.py", "LISTED_LATE = (REFUND_TOOL, PAYOUT_TOOL)", "LISTED_LATE = (REFUND_TOOL,)")),
+    _m("redelivery_answered_from_copy", "finding F-loss-5: a request admission already decided is answered from "
+       "what was recorded for it, not from a second judgement of it",
+       Edit("rail_worker/admit.py", "    sik = recorded.sik\n", "    sik = decision.sik\n"),
+       Edit("rail_worker/admit.py", "    if recorded.verdict == Verdict.BLOCK.value:", "    if True:")),
     _m("task_ceiling_ignores_recovered", "finding F-loss-3: an intent recovered from the rail counts against the "
        "task ceilings of its merchant and agent",
        Edit("ledger/queries.py", "    if recovered_for is not None and recovered_for[1]:", "    if False:")),
@@ -321,6 +328,12 @@ SEARCHES: dict[str, Search] = {
     "restore_owners_by_grant": Search(200, LOSS),
     "restore_refunds_read_twice": Search(200, LOSS),
     "task_ceiling_ignores_recovered": Search(200, LOSS),
+    # proposals delivered twice and judged twice, the second judgement's rail read failing; agents asking again
+    "redelivery_answered_from_copy": Search(300, LOSS | {"queue", "rail_read_error"},
+                                            frozenset({"RESTORE_CONTRADICTED"})),
+    # a payout on the wire when the machine is lost, listed past ADR 0010's bound (the refund-list-late fault)
+    "restore_payouts_read_twice": Search(200, LOSS | {"payouts", "refund_list_late"},
+                                         frozenset({"LEDGER_RAIL", "ONE_ENTITY_PER_ACTION"})),
     # every process on its own clock, and steps of the clocks: a gate's read stamped ahead of the payouts recorded
     # after it; concurrent payouts near the balance
     "applied_since_by_clock": Search(400, frozenset({"skew", "clock_step", "payout_race"}),

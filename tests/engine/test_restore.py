@@ -319,6 +319,47 @@ def test_a_refund_the_rail_lists_a_delay_late_is_still_read_before_the_shard_ser
     conn.close()
 
 
+class _PayoutLanding(_Landing):
+    """As _Landing, for a payout sent by the lost machine: listed in its account from *lands_at* on."""
+
+    def __init__(self, payout: dict, lands_at: float) -> None:
+        from rails.models import Payout
+
+        super().__init__(_refund("rfnd_EARLY", "E" * 32, "pay_RESTOREE0001", 1_000, (MERCHANT, AGENT)), 0)
+        self.payout, self.payout_reads_at = Payout.from_raw(payout), []
+
+    def list_payouts(self, account_number: str, *, reference_id=None, status=None, count: int = 100,  # noqa: ANN001
+                     skip: int = 0):  # noqa: ANN201
+        from rails.models import Page
+
+        self.payout_reads_at.append(self.t)
+        listed = [self.payout] if self.t >= self.lands_at else []
+        return Page(items=listed[skip:skip + count], requested_count=count, skip=skip)
+
+
+def test_a_payout_the_rail_lists_a_delay_late_is_still_read_before_the_shard_serves(tmp_path: Path) -> None:
+    """Finding F-loss-4 (docs/simulation.md; seeds 7979 and 9346 of `make simulate`): a payout on the wire when the
+    machine was lost landed after its caller's deadline and was listed past ADR 0010's bound by less than the delay,
+    as refunds may be. Both reads of the payout account missed it; the restored shard served without it, and the
+    agent's "pay again by UPI" to the same contact — another fund account, another SIK, another idempotency key, which
+    G2 lands on the first payout only if the ledger knows it — paid the vendor twice. Payouts are read a third time
+    with the refunds."""
+    mandate = make_mandate()
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
+    payout = {"id": "pout_LATE", "entity": "payout", "fund_account_id": "fa_DEMOVENDOR0001", "amount": 7_000,
+              "currency": "INR", "status": "processing", "reference_id": "ilk_" + "P" * 32,
+              "notes": {"interlock_sik": "P" * 32, "interlock_merchant": MERCHANT, "interlock_agent": AGENT},
+              "created_at": 2}  # fmt: skip
+    rail = _PayoutLanding(payout, 100 + 12 + 1.9)
+    report = restore.run(conn, rail, [mandate], now=lambda: 2_000, actor="test", deadline_s=10, reread_after_s=2,
+                         sleep=rail.sleep, monotonic=rail.monotonic)  # fmt: skip
+    assert rail.payout_reads_at == [100.0, 112.0, 114.0]
+    assert sorted(r["rail_entity_id"] for r in report.recovered) == ["pout_LATE", "rfnd_EARLY"]
+    assert intents.require_intent(conn, MERCHANT, "P" * 32).state is State.APPLIED
+    conn.close()
+
+
 class _NoPayouts(_Lists):
     """An upstream MCP server's rail (proxy mode): it makes no payouts, and refuses their lists as rails.mcp_upstream
     does."""

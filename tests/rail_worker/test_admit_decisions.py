@@ -216,6 +216,22 @@ def test_a_redelivered_decision_that_landed_on_a_grace_intent_answers_with_that_
     assert world.intent(B).state is State.HELD and _count(world, "intents") == 1
 
 
+def test_a_second_judgement_of_a_decided_request_is_answered_from_what_was_recorded(world: World) -> None:
+    """Finding F-loss-5 (docs/simulation.md; seed 1492 of `make simulate`): a proposal delivered twice is judged twice
+    by the gates. The first judgement landed on the intent; the second's rail read failed, so it carried no SIK and
+    a refusal. Answered from the copy, the agent was told BLOCKED, DO_NOT_RETRY, for a settlement that had been
+    APPLIED. The request's answer is what admission recorded for it."""
+    rt = world.runtime()
+    first = admit(rt, _decision(world, A, verdict="HOLD", request_id="req-twice"))
+    second = admit(rt, _decision(world, None, verdict="BLOCK", reason_code="G2_RAIL_UNAVAILABLE", mandate_hash=None,
+                                 request_id="req-twice"))  # fmt: skip
+    held = _outcome("req-twice", "HELD", A, _terms(), reason="G2_ABOVE_HOLD", action=CallerAction.WAIT_FOR_APPROVAL,
+                    replayed=True)  # fmt: skip
+    assert first.outcome is not None and first.outcome.state == "HELD"
+    assert second == Admission(held, None)
+    assert _count(world, "decisions") == 1 and world.intent(A).state is State.HELD
+
+
 def test_a_redelivered_refusal_is_answered_as_refused_again_without_an_intent(world: World) -> None:
     decision = _decision(world, A, verdict="BLOCK")
     rt = world.runtime()
