@@ -23,7 +23,7 @@ from interlock.mandate_sign import (
     signature_path,
     signature_problem,
 )
-from interlock.rail_account import account_problem, merchants_on_account
+from interlock.rail_account import account_problem, effective_account, merchants_on_account
 from interlock.tools import MONEY_TOOLS
 
 if TYPE_CHECKING:
@@ -125,9 +125,9 @@ class MandateStore:
         self._mandates = dict(mandates)
         self.sources = dict(sources or {})
         # The account the configured rail key reaches (INTERLOCK_RAIL_ACCOUNT_ID; ADR 0021), and per merchant the
-        # merchants that share it — G2 counts their money in motion together.
+        # merchants that share it (per merchant and account named) — G2 counts their money in motion together.
         self.rail_account_id = rail_account_id
-        self._sharing: dict[str, tuple[str, ...]] = {}
+        self._sharing: dict[tuple[str, str | None], tuple[str, ...]] = {}
         # Hashed once: every decision and every attempt compares against it, and a hash is a full canonical dump.
         self._hashes = {agent_id: mandate.mandate_hash for agent_id, mandate in self._mandates.items()}
 
@@ -200,11 +200,15 @@ class MandateStore:
         return account_problem(mandate, self.rail_account_id)
 
     def account_merchants(self, mandate: Mandate) -> tuple[str, ...]:
-        """The merchants on *mandate*'s rail account, whose money in motion G2 counts together."""
-        shared = self._sharing.get(mandate.merchant_id)
+        """The merchants on *mandate*'s rail account, whose money in motion G2 counts together. Remembered per
+        (merchant, account the mandate names), never per merchant alone: a merchant's mandate naming another account
+        (refused at G1, but asked first) would otherwise leave its legitimate mandates counting only itself (finding
+        F-acct-1: a payout admitted against a balance another merchant's payout had already taken)."""
+        key = (mandate.merchant_id, effective_account(mandate, self.rail_account_id))
+        shared = self._sharing.get(key)
         if shared is None:
             shared = merchants_on_account(self._mandates.values(), mandate, self.rail_account_id)
-            self._sharing[mandate.merchant_id] = shared
+            self._sharing[key] = shared
         return shared
 
     def as_dict(self) -> dict[str, Mandate]:

@@ -119,6 +119,11 @@ WORKLOAD_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
 
 # Defects on the payout path (ADR 0028), which the workload's payouts reach (simulation.payouts).
 PAYOUT_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    _m("account_merchants_per_merchant", "finding F-acct-1: the merchants sharing a rail account are remembered per "
+       "merchant and account named, not per merchant",
+       Edit("interlock/mandate_load.py",
+            "        key = (mandate.merchant_id, effective_account(mandate, self.rail_account_id))",
+            "        key = (mandate.merchant_id, None)")),
     _m("payee_not_checked", "ADR 0028: a payout goes only to a payee the mandate names, as the rail knows it",
        Edit("interlock/mandate_model.py",
             "        return fund_account_id in self.fund_account_ids or contact_id in self.contact_ids",
@@ -310,6 +315,9 @@ SEARCHES: dict[str, Search] = {
     # both racing payouts' Decisions wait to be admitted against the same ledger
     "payout_balance_recheck_ok": Search(200, frozenset({"payout_race", "rail_outage"}), frozenset({"PAYOUT_BALANCE"})),
     "payout_queued_whatever_the_mandate": Search(120, frozenset({"payouts"})),
+    # mandates naming rail accounts, a stray one for the other shard's account, payouts near the balance
+    "account_merchants_per_merchant": Search(300, frozenset({"account", "payouts", "payout_race"}),
+                                             frozenset({"PAYOUT_BALANCE"})),
     "payout_failure_not_raised": Search(120, frozenset({"payouts"})),
     # webhooks in every seed, forged ones among them; the bank's lifecycle in every seed
     "webhook_signature_unchecked": Search(120, frozenset({"webhooks"})),

@@ -93,6 +93,18 @@ def test_merchants_on_different_accounts_keep_their_own_counts() -> None:
     assert store.account_merchants(b) == ("acc_MERCHANTB1",)
 
 
+def test_a_merchant_s_mandate_for_another_account_does_not_shrink_its_legitimate_mandates_count() -> None:
+    """Finding F-acct-1 (docs/simulation.md; seeds 1682 and 6068 of `make simulate`): one merchant had a second
+    mandate naming the other shard's account (refused at G1, but its merchants were asked first). The store
+    remembered the answer per merchant, so the merchant's own mandate then counted only itself: a payout was admitted
+    against a balance another merchant's payout had already taken, and the rail refused it."""
+    a, b = mandate("acc_MERCHANTA1", "agent_a"), mandate("acc_MERCHANTB1", "agent_b")
+    stray = mandate("acc_MERCHANTA1", "agent_ax", "acc_ELSEWHERE1")
+    store = MandateStore({"agent_a": a, "agent_b": b, "agent_ax": stray}, rail_account_id=ACCOUNT)
+    assert store.account_merchants(stray) == ("acc_MERCHANTA1",)
+    assert store.account_merchants(a) == ("acc_MERCHANTA1", "acc_MERCHANTB1")
+
+
 @pytest.mark.parametrize(("named", "configured"), [("acc_ELSEWHERE1", ACCOUNT), ("acc_ELSEWHERE1", None),
                                                    (None, ACCOUNT)])  # fmt: skip
 def test_a_mandate_for_another_account_than_the_credentials_reach_is_refused_at_gate_and_admit(
