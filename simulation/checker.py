@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -589,6 +590,11 @@ def _evidence_kept(shard: ShardEvidence, stopped: frozenset[tuple[str, int]]) ->
 # * MANDATE_REPLACED — an entity whose request reached the rail once no rail worker of the shard held the old mandate
 #   is within the new one: granted, in range, and within its window counting every entity authorized before it;
 # * RAIL_ACCOUNT — money moved only on the rail account its agent's mandate names;
+# * PAYEE — a payout only to a payee its agent's grant lists, or one a person approved: the held payout itself, or
+#   the payee added to the agent's payees by an earlier approval (ADR 0034);
+# * FREE_TEXT — the text a payout carried (its narration and the agent's notes) is within its agent's grant's
+#   free_text: no longer than max_chars, the whole of each text matching pattern, a payee's fixed narration only,
+#   and no narration to a payee on no list when the grant says `unlisted: none` (ADR 0035);
 # * SHARD_MOVED — once a merchant has moved, the shard it left never admits a call of it (the ledger fence).
 # * RESTORE_CONTRADICTED — after a shard's machine was lost and the shard restored from its replica, no agent is told
 #   something that contradicts a definite answer it was given before the loss: told APPLIED X, it is told APPLIED X
@@ -686,13 +692,24 @@ def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvid
     person whenever the money did not reach the payee."""
     out = []
     payees, queueing = evidence.get("payees", {}), evidence.get("queueing", {})
+    # A payee on no list is paid only with a person's word (ADR 0034): its held payout approved, or the payee added
+    # to the agent's payees by an earlier approval.
+    approved = {(r["shard"], r["sik"]) for r in evidence.get("approved", [])}
+    added = {name: _payees_added(shard.ledger) for name, shard in shards.items()}
     for shard, e, action in entities:
         if e.kind != "payout":
             continue
         allowed = payees.get(action.agent, {})
-        if e.subject not in allowed.get("contacts", []) and e.target not in allowed.get("fund_accounts", []):
+        if (e.subject not in allowed.get("contacts", []) and e.target not in allowed.get("fund_accounts", [])
+                and (shard.name, e.stamp) not in approved and (action.agent, e.target) not in added[shard.name]):
             out.append(Violation("PAYEE", f"{shard.name}: {e.id} paid {e.target} of {e.subject} for {action.agent}, "
                                           f"whose mandate names {allowed}"))  # fmt: skip
+        rule = ((limits[action.agent].get("scope") or {}).get("grants", {}).get(TOOLS["payout"]) or {}).get(
+            "free_text")  # fmt: skip
+        listed = e.subject in allowed.get("contacts", []) or e.target in allowed.get("fund_accounts", [])
+        broken = _free_text_broken(rule, getattr(e, "texts", {}), e.target, e.subject, listed) if rule else None
+        if broken is not None:
+            out.append(Violation("FREE_TEXT", f"{shard.name}: {e.id} of {action.agent} carried {broken}"))
         if e.queue_if_low_balance and not queueing.get(action.agent, False):
             out.append(Violation("QUEUE_FLAG", f"{shard.name}: {e.id} was sent queue_if_low_balance for "
                                                f"{action.agent}, whose mandate does not queue"))  # fmt: skip
@@ -720,6 +737,37 @@ def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvid
                 out.append(Violation("RAISED", f"{shard.name}: {e.kind} {e.id} ({e.stamp}) is {e.statuses[-1][1]}, "
                                                "and no person was told"))  # fmt: skip
     return out
+
+
+def _payees_added(path: Path) -> set[tuple[str, str]]:
+    """(agent, fund account) of every payee an approver added to a mandate's payees (ADR 0034)."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        if "payee_amendments" not in _tables(conn):
+            return set()
+        return {(str(a), str(f)) for a, f in conn.execute("SELECT agent_id, fund_account_id FROM payee_amendments")}
+    finally:
+        conn.close()
+
+
+def _free_text_broken(rule: Mapping[str, Any], texts: Mapping[str, str], fund_account: str, contact: str,
+                      listed: bool) -> str | None:  # fmt: skip
+    """What of a payout's texts its grant's free_text refuses, or None."""
+    for where, text in texts.items():
+        if rule.get("max_chars") is not None and len(text) > rule["max_chars"]:
+            return f"{where} of {len(text)} characters (at most {rule['max_chars']})"
+        if rule.get("pattern") is not None and re.fullmatch(rule["pattern"], text) is None:
+            return f"{where} {text!r}, outside the pattern {rule['pattern']!r}"
+    narration = texts.get("narration")
+    if narration is None:
+        return None
+    fixed = rule.get("fixed") or {}
+    wanted = fixed.get(fund_account) or fixed.get(contact)
+    if wanted is not None and narration != wanted:
+        return f"the narration {narration!r} to a payee whose only narration is {wanted!r}"
+    if wanted is None and not listed and rule.get("unlisted") == "none":
+        return f"the narration {narration!r} to a payee on no list"
+    return None
 
 
 def _retried(shard: ShardEvidence) -> Any:

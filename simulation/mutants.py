@@ -119,6 +119,14 @@ WORKLOAD_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
 
 # Defects on the payout path (ADR 0028), which the workload's payouts reach (simulation.payouts).
 PAYOUT_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
+    _m("unlisted_payee_not_held", "ADR 0034: a payout to a payee on no list waits for a person when the grant "
+       "holds unlisted payees",
+       Edit("gate_workers/payout_value.py", "    if not listed:\n        return hold(PAYEE_UNLISTED_HELD,",
+            "    if False:\n        return hold(PAYEE_UNLISTED_HELD,")),
+    _m("free_text_unchecked", "ADR 0035: a payout's narration and notes stay within its grant's free_text",
+       Edit("gate_workers/free_text.py",
+            "    if rule is None:\n        return None\n    texts = texts_of(action.params)",
+            "    if True:\n        return None\n    texts = texts_of(action.params)")),
     _m("account_merchants_per_merchant", "finding F-acct-1: the merchants sharing a rail account are remembered per "
        "merchant and account named, not per merchant",
        Edit("interlock/mandate_load.py",
@@ -315,6 +323,10 @@ SEARCHES: dict[str, Search] = {
     # both racing payouts' Decisions wait to be admitted against the same ledger
     "payout_balance_recheck_ok": Search(200, frozenset({"payout_race", "rail_outage"}), frozenset({"PAYOUT_BALANCE"})),
     "payout_queued_whatever_the_mandate": Search(120, frozenset({"payouts"})),
+    # payout grants bounding free text, and agents sending narrations past the bound, in every seed
+    "free_text_unchecked": Search(120, frozenset({"free_text"})),
+    # payout grants holding unlisted payees for a person, payouts to one, in every seed
+    "unlisted_payee_not_held": Search(120, frozenset({"payee_hold"}), frozenset({"PAYEE"})),
     # mandates naming rail accounts, a stray one for the other shard's account, payouts near the balance
     "account_merchants_per_merchant": Search(300, frozenset({"account", "payouts", "payout_race"}),
                                              frozenset({"PAYOUT_BALANCE"})),
@@ -335,7 +347,8 @@ SEARCHES: dict[str, Search] = {
     "restore_leaves_moved_on_intents": Search(200, LOSS),
     "restore_owners_by_grant": Search(200, LOSS),
     "restore_refunds_read_twice": Search(200, LOSS),
-    "task_ceiling_ignores_recovered": Search(200, LOSS),
+    # signed tasks in every seed: a task's calls paid by the lost tail, its ceiling counted after the restore
+    "task_ceiling_ignores_recovered": Search(200, LOSS | {"tasks"}, frozenset({"TASK_CEILING"})),
     # proposals delivered twice and judged twice, the second judgement's rail read failing; agents asking again
     "redelivery_answered_from_copy": Search(300, LOSS | {"queue", "rail_read_error"},
                                             frozenset({"RESTORE_CONTRADICTED"})),

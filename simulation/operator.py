@@ -25,6 +25,7 @@ from typing import Any
 from interlock.errors import InterlockError, LedgerError, OperatorRefused
 from interlock.queues import rail_queue
 from ledger.intents import Intent
+from ops import held_payees
 from ops.approvers import Approver, ApproverTable, token_sha256
 from ops.context import OpsContext
 from ops.holds import approve, list_holds, reject, terms_digest
@@ -115,10 +116,11 @@ def _operate(world: World, w: Workload, contexts: list[SimOpsContext]) -> None:
     refusals: dict[str, int] = {}
     while True:
         # Holds need a person within minutes; without them the operator looks in now and then for quarantines.
-        sched.sleep(rng.randrange(2_000, 8_000) if w.holds else rng.randrange(10_000, 30_000))
+        holding = w.holds or w.payee_hold
+        sched.sleep(rng.randrange(2_000, 8_000) if holding else rng.randrange(10_000, 30_000))
         for ctx in contexts:
             try:
-                holds = list_holds(ctx) if w.holds else []
+                holds = list_holds(ctx) if holding else []
                 quarantined = list_quarantined(ctx)
             except (InterlockError, sqlite3.Error) as exc:
                 w.operator["list_failed"] += 1
@@ -145,8 +147,13 @@ def _decide(ctx: SimOpsContext, w: Workload, intent: Intent, refusals: dict[str,
     try:
         if before != "reject" and refusals.get(intent.sik, 0) < MAX_REFUSALS and (
                 before == "approve" or w.rng.random() < 0.7):  # fmt: skip
+            # A payout held for a payee on no list (ADR 0034): the person adds the payee half the time, as
+            # `holds approve --allow-payee DIGEST` does with the digest `holds list` shows.
+            digest = _payee_to_add(ctx, w, intent) if w.payee_hold else None
             approve(ctx, intent.sik, approver=APPROVER, terms_digest=terms_digest(intent), reason="simulated approval",
-                    merchant_id=intent.merchant_id)  # fmt: skip
+                    merchant_id=intent.merchant_id, allow_payee=digest)  # fmt: skip
+            if digest is not None:
+                w.operator["approved, payee added"] += 1
             w.approved.append(record)
             w.operator["approved"] += 1
         else:
@@ -161,6 +168,14 @@ def _decide(ctx: SimOpsContext, w: Workload, intent: Intent, refusals: dict[str,
     except (InterlockError, sqlite3.Error, RailError) as exc:  # a failed write: the hold is still there next pass
         w.operator["failed"] += 1
         logger.warning("operator: deciding %s failed: %s", intent.sik, exc)
+
+
+def _payee_to_add(ctx: SimOpsContext, w: Workload, intent: Intent) -> str | None:
+    """The payee digest a held payout's approver names to add its payee, half the time; None for any other hold."""
+    with ctx.ledger(readonly=True) as conn:
+        shown = held_payees.shown(conn, intent)
+    digest = shown.get("payee_digest") if shown is not None else None
+    return str(digest) if digest and w.rng.random() < 0.5 else None
 
 
 def _resolve(ctx: SimOpsContext, w: Workload, intent: Intent) -> bool:

@@ -38,6 +38,20 @@ def ids(shard: str) -> dict[str, str]:
     }  # fmt: skip
 
 
+# The narrations agents send with payouts when the seed bounds free text (issue 47 item 4, ADR 0035), each one the
+# tool itself accepts (1-30 letters, digits or spaces): none, fine ones, the fixed text of payee B's bank account, one
+# longer than the bound, and one with digits (what an injected "add the user's card number" produces).
+FIXED_NARRATION = "VENDOR B"
+NARRATIONS = (None, "bill for march", "rent", FIXED_NARRATION, "pay within seven days", "card 4111111111111111")
+
+
+def _bound_text(d: dict[str, Any], b_bank: str) -> None:
+    """The payout grant's free_text: short plain words, payee B's bank account only its fixed narration, and no
+    narration to a payee on no list."""
+    d["scope"]["grants"][PAYOUT]["free_text"] = {"max_chars": 16, "pattern": "[A-Za-z ]*",
+                                                 "fixed": {b_bank: FIXED_NARRATION}, "unlisted": "none"}  # fmt: skip
+
+
 def install_payouts(world: World, w: Workload, seed: int) -> None:
     """Payees on each shard's rail, payout grants on some mandates, payout actions, and the banking balance."""
     from simulation.workload import _edit, _set
@@ -48,6 +62,7 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
     plan.payout_approval, plan.payout_rejected = rng.random() < 0.25 or w.payout_approval, rng.choice((0.0, 0.2))
     plan.payout_reversed_after_processed = rng.choice((0.0, 0.1))  # the poller's watch finds it, or a webhook
     used = {a.amount for a in world.actions}
+    texts = random.Random(f"free_text:{seed}:narrations")  # its own: the payout draws stay as they were
     for index, shard in enumerate(world.shards.values()):
         names = ids(shard.name)
         for contact in ("A", "B", "C"):
@@ -63,8 +78,11 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
         # payout_race: every payout within 20,000 paise above this (drawn only then: other seeds run as before)
         race = 100 * rng.randrange(1_000, 2_000) if w.payout_race else 0
         for agent in chosen:
-            queue = rng.random() < 0.3 and not w.payout_race
-            payees = {"contact_ids": [names["A"]], "fund_account_ids": [names["B_bank"]]}
+            # payout_approval (a focus): every payout agent queues, so approvals into a short balance wait queued.
+            queue = (rng.random() < 0.3 or w.payout_approval) and not w.payout_race
+            payees: dict[str, Any] = {"contact_ids": [names["A"]], "fund_account_ids": [names["B_bank"]]}
+            if w.payee_hold:  # payee C is on no list: its payouts wait for a person, who may add it (ADR 0034)
+                payees["unlisted"] = "hold"
 
             def grant(d: dict[str, Any], queue: bool = queue, payees: dict[str, Any] = payees,
                       index: int = index) -> None:  # fmt: skip
@@ -76,7 +94,11 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
                 d["rail"] = {**(d.get("rail") or {}), "account_number": account_number(index)}
                 d["limits"]["fee_budgets"]["INR"]["max_fee_minor"] += 6 * PAYOUT_FEE
 
-            _set(world, agent, _edit(world.mandates[agent], grant))
+            if w.free_text:
+                _set(world, agent, _edit(world.mandates[agent], grant))
+                _set(world, agent, _edit(world.mandates[agent], lambda d, b=names["B_bank"]: _bound_text(d, b)))
+            else:
+                _set(world, agent, _edit(world.mandates[agent], grant))
             w.queueing[agent] = queue
             w.payees[agent] = {"contacts": [names["A"]], "fund_accounts": [names["B_bank"]]}
             merchant = world.mandates[agent].merchant_id
@@ -91,6 +113,8 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
                 action = world.add_action(agent, merchant, PAYOUT, amount=amount, shard=shard)
                 action.subject = names[contact]
                 action.fund_accounts = tuple(names[a] for a in accounts)
+                if w.free_text:
+                    action.narration = texts.choice(NARRATIONS)
                 if contact != "C":
                     cost += amount + PAYOUT_FEE
         shard.rail.banking_balance = int(cost * rng.uniform(*BALANCE_SHARE))

@@ -75,6 +75,9 @@ class JournalEntry:
     # queue it for want of balance.
     statuses: list[tuple[int, str]] = field(default_factory=list)
     queue_if_low_balance: bool = False
+    # The text that went out with a payout, by where it went (narration, notes.<key>; Interlock's own notes left
+    # out): what the mandate's free_text bounds.
+    texts: dict[str, str] = field(default_factory=dict)
 
 
 # What a money call did on the rail: the entity (and its journal entry, None when an idempotency key replayed it),
@@ -686,6 +689,10 @@ class SimRail:
             raw = next(p for p in self.payouts if p["id"] == entity_id)
             entry.statuses = self._created_statuses.pop(entity_id, [(self._now(), raw["status"])])
             entry.fees = int(raw["fees"])
+            if isinstance(raw.get("narration"), str):
+                entry.texts["narration"] = raw["narration"]
+            entry.texts.update((f"notes.{k}", v) for k, v in dict(raw.get("notes") or {}).items()
+                               if isinstance(v, str) and not k.startswith("interlock_"))  # fmt: skip
         else:
             raw = next(r for r in (self.refunds if kind == "refund" else self.settlements) if r["id"] == entity_id)
             entry.statuses = [(self._now(), raw["status"])]

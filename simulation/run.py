@@ -124,6 +124,7 @@ AMBIGUOUS_RETRIES = "ambiguous_retries"
 # The workload's holds decided by the operator and its mid-run mandate replacement (simulation.workload), in every
 # seed instead of a third of them.
 HOLDS, REPLACE = "holds", "replace"
+TASKS = "tasks"  # calls presented with a harness-signed task (simulation.workload), in every seed, not half
 PAYOUTS = "payouts"  # RazorpayX payouts (simulation.payouts) in every seed, not six in ten
 WEBHOOKS = "webhooks"  # webhooks configured and delivered (simulation.webhooks) in every seed, not half
 LIFECYCLE = "lifecycle"  # refunds failed and settlements reversed at the bank, in every seed, not half
@@ -134,14 +135,17 @@ CROWD = "crowd"  # lists longer than a page (simulation.crowd), in every seed, n
 # one of them, lists that do not lag (simulation.payouts): aimed at the admission's balance re-check.
 PAYOUT_RACE = "payout_race"
 PAYOUT_APPROVAL = "payout_approval"
+FREE_TEXT = "free_text"  # payouts in every seed, their grants bounding the narration the agents send
+PAYEE_HOLD = "payee_hold"  # payouts in every seed, their grants holding an unlisted payee for a person (ADR 0034)
 # A shard's machine lost and the shard restored from its replica (simulation.machine_loss), in every seed instead
 # of some; it displaces the merchant's move.
 MACHINE_LOSS = "machine_loss"
 # The workload's parts a focus may name.
-PARTS = frozenset({MOVE, HOLDS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, PAYOUT_RACE,
-                   PAYOUT_APPROVAL})
-FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, REPLACE, PAYOUTS,
-               WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, MACHINE_LOSS, SHORT_GRACE, PAYOUT_RACE, PAYOUT_APPROVAL)
+PARTS = frozenset({MOVE, HOLDS, TASKS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, PAYOUT_RACE,
+                   PAYOUT_APPROVAL, FREE_TEXT, PAYEE_HOLD})
+FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, TASKS, REPLACE,
+               PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, MACHINE_LOSS, SHORT_GRACE, PAYOUT_RACE,
+               PAYOUT_APPROVAL, FREE_TEXT, PAYEE_HOLD)
 
 
 # Scheduling steps a seed may take before it counts as never settling (STEP_BUDGET). Payouts, webhooks and the

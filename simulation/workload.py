@@ -55,6 +55,8 @@ class Workload:
     payouts: bool = False
     payout_race: bool = False  # focus only: simulation.payouts
     payout_approval: bool = False  # focus only: every payout account has the approval workflow (simulation.payouts)
+    free_text: bool = False  # payout grants bound the narration, and agents send some (simulation.payouts)
+    payee_hold: bool = False  # payout grants hold an unlisted payee for a person (ADR 0034; simulation.payouts)
     webhooks: bool = False
     lifecycle: bool = False
     upstream_mcp: bool = False
@@ -77,6 +79,7 @@ class Workload:
     def evidence(self) -> dict[str, Any]:
         return {
             "rejected": list(self.rejected),
+            "approved": list(self.approved),
             "tasks": dict(self.task_data),
             "replacements": list(self.replacements),
             "accounts": dict(self.accounts),
@@ -87,7 +90,8 @@ class Workload:
         }
 
 
-PARTS = ("holds", "tasks", "replace", "account", "move", "payouts", "webhooks", "lifecycle", "upstream", "crowd")
+PARTS = ("holds", "tasks", "replace", "account", "move", "payouts", "free_text", "payee_hold", "webhooks", "lifecycle",
+         "upstream", "crowd")
 
 
 def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: frozenset[str] = frozenset()) -> Workload:
@@ -96,7 +100,7 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: froz
     rng = random.Random(f"workload:{seed}")
     w = Workload(rng)
     w.holds = (rng.random() < 0.35 or "holds" in focus) and "holds" not in disabled
-    w.tasks = rng.random() < 0.5 and "tasks" not in disabled
+    w.tasks = (rng.random() < 0.5 or "tasks" in focus) and "tasks" not in disabled
     w.replace = (rng.random() < 0.4 or "replace" in focus) and "replace" not in disabled
     w.account = (rng.random() < 0.3 or "account" in focus) and "account" not in disabled
     # Drawn from a generator of its own, so that the seeds without a move run as they did before it existed.
@@ -105,9 +109,14 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: froz
     w.account = w.account and not w.move
     # Its own generator too: the seeds without payouts run as they did before payouts were simulated.
     w.payouts = "payouts" not in disabled and ("payouts" in focus or "payout_race" in focus
-                                               or "payout_approval" in focus
+                                               or "payout_approval" in focus or "free_text" in focus
+                                               or "payee_hold" in focus
                                                or random.Random(f"payouts:{seed}").random() < SHARE)  # fmt: skip
     w.payout_race = w.payouts and "payout_race" in focus
+    bounded = random.Random(f"free_text:{seed}").random() < 0.4
+    w.free_text = w.payouts and "free_text" not in disabled and ("free_text" in focus or bounded)
+    held = random.Random(f"payee_hold:{seed}").random() < 0.3
+    w.payee_hold = w.payouts and "payee_hold" not in disabled and ("payee_hold" in focus or held)
     w.payout_approval = w.payouts and "payout_approval" in focus
     hooked = random.Random(f"webhooks:{seed}").random() < 0.5
     w.webhooks = "webhooks" not in disabled and ("webhooks" in focus or hooked)
@@ -180,8 +189,8 @@ def install(world: World, w: Workload) -> None:
         settling = sorted({a.agent for a in world.actions if a.tool == SETTLEMENT} & set(candidates))
         paying = sorted(set(w.payees) & set(candidates))
         # One whose settlements a withdrawn grant stops, or (when payouts run, half the time) one whose payouts may
-        # be waiting queued on the rail: the replacement withdraws them.
-        agent = rng.choice(paying if paying and rng.random() < 0.5 else settling or candidates)
+        # be waiting queued on the rail: the replacement withdraws them (always, with the payout_approval focus).
+        agent = rng.choice(paying if paying and (rng.random() < 0.5 or w.payout_approval) else settling or candidates)
         at = rng.randrange(2_000, 20_000)  # while its calls are on their way
         world.sched.at(at, lambda: _roll_out(world, w, agent))
         w.replacing.append(agent)

@@ -87,6 +87,8 @@ class Action:
     # A payout's subject is its payee (the contact); each call names one of the contact's fund accounts, drawn
     # afresh ("the IMPS did not arrive, try their UPI id"): whichever it names, it is the same payout.
     fund_accounts: tuple[str, ...] = ()
+    # The narration the agent sends with a payout (the `free_text` part of simulation.workload), on every call.
+    narration: str | None = None
 
 
 @dataclass
@@ -437,6 +439,8 @@ class World:
             upi = shard.rail.fund_accounts[fund_account]["account_type"] == "vpa"
             arguments.update(fund_account_id=fund_account, currency="INR", mode="UPI" if upi else "IMPS",
                              purpose="vendor bill")  # fmt: skip
+            if action.narration is not None:
+                arguments["narration"] = action.narration
         parse_money_call(action.tool, arguments)
         request_id = f"req{self.sched.rng.getrandbits(64):016x}"
         meta = action.task or {}

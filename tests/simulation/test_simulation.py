@@ -205,6 +205,20 @@ def test_the_checker_names_a_payout_to_an_unnamed_payee_queued_unasked_refused_f
     conn.close()
     assert kinds(payout("failed")) == []  # a person was told
     assert kinds(payout("queued"), replacements=replaced) == []
+    # FREE_TEXT (ADR 0035): the grant's bound on what the payout carried.
+    limits["a"]["scope"]["grants"]["create_payout"]["free_text"] = {
+        "max_chars": 16, "pattern": "[A-Za-z ]*", "fixed": {"fa_B": "VENDOR B"}, "unlisted": "none"}  # fmt: skip
+
+    def said(narration: str, fund_account: str = "fa_A1", **notes: str) -> JournalEntry:
+        entry = payout("processed", fund_account=fund_account)
+        entry.texts = {"narration": narration, **{f"notes.{k}": v for k, v in notes.items()}}
+        return entry
+
+    assert kinds(said("bill for march")) == [] and kinds(said("VENDOR B", "fa_B")) == []
+    assert kinds(said("pay within seven days")) == ["FREE_TEXT"]  # longer than 16
+    assert kinds(said("card 4111111111111111")) == ["FREE_TEXT"]  # digits: outside the pattern
+    assert kinds(said("bill", purpose="pin 4321")) == ["FREE_TEXT"]  # a note is bounded too
+    assert kinds(said("rent", "fa_B")) == ["FREE_TEXT"]  # payee B's bank account gets only its fixed narration
 
 
 @pytest.mark.parametrize("name", ["I3_timeout_is_a_refusal", "admission_skips_limits"])
