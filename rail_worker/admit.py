@@ -347,8 +347,9 @@ def _redelivered(rt: RailRuntime, conn: sqlite3.Connection, decision: Decision) 
     assert recorded is not None  # the caller saw it, under the same write lock
     sik = recorded.sik
     intent = intents.get_intent(conn, recorded.merchant_id, sik) if sik is not None else None
-    if intent is None and sik is not None and decision.sik == sik:  # the first answer may have come from a grace
-        intent = grace.same_call_intent(conn, decision, rt.mandates.get(decision.agent_id),  # intent
+    if intent is None and sik is not None and decision.sik == sik:
+        # The first answer may have come from a grace intent (ADR 0009), which this copy's grace SIKs point to.
+        intent = grace.same_call_intent(conn, decision, rt.mandates.get(decision.agent_id),
                                         rt.settings.settlement_window_grace_ms, rt.settings.clock_skew_ms)  # fmt: skip
     if intent is not None:
         return Admission(outcome_from_intent(intent, request_id=decision.request_id, replayed=True), None)

@@ -307,7 +307,7 @@ SEARCHES: dict[str, Search] = {
     # a wall clock stepped forward between a settlement's call and the reconciler's read of a lagging list
     "reconcile_delay_on_wall_clock_only": Search(400, frozenset({"clock_step", "list_lag", "rail_money"})),
     # a refund applied with its answer lost, listed late, and its retry refused with a 4xx
-    "retry_refusal_trusted": Search(400, frozenset({"rail_money", "refund_list_late", "key_expiry"})),
+    "retry_refusal_trusted": Search(400, frozenset({"ambiguous_retries", "refund_list_late", "key_expiry"})),
     # two reconcilers, one acting on a due list that went stale behind the other's retry: a first attempt read
     # absent, its retry applied with the answer lost, still unlisted when the stale pass reads
     "stale_due_list": Search(400, frozenset({"ambiguous_retries", "list_lag", "two_reconcilers",
