@@ -338,7 +338,7 @@ SEARCHES: dict[str, Search] = {
     "refund_failure_not_raised": Search(120, frozenset({"lifecycle"})),
     "settlement_reversal_not_raised": Search(120, frozenset({"lifecycle"})),
     # an entity of ours behind a page of others' newer ones, read when its answer was lost
-    "absence_on_page_one": Search(200, frozenset({"crowd", "ambiguous_retries"})),
+    "absence_on_page_one": Search(200, frozenset({"crowd_burst", "ambiguous_retries"})),
     # a payout queued for want of balance when its agent's mandate is replaced
     "withdrawal_off": Search(300, frozenset({"payouts", "replace"})),
     # a shard's machine lost, and the shard restored from its replica (simulation.machine_loss)

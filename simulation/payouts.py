@@ -43,6 +43,7 @@ def ids(shard: str) -> dict[str, str]:
 # longer than the bound, and one with digits (what an injected "add the user's card number" produces).
 FIXED_NARRATION = "VENDOR B"
 NARRATIONS = (None, "bill for march", "rent", FIXED_NARRATION, "pay within seven days", "card 4111111111111111")
+NOTES = (None, {"memo": "for march"}, {"memo": "acct 12345678"})  # a note is bounded as the narration is
 
 
 def _bound_text(d: dict[str, Any], b_bank: str) -> None:
@@ -114,7 +115,7 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
                 action.subject = names[contact]
                 action.fund_accounts = tuple(names[a] for a in accounts)
                 if w.free_text:
-                    action.narration = texts.choice(NARRATIONS)
+                    action.narration, action.notes = texts.choice(NARRATIONS), texts.choice(NOTES)
                 if contact != "C":
                     cost += amount + PAYOUT_FEE
         shard.rail.banking_balance = int(cost * rng.uniform(*BALANCE_SHARE))

@@ -131,6 +131,7 @@ LIFECYCLE = "lifecycle"  # refunds failed and settlements reversed at the bank, 
 ACCOUNT = "account"  # every mandate names its rail account (the deployment names its own), in every seed
 UPSTREAM = "upstream"  # one shard's rail an upstream MCP server (proxy mode), in every seed, not a quarter
 CROWD = "crowd"  # lists longer than a page (simulation.crowd), in every seed, not three in ten
+CROWD_BURST = "crowd_burst"  # ... and the others' traffic packed into the first 12 s, not spread over 90
 # Payouts in every seed, each payout agent's first two calls payouts racing past the gate against a balance that pays
 # one of them, lists that do not lag (simulation.payouts): aimed at the admission's balance re-check.
 PAYOUT_RACE = "payout_race"
@@ -142,10 +143,10 @@ PAYEE_HOLD = "payee_hold"  # payouts in every seed, their grants holding an unli
 MACHINE_LOSS = "machine_loss"
 # The workload's parts a focus may name.
 PARTS = frozenset({MOVE, HOLDS, TASKS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, PAYOUT_RACE,
-                   PAYOUT_APPROVAL, FREE_TEXT, PAYEE_HOLD})
+                   PAYOUT_APPROVAL, FREE_TEXT, PAYEE_HOLD, CROWD_BURST})
 FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, TASKS, REPLACE,
                PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, MACHINE_LOSS, SHORT_GRACE, PAYOUT_RACE,
-               PAYOUT_APPROVAL, FREE_TEXT, PAYEE_HOLD)
+               PAYOUT_APPROVAL, FREE_TEXT, PAYEE_HOLD, CROWD_BURST)
 
 
 # Scheduling steps a seed may take before it counts as never settling (STEP_BUDGET). Payouts, webhooks and the

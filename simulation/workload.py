@@ -38,6 +38,9 @@ from simulation.world import PAYOUT, REFUND, SETTLEMENT, World, make_mandate
 
 SHORT_WINDOW_MS = 30_000
 CROWD_MS = 90_000  # the others' refunds and settlements are spread over the fault phase
+# ... or packed into the first seconds, while the agents' first calls are made and read (focus crowd_burst): a page of
+# newer entities then stands before one of ours within a reconcile pass or two.
+CROWD_BURST_MS = 12_000
 HOLD_ABOVE_MINOR = 100_000
 SIGNER = "harness"
 TASK_EXPIRES_AT = 2_000_000_000_000
@@ -61,6 +64,7 @@ class Workload:
     lifecycle: bool = False
     upstream_mcp: bool = False
     crowd: bool = False
+    crowd_burst: bool = False  # focus only: the others' traffic packed into the first seconds (simulation.crowd)
     # Evidence for the checker, plain data.
     rejected: list[dict[str, str]] = field(default_factory=list)  # holds the operator rejected: shard, merchant, sik
     approved: list[dict[str, str]] = field(default_factory=list)
@@ -91,7 +95,7 @@ class Workload:
 
 
 PARTS = ("holds", "tasks", "replace", "account", "move", "payouts", "free_text", "payee_hold", "webhooks", "lifecycle",
-         "upstream", "crowd")
+         "upstream", "crowd", "crowd_burst")
 
 
 def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: frozenset[str] = frozenset()) -> Workload:
@@ -126,7 +130,8 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: froz
     # Not with a merchant moved between shards: a moved merchant's payments are reached from either shard's rail.
     w.upstream_mcp = "upstream" not in disabled and not w.move and ("upstream" in focus or proxied)
     crowded = random.Random(f"crowd:{seed}").random() < 0.3
-    w.crowd = "crowd" not in disabled and ("crowd" in focus or crowded)
+    w.crowd = "crowd" not in disabled and ("crowd" in focus or "crowd_burst" in focus or crowded)
+    w.crowd_burst = w.crowd and "crowd_burst" in focus
     w.seed = seed
     return w
 
@@ -197,7 +202,7 @@ def install(world: World, w: Workload) -> None:
     if w.move:
         install_move(world, w)  # last: no other part picks the moving merchant's agent
     if w.crowd:  # last: the payments it crowds are the refunds' own
-        install_crowd(world, w.seed, CROWD_MS)
+        install_crowd(world, w.seed, CROWD_BURST_MS if w.crowd_burst else CROWD_MS)
     world.pending = set(range(len(world.actions)))
 
 

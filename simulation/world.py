@@ -89,6 +89,7 @@ class Action:
     fund_accounts: tuple[str, ...] = ()
     # The narration the agent sends with a payout (the `free_text` part of simulation.workload), on every call.
     narration: str | None = None
+    notes: dict[str, str] | None = None  # ... and notes of its own
 
 
 @dataclass
@@ -441,6 +442,8 @@ class World:
                              purpose="vendor bill")  # fmt: skip
             if action.narration is not None:
                 arguments["narration"] = action.narration
+            if action.notes is not None:
+                arguments["notes"] = dict(action.notes)
         parse_money_call(action.tool, arguments)
         request_id = f"req{self.sched.rng.getrandbits(64):016x}"
         meta = action.task or {}
