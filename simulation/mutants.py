@@ -343,7 +343,8 @@ SEARCHES: dict[str, Search] = {
     "withdrawal_off": Search(300, frozenset({"payouts", "replace"})),
     # a shard's machine lost, and the shard restored from its replica (simulation.machine_loss)
     "restore_reads_early": Search(200, LOSS),
-    "restore_executes_what_was_in_motion": Search(200, LOSS),
+    # found at seed 66 at b60c04a, and at 482 at 18e82e6 (its 200-seed budget missed it once the seeds moved)
+    "restore_executes_what_was_in_motion": Search(500, LOSS),
     "restore_leaves_moved_on_intents": Search(200, LOSS),
     "restore_owners_by_grant": Search(200, LOSS),
     "restore_refunds_read_twice": Search(200, LOSS),
