@@ -372,7 +372,8 @@ SEARCHES: dict[str, Search] = {
     "payout_balance_read_first": Search(200, frozenset({"payout_race", "rail_outage"}),
                                         frozenset({"PAYOUT_BALANCE"})),
     # one racing payout found on the rail stamped on other terms (quarantined) before the next is admitted
-    "quarantined_not_in_motion": Search(200, frozenset({"payout_race", "rail_outage"}),
+    # found at seed 21 at b60c04a, and at 295 at 18e82e6 (its 200-seed budget missed it once the seeds moved)
+    "quarantined_not_in_motion": Search(300, frozenset({"payout_race", "rail_outage"}),
                                         frozenset({"PAYOUT_BALANCE"})),
 }
 
