@@ -209,6 +209,30 @@ def test_a_restore_turns_what_was_in_motion_unknown_and_settles_what_the_tail_se
     conn.close()
 
 
+@pytest.mark.parametrize(("state", "amount", "ends"), [
+    ("CONFIRMED_NOT_APPLIED", 4_000, State.APPLIED),  # the tail reopened it and sent it: RECOVERED_FROM_RAIL
+    ("FAILED_TERMINAL", 4_000, State.APPLIED),  # a repeat the tail admitted and sent: RECOVERED_FROM_RAIL
+    ("HELD", 4_001, State.QUARANTINED),  # released and sent by the tail, applied on other terms: QUARANTINE
+])  # fmt: skip
+def test_a_moved_on_intent_the_lost_tail_sent_is_settled_by_the_rail_s_entity(tmp_path: Path, state: str, amount: int,
+                                                                              ends: State) -> None:  # fmt: skip
+    """Three edges the 10,000 seeds never take (docs/simulation.md, "The edges the long run does not take"): the
+    replica shows an intent not applied, refused or held, and the lost tail moved it on and sent it. The rail's
+    entity with its stamp settles it — APPLIED on its terms, a person's on other terms — before the shard serves."""
+    conn = open_ledger(tmp_path / "ledger.sqlite3")
+    moved_on = put_intent(conn, "M" * 32, state, amount=4_000, subject="pay_RESTOREM0001", now=1_000)
+    restore.begin(conn, now=lambda: 2_000, actor="test", margin_ms=10_000)
+    report = restore.run(conn, _Lists([_refund("rfnd_M", moved_on.sik, "pay_RESTOREM0001", amount)]), [],
+                         now=lambda: 2_000, actor="test", **NO_WAIT)  # fmt: skip
+    after = intents.require_intent(conn, MERCHANT, moved_on.sik)
+    assert after.state is ends
+    if ends is State.APPLIED:
+        assert after.rail_entity_id == "rfnd_M" and [s["was"] for s in report.settled] == [state]
+    else:
+        assert [q["was"] for q in report.quarantined] == [state] and report.settled == []
+    conn.close()
+
+
 @pytest.mark.parametrize("actor", [["rail-worker"], ["reconciler"]])
 def test_no_actor_writes_a_ledger_whose_restore_has_not_finished(actor: list[str], tmp_path: Path,
                                                                  redis_server: EmbeddedRedis,
