@@ -95,11 +95,9 @@ def install_payouts(world: World, w: Workload, seed: int) -> None:
                 d["rail"] = {**(d.get("rail") or {}), "account_number": account_number(index)}
                 d["limits"]["fee_budgets"]["INR"]["max_fee_minor"] += 6 * PAYOUT_FEE
 
+            _set(world, agent, _edit(world.mandates[agent], grant))
             if w.free_text:
-                _set(world, agent, _edit(world.mandates[agent], grant))
                 _set(world, agent, _edit(world.mandates[agent], lambda d, b=names["B_bank"]: _bound_text(d, b)))
-            else:
-                _set(world, agent, _edit(world.mandates[agent], grant))
             w.queueing[agent] = queue
             w.payees[agent] = {"contacts": [names["A"]], "fund_accounts": [names["B_bank"]]}
             merchant = world.mandates[agent].merchant_id
