@@ -549,12 +549,6 @@ def recorded_decision(conn: sqlite3.Connection, request_id: str) -> RecordedDeci
     return RecordedDecision(str(row[0]), str(row[1]) or None, str(row[2]), str(row[3]))
 
 
-def decision_reason(conn: sqlite3.Connection, request_id: str) -> str | None:
-    """The reason code recorded for *request_id*'s decision (None when it was never decided)."""
-    row = conn.execute("SELECT reason_code FROM decisions WHERE request_id = ?", (request_id,)).fetchone()
-    return None if row is None else str(row[0])
-
-
 def record_finding(
     conn: sqlite3.Connection,
     *,

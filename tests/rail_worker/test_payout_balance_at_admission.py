@@ -139,7 +139,8 @@ def _refused_for_the_balance(shard: Shard, admission: Admission, decision: Decis
     assert shard.state(decision.sik) is None
     conn = open_ledger(shard.rail_worker.ledger_path, readonly=True)
     try:
-        assert intents.decision_reason(conn, decision.request_id) == "G2_EXCEEDS_PAYOUT_BALANCE"
+        recorded = intents.recorded_decision(conn, decision.request_id)
+        assert recorded is not None and recorded.reason_code == "G2_EXCEEDS_PAYOUT_BALANCE"
     finally:
         conn.close()
 
