@@ -60,13 +60,11 @@ S, E = State, Event
 TRANSITIONS: dict[tuple[State, Event], State] = {
     (S.PROPOSED, E.GATES_PASSED): S.AUTHORIZED,
     (S.PROPOSED, E.GATES_HELD): S.HELD,
-    (S.PROPOSED, E.GATES_BLOCKED): S.BLOCKED,
     (S.HELD, E.HOLD_RELEASED): S.AUTHORIZED,
     (S.HELD, E.HOLD_REJECTED): S.BLOCKED,
     (S.HELD, E.QUARANTINE): S.QUARANTINED,
     (S.AUTHORIZED, E.ATTEMPT_STARTED): S.IN_FLIGHT,
     (S.AUTHORIZED, E.GATES_BLOCKED): S.BLOCKED,
-    (S.AUTHORIZED, E.QUARANTINE): S.QUARANTINED,
     # Nothing was sent under this authorisation: the mandate it was judged under was replaced (ADR 0005).
     (S.AUTHORIZED, E.AUTHORIZATION_WITHDRAWN): S.CONFIRMED_NOT_APPLIED,
     # A retry withdrawn before it was sent (ADR 0026): the absence that authorized it may have been read early — for

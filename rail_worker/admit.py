@@ -3,7 +3,7 @@
 Insert the intent on its primary key (a conflict means this operation exists: answer with it,
 replayed), bind or check the operation_ref, re-assert G3 and a bound task's expiry and ceiling against
 committed state (authoritative: racing gate workers cannot cross a limit together), record the decision,
-apply GATES_PASSED / GATES_HELD / GATES_BLOCKED. A Decision delivered twice is recorded once (request_id is its key).
+apply GATES_PASSED / GATES_HELD (a refusal records the decision only: ADR 0008). A Decision delivered twice is recorded once (request_id is its key).
 """
 
 from __future__ import annotations
@@ -41,9 +41,8 @@ logger = logging.getLogger(__name__)
 
 OUTCOME_PENDING = "OUTCOME_PENDING"  # as the ingress answers a call with nothing definite yet (SPEC §10)
 
-_EVENT_FOR_VERDICT = {
-    Verdict.ALLOW: Event.GATES_PASSED, Verdict.HOLD: Event.GATES_HELD, Verdict.BLOCK: Event.GATES_BLOCKED,
-}  # fmt: skip
+# A refusal records a decision, never an intent (ADR 0008), so only these two verdicts make one (ADR 0036).
+_EVENT_FOR_VERDICT = {Verdict.ALLOW: Event.GATES_PASSED, Verdict.HOLD: Event.GATES_HELD}
 # A repeat of these may be reopened by a fresh proposal that passed every gate (SPEC §6).
 _REOPENABLE = frozenset({State.FAILED_TERMINAL, State.CONFIRMED_NOT_APPLIED})
 # Refused before the rail was read: the agent may repeat the same call once the rail answers.

@@ -159,14 +159,14 @@ def test_authorizing_stamps_authorized_at_and_writes_one_transition_record(ledge
 def test_a_transition_not_into_authorized_leaves_authorized_at(ledger: sqlite3.Connection) -> None:
     proposed(ledger)
     step(ledger, Event.GATES_PASSED, T0 + 1)
-    after = step(ledger, Event.QUARANTINE, T0 + 2, actor="ops@example.com", detail={"why": "suspicious"},
+    after = step(ledger, Event.TERMS_MISMATCH, T0 + 2, actor="ops@example.com", detail={"why": "suspicious"},
                  set_fields={"reason_code": "Q_MANUAL", "hold_expires_at": 99, "mandate_id": "mnd_2",
                              "mandate_hash": "mh2"})  # fmt: skip
     assert after == dataclasses.replace(EXPECTED, state=State.QUARANTINED, authorized_at=T0 + 1, updated_at=T0 + 2,
                                         reason_code="Q_MANUAL", hold_expires_at=99, mandate_id="mnd_2",
                                         mandate_hash="mh2")  # fmt: skip
     assert records(ledger, 2) == [(3, T0 + 2, "TRANSITION", transition_record(
-        "QUARANTINE", "AUTHORIZED", "QUARANTINED", actor="ops@example.com", detail={"why": "suspicious"},
+        "TERMS_MISMATCH", "AUTHORIZED", "QUARANTINED", actor="ops@example.com", detail={"why": "suspicious"},
         sets={"reason_code": "Q_MANUAL", "hold_expires_at": 99, "mandate_id": "mnd_2", "mandate_hash": "mh2"}))]
 
 
@@ -672,6 +672,63 @@ def test_a_kept_applied_answer_on_the_intents_terms_settles_it(ledger: sqlite3.C
     with transaction(ledger):
         settled = intents.settle_from_evidence(ledger, M, SIK, now=T0 + 30, actor="rec")
     assert settled is not None and (settled.state, settled.rail_entity_id) == (State.APPLIED, "rfnd_1")
+
+
+def _finish_first_attempt_fenced(conn: sqlite3.Connection, now: int) -> None:
+    """Attempt 1's answer, our stamp on our terms, kept late by the fenced worker that sent it (execute.py's fenced
+    path): whatever the intent's state is by then."""
+    with transaction(conn):
+        intents.finish_attempt(conn, M, SIK, 1, now=now, outcome="FENCED_APPLIED", rail_entity_id="rfnd_1",
+                               response=_refund_answer())  # fmt: skip
+
+
+def test_an_attempt_s_applied_answer_kept_after_a_confirmed_absence_settles_it_applied(
+    ledger: sqlite3.Connection,
+) -> None:
+    # The reconciler read "absent" (a list that lagged) and, before any retry, the first attempt's stamped answer
+    # is kept: the absence is outvoted (ADR 0005), CONFIRMED_NOT_APPLIED -EARLIER_ATTEMPT_APPLIED-> APPLIED.
+    _unknown(ledger)
+    with transaction(ledger):
+        intents.begin_reconcile(ledger, M, SIK, now=T0 + 4, owner="rec", lease_expires_at=T0 + 40)
+    step(ledger, Event.RECONCILE_CONFIRMED_ABSENT, T0 + 5)
+    _finish_first_attempt_fenced(ledger, T0 + 20)
+    with transaction(ledger):
+        settled = intents.settle_from_evidence(ledger, M, SIK, now=T0 + 30, actor="rw-1")
+    assert settled is not None
+    assert (settled.state, settled.rail_entity_id, settled.reason_code) == (State.APPLIED, "rfnd_1", None)
+    payload = records(ledger)[-1][3]
+    assert (payload["event"], payload["from"], payload["to"]) == (
+        "EARLIER_ATTEMPT_APPLIED", "CONFIRMED_NOT_APPLIED", "APPLIED")  # fmt: skip
+    assert payload["detail"] == {"evidence_attempt_seq": 1}
+
+
+def test_an_attempt_s_applied_answer_kept_after_a_refused_retry_settles_it_applied(
+    ledger: sqlite3.Connection,
+) -> None:
+    # Attempt 1's answer was lost; a retry (attempt 2) was refused by the rail and its stamp read absent, so the
+    # intent is FAILED_TERMINAL. Then attempt 1's stamped answer is kept: the money did move, and the intent says so.
+    _unknown(ledger)
+    with transaction(ledger):
+        intents.begin_reconcile(ledger, M, SIK, now=T0 + 4, owner="rec", lease_expires_at=T0 + 40)
+    step(ledger, Event.RECONCILE_CONFIRMED_ABSENT, T0 + 5)
+    step(ledger, Event.RETRY_AUTHORIZED, T0 + 6, reasserted=allow("REASSERTED"))
+    with transaction(ledger):
+        intents.start_attempt(ledger, M, SIK, now=T0 + 7, lease_owner="rw-2", lease_epoch=4,
+                              lease_expires_at=T0 + 900, request={})  # fmt: skip
+    step(ledger, Event.RAIL_AMBIGUOUS, T0 + 8, set_fields={"reason_code": "RAIL_REFUSED_RETRY"})
+    with transaction(ledger):
+        intents.begin_reconcile(ledger, M, SIK, now=T0 + 9, owner="rec", lease_expires_at=T0 + 40)
+    step(ledger, Event.RECONCILE_CONFIRMED_REJECTED, T0 + 10)
+    assert intents.require_intent(ledger, M, SIK).state is State.FAILED_TERMINAL
+    _finish_first_attempt_fenced(ledger, T0 + 20)
+    with transaction(ledger):
+        settled = intents.settle_from_evidence(ledger, M, SIK, now=T0 + 30, actor="rw-1")
+    assert settled is not None
+    assert (settled.state, settled.rail_entity_id, settled.reason_code) == (State.APPLIED, "rfnd_1", None)
+    payload = records(ledger)[-1][3]
+    assert (payload["event"], payload["from"], payload["to"], payload["attempt_seq"]) == (
+        "EARLIER_ATTEMPT_APPLIED", "FAILED_TERMINAL", "APPLIED", 2)  # fmt: skip
+    assert payload["detail"] == {"evidence_attempt_seq": 1}
 
 
 def test_a_kept_mismatch_quarantines_a_confirmed_not_applied_intent(ledger: sqlite3.Connection) -> None:

@@ -74,7 +74,8 @@ def test_leaving_an_absorbing_state_is_refused_by_the_trigger(ledger: sqlite3.Co
     propose(ledger, "Z" * 32)
     with transaction(ledger):
         if absorbing == "BLOCKED":
-            intents.transition(ledger, "acc_TEST", "Z" * 32, Event.GATES_BLOCKED, now=2)
+            intents.transition(ledger, "acc_TEST", "Z" * 32, Event.GATES_HELD, now=2)
+            intents.transition(ledger, "acc_TEST", "Z" * 32, Event.HOLD_REJECTED, now=3)
         else:
             intents.transition(ledger, "acc_TEST", "Z" * 32, Event.GATES_PASSED, now=2)
             intents.start_attempt(ledger, "acc_TEST", "Z" * 32, now=3, lease_owner="w", lease_epoch=1,

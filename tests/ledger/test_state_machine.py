@@ -17,17 +17,16 @@ from ledger.db import open_ledger, transaction
 from ledger.states import TRANSITIONS, Event, State
 from tests.ledger.helpers import propose
 
-# SPEC §6, transcribed independently of ledger/states.py so a typo in either one fails this test.
+# SPEC §6, transcribed independently of ledger/states.py so a typo in either one fails this test, less the two edges
+# nothing fires (ADR 0036: REMOVED_EDGES below).
 SPEC_TABLE = """
 PROPOSED GATES_PASSED AUTHORIZED
 PROPOSED GATES_HELD HELD
-PROPOSED GATES_BLOCKED BLOCKED
 HELD HOLD_RELEASED AUTHORIZED
 HELD HOLD_REJECTED BLOCKED
 HELD QUARANTINE QUARANTINED
 AUTHORIZED ATTEMPT_STARTED IN_FLIGHT
 AUTHORIZED GATES_BLOCKED BLOCKED
-AUTHORIZED QUARANTINE QUARANTINED
 IN_FLIGHT RAIL_APPLIED APPLIED
 IN_FLIGHT RAIL_REJECTED FAILED_TERMINAL
 IN_FLIGHT RAIL_AMBIGUOUS UNKNOWN
@@ -105,6 +104,14 @@ FAILED_TERMINAL RECOVERED_FROM_RAIL APPLIED
 """
 
 
+# SPEC §6 edges no code fires, taken out of the table (ADR 0036): a refusal makes no intent (ADR 0008), and an
+# authorized intent is quarantined only on evidence (TERMS_MISMATCH), never on its own.
+REMOVED_EDGES = """
+PROPOSED GATES_BLOCKED BLOCKED
+AUTHORIZED QUARANTINE QUARANTINED
+"""
+
+
 def spec_edges() -> dict[tuple[State, Event], State]:
     edges = {}
     for line in (SPEC_TABLE + SEND_SIDE_EDGES + TERMS_EDGES + WEBHOOK_EDGES + REJUDGED_EDGES
@@ -118,6 +125,17 @@ def spec_edges() -> dict[tuple[State, Event], State]:
 
 def test_transition_table_is_exactly_the_spec() -> None:
     assert TRANSITIONS == spec_edges()
+
+
+@pytest.mark.parametrize("line", REMOVED_EDGES.split("\n")[1:-1])
+def test_an_edge_nothing_fires_is_refused(ledger: sqlite3.Connection, line: str) -> None:
+    src, event, _ = line.split()
+    propose(ledger, "R" * 32)
+    if src == "AUTHORIZED":
+        apply(ledger, "R" * 32, Event.GATES_PASSED, 2)
+    with pytest.raises(IllegalTransition), transaction(ledger):
+        intents.transition(ledger, "acc_TEST", "R" * 32, Event(event), now=3, actor="t")
+    assert intents.require_intent(ledger, "acc_TEST", "R" * 32).state is State(src)
 
 
 def apply(conn: sqlite3.Connection, sik: str, event: Event, now: int) -> intents.Intent:
@@ -182,8 +200,7 @@ def test_random_event_sequences_keep_the_invariants(events: list[Event]) -> None
 def test_operator_resolution_needs_an_operator_and_evidence(ledger: sqlite3.Connection) -> None:
     sik = "Q" * 32
     propose(ledger, sik)
-    for event in (Event.GATES_PASSED,):
-        apply(ledger, sik, event, 2)
+    apply(ledger, sik, Event.GATES_HELD, 2)
     with transaction(ledger):
         intents.transition(ledger, "acc_TEST", sik, Event.QUARANTINE, now=3)
     with pytest.raises(IllegalTransition), transaction(ledger):
