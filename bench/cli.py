@@ -341,9 +341,14 @@ def purpose_command(models: str, rounds: int, results: Path, no_write: bool) -> 
 
 
 @bench_group.command("agentdojo")
-@click.option("--mode", "modes", multiple=True, type=click.Choice(["ground_truth", "hijacked"]),
+@click.option("--mode", "modes", multiple=True, type=click.Choice(["ground_truth", "hijacked", "model"]),
               help="ground_truth: AgentDojo's ground-truth agent, no injections; hijacked: the fully hijacked agent "
-              "over every (user task, injection task) pair; repeatable (default: both, direct and through Interlock)")
+              "over every (user task, injection task) pair; model: SmolLM2-135M through AgentDojo's own pipeline, "
+              "attacked with important_instructions over every pair (`make bench-model` installs the model; about "
+              "2 h a route on 2 CPUs; writes its own section); repeatable (default: ground_truth and hijacked)")
+@click.option("--route", "routes", multiple=True, type=click.Choice(["direct", "interlock"]),
+              help="direct (AgentDojo's bank) or through Interlock (each route --approve-policy and --free-text "
+              "name); repeatable (default: both). A section needs both.")
 @click.option("--user-task", "user_tasks", multiple=True, help="e.g. user_task_0; repeatable (default: all 16)")
 @click.option("--injection-task", "injection_tasks", multiple=True,
               help="e.g. injection_task_4; repeatable (default: all 9)")  # fmt: skip
@@ -355,12 +360,13 @@ def purpose_command(models: str, rounds: int, results: Path, no_write: bool) -> 
               help="the text sent with a payout: off (the mandate bounds none) or bounded (a payee never paid gets no "
               "narration, ADR 0035); repeatable, crossed with --approve-policy (default: both policies with off, "
               "and user-request with bounded)")
-@click.option("--work", type=click.Path(file_okay=False, path_type=Path), help="data directory (default: a temp dir)")
+@click.option("--work", type=click.Path(file_okay=False, path_type=Path),
+              help="data directory (default: a temp dir); the model mode resumes what it holds")  # fmt: skip
 @click.option("--results", type=click.Path(dir_okay=False, path_type=Path), default=RESULTS, show_default=True)
 @click.option("--no-write", is_flag=True, help="print the section; leave RESULTS.md alone")
-def agentdojo_command(modes: tuple[str, ...], user_tasks: tuple[str, ...], injection_tasks: tuple[str, ...],
-                      approve_policies: tuple[str, ...], free_texts: tuple[str, ...], work: Path | None,
-                      results: Path, no_write: bool) -> None:  # fmt: skip
+def agentdojo_command(modes: tuple[str, ...], routes: tuple[str, ...], user_tasks: tuple[str, ...],
+                      injection_tasks: tuple[str, ...], approve_policies: tuple[str, ...], free_texts: tuple[str, ...],
+                      work: Path | None, results: Path, no_write: bool) -> None:  # fmt: skip
     """AgentDojo's banking suite (v1.2.2), scored by AgentDojo's own checks, direct (AgentDojo's bank) and through
     Interlock (every money call a create_payout at a real stack's ingress); writes the `agentdojo-banking` section
     of RESULTS.md and prints its one line. Needs .venv-agentdojo (`make agentdojo`)."""
@@ -375,29 +381,46 @@ def agentdojo_command(modes: tuple[str, ...], user_tasks: tuple[str, ...], injec
     raws: dict[str, object] = {}
     if approve_policies or free_texts:
         through = [(p, t) for p in approve_policies or POLICIES for t in free_texts or ("off",)]
+    elif modes == ("model",):
+        through = [("user-request", "bounded")]  # the model's two hours a route: the whole configuration only
     else:
         through = [(p, "off") for p in POLICIES] + [("user-request", "bounded")]
+    wanted = [("direct", "never", "off")] + [("interlock", p, t) for p, t in through]
     for mode in modes or ("ground_truth", "hijacked"):
-        for route, policy, text in [("direct", "never", "off")] + [("interlock", p, t) for p, t in through]:
+        for route, policy, text in [r for r in wanted if r[0] in (routes or ("direct", "interlock"))]:
             route = route_name(route, policy, text)
             try:
                 raw = run(mode, route, base / mode / route, user_tasks=list(user_tasks) or None,
                           injection_tasks=list(injection_tasks) or None, approve_policy=policy,
-                          free_text=text)  # fmt: skip
+                          free_text=text, resume=mode == "model" and work is not None)  # fmt: skip
             except RunnerError as exc:
                 raise click.ClickException(str(exc)) from exc
             scores[(mode, route)], raws[f"{mode}/{route}"] = Scores.load(raw), raw
             click.echo(f"{mode:<13} {route:<22} utility {sum(scores[(mode, route)].utility.values())}/"
                        f"{len(scores[(mode, route)].utility)}  {time.monotonic() - started:.0f}s")  # fmt: skip
     (base / "scores.json").write_text(json.dumps(raws, indent=1))
+    options = [("--route", routes), ("--user-task", user_tasks), ("--injection-task", injection_tasks),
+               ("--approve-policy", approve_policies), ("--free-text", free_texts)]
+    subset = bool(user_tasks or injection_tasks or routes)
+    model = {route: s for (mode, route), s in scores.items() if mode == "model"}
+    if model:
+        from bench.dojo_report import render_model
+
+        command = "interlock bench agentdojo --mode model" + "".join(f" {flag} {v}" for flag, values in options
+                                                                     for v in values)  # fmt: skip
+        text = render_model(model, command=command, commit=commit)
+        _publish("agentdojo-banking-model", text, results, no_write or subset)
+        scores = {key: s for key, s in scores.items() if key[0] != "model"}
+        if not scores:
+            if work is None:
+                shutil.rmtree(base, ignore_errors=True)
+            return
     if {mode for mode, _ in scores} != {"ground_truth", "hijacked"}:
         click.echo("both modes on both routes are needed for the section; printed the scores only")
         return
-    options = [("--user-task", user_tasks), ("--injection-task", injection_tasks),
-               ("--approve-policy", approve_policies), ("--free-text", free_texts)]
     command = "interlock bench agentdojo" + "".join(f" {flag} {v}" for flag, values in options for v in values)
     text = render(scores, command=command, commit=commit, elapsed_s=time.monotonic() - started)
-    if not no_write and not user_tasks and not injection_tasks:
+    if not no_write and not subset:
         _publish("agentdojo-banking", text, results, no_write)
     else:
         click.echo(text)  # a subset's numbers are not the section's: printed only

