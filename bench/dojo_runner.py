@@ -289,6 +289,8 @@ def main(config_path: str) -> None:
     rerun = not config.get("resume", False)
     logdir = Path(config["logdir"])
     logdir.mkdir(parents=True, exist_ok=True)
+    if not rerun:
+        _drop_unfinished(logdir)
     with OutputLogger(str(logdir)), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Not all injection tasks were solved as user tasks": reported, not warned
         if config["mode"] in ("hijacked", "model"):
@@ -323,6 +325,18 @@ def _without_injections(pipeline: BasePipelineElement, suite: Any, user_tasks: l
         for key in merged:
             merged[key].update(results[key])  # type: ignore[literal-required]
     return merged
+
+
+def _drop_unfinished(logdir: Path) -> None:
+    """A task run stopped part way leaves its log without scores, or cut short mid-write (AgentDojo saves the log as
+    the run goes): removed, so a resumed run runs it again rather than trusting, or failing on, half of it."""
+    for path in logdir.rglob("*.json"):
+        try:
+            logged = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            logged = None
+        if not isinstance(logged, dict) or not all(isinstance(logged.get(k), bool) for k in ("utility", "security")):
+            path.unlink()
 
 
 def _logged_seconds(logs: Path) -> list[float]:

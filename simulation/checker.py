@@ -595,6 +595,9 @@ def _evidence_kept(shard: ShardEvidence, stopped: frozenset[tuple[str, int]]) ->
 # * FREE_TEXT — the text a payout carried (its narration and the agent's notes) is within its agent's grant's
 #   free_text: no longer than max_chars, the whole of each text matching pattern, a payee's fixed narration only,
 #   and no narration to a payee on no list when the grant says `unlisted: none` (ADR 0035);
+# * NOTES — the rail never refused a money call for its notes, and no money moved for an action whose own notes do
+#   not leave room for the keys Interlock writes (SPEC §10: Razorpay keeps 15 notes, each key and value at most 256
+#   characters; Interlock writes NOTES_RESERVED on every call): such a call is refused at the ingress;
 # * SHARD_MOVED — once a merchant has moved, the shard it left never admits a call of it (the ledger fence).
 # * RESTORE_CONTRADICTED — after a shard's machine was lost and the shard restored from its replica, no agent is told
 #   something that contradicts a definite answer it was given before the loss: told APPLIED X, it is told APPLIED X
@@ -674,6 +677,7 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
         if move.get("applied_mono_ms") is not None and move["source"] in by_shard:
             found += _moved(by_shard[move["source"]], move)
     found += _payouts(by_shard, entities, limits, evidence)
+    found += _notes(entities, evidence)
     accounts = evidence.get("accounts", {})
     if accounts:
         for shard, e, action in entities:
@@ -683,6 +687,26 @@ def check_workload(shards: Iterable[ShardEvidence], actions: Sequence[ActionLike
                                                        f"{accounts.get(shard.name)} for {action.agent}, whose "
                                                        f"mandate names {named}"))  # fmt: skip
     return found
+
+
+# SPEC §10 and its tools' schemas: Razorpay's limits on notes, and the keys Interlock writes into them.
+RAIL_MAX_NOTES, MAX_NOTE_CHARS = 15, 256
+NOTES_RESERVED = ("interlock_sik", "interlock_merchant", "interlock_agent")
+
+
+def _notes(entities: list[tuple[ShardEvidence, Any, Any]], evidence: Mapping[str, Any]) -> list[Violation]:
+    out = [Violation("NOTES", f"{shard}: the rail refused a money call stamped {r['stamp']} for its notes "
+                              f"({r['notes']} keys, too long: {r['too_long'][:3]})")
+           for shard, refusals in evidence.get("notes_refusals", {}).items() for r in refusals]  # fmt: skip
+    for shard, e, action in entities:
+        own = dict(getattr(action, "notes", None) or {})
+        past = [k for k, v in own.items() if k in NOTES_RESERVED or not 0 < len(k) <= MAX_NOTE_CHARS
+                or len(v) > MAX_NOTE_CHARS]  # fmt: skip
+        if len(own) > RAIL_MAX_NOTES - len(NOTES_RESERVED) or past:
+            out.append(Violation("NOTES", f"{shard.name}: {e.id} moved money for {action.agent}'s call with "
+                                          f"{len(own)} notes of its own ({[k[:20] for k in past][:3]} past the "
+                                          "limits)"))  # fmt: skip
+    return out
 
 
 def _payouts(shards: Mapping[str, ShardEvidence], entities: list[tuple[ShardEvidence, Any, Any]],

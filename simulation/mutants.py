@@ -127,6 +127,13 @@ PAYOUT_MUTANTS: dict[str, Mutant] = {m.name: m for m in (
        Edit("gate_workers/free_text.py",
             "    if rule is None:\n        return None\n    texts = texts_of(action.params)",
             "    if True:\n        return None\n    texts = texts_of(action.params)")),
+    _m("agent_notes_one_too_many", "SPEC §10: an agent's own notes leave room for the three keys Interlock writes",
+       Edit("interlock/notes.py", "AGENT_MAX_NOTES = RAIL_MAX_NOTES - len(RESERVED_NOTE_KEYS)",
+            "AGENT_MAX_NOTES = RAIL_MAX_NOTES - len(RESERVED_NOTE_KEYS) + 1")),
+    _m("reserved_note_key_accepted", "SPEC §10: an agent may not write a key Interlock writes (the stamp, the owner)",
+       Edit("interlock/arguments.py", "        if key in RESERVED_NOTE_KEYS:\n", "        if False:\n")),
+    _m("note_value_unbounded", "SPEC §10: a note's value is at most 256 characters, refused at the ingress",
+       Edit("interlock/arguments.py", "        if len(item) > MAX_NOTE_CHARS:\n", "        if False:\n")),
     _m("account_merchants_per_merchant", "finding F-acct-1: the merchants sharing a rail account are remembered per "
        "merchant and account named, not per merchant",
        Edit("interlock/mandate_load.py",
@@ -326,6 +333,10 @@ SEARCHES: dict[str, Search] = {
     "payout_queued_whatever_the_mandate": Search(120, frozenset({"payouts"})),
     # payout grants bounding free text, and agents sending narrations past the bound, in every seed
     "free_text_unchecked": Search(120, frozenset({"free_text"})),
+    # agents' own notes in every seed, some past what the rail leaves them
+    "agent_notes_one_too_many": Search(60, frozenset({"notes"}), frozenset({"NOTES"})),
+    "reserved_note_key_accepted": Search(60, frozenset({"notes"}), frozenset({"NOTES"})),
+    "note_value_unbounded": Search(60, frozenset({"notes"}), frozenset({"NOTES"})),
     # payout grants holding unlisted payees for a person, payouts to one, in every seed
     "unlisted_payee_not_held": Search(120, frozenset({"payee_hold"}), frozenset({"PAYEE"})),
     # mandates naming rail accounts, a stray one for the other shard's account, payouts near the balance

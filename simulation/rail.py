@@ -32,6 +32,10 @@ from rails.models import Balance, BankingBalance, FundAccount, Page, Payment, Pa
 from rails.razorpay import RailError, RailErrorKind
 from simulation.scheduler import Scheduler
 
+# Razorpay's limits on an entity's notes (SPEC §10), the rail's own facts: not Interlock's constants, which obey them.
+RAIL_MAX_NOTES = 15
+MAX_NOTE_CHARS = 256
+
 PAYOUT_FEE, PAYOUT_TAX = 590, 90  # RazorpayX's ₹5 per payout plus 18% GST, debited with the amount
 PAYOUT_TRANSITIONS: dict[str, tuple[str, ...]] = {
     "pending": ("queued", "rejected", "failed"), "queued": ("processing", "cancelled"),
@@ -164,6 +168,7 @@ class SimRail:
         self._queueing_sent: dict[str, int] = {}
         self.payout_keys: dict[str, tuple[str, dict[str, Any] | RailError]] = {}  # key → (body, first answer)
         self.payout_keys_busy: set[str] = set()  # received, not applied yet: a request under it is answered 409
+        self.notes_refusals: list[dict[str, Any]] = []  # money calls refused for their notes (Razorpay's limits)
         self.balance_refusals: list[dict[str, Any]] = []  # payouts refused for the balance, with the account then
         self._created_statuses: dict[str, list[tuple[int, str]]] = {}  # a payout's statuses before it is journalled
         # Told of every entity created and every status it moves to (kind, entity, status): the webhooks.
@@ -308,6 +313,9 @@ class SimRail:
         digest = json.dumps(body, sort_keys=True)
 
         def apply(terms_amount: int, fault: str) -> Applied:
+            refused = self._notes_refused(notes, "/v1/payouts")
+            if refused is not None:
+                return refused
             # RazorpayX keeps the first answer to a key, a refusal too, and replays it to the same body (SPEC §18).
             answer = self._payout_answer(body, terms_amount, queue_if_low_balance)
             self.payout_keys[idempotency_key] = (digest, answer)
@@ -485,6 +493,9 @@ class SimRail:
             idempotency_key = None  # the upstream's create_refund has no idempotency key (rails.mcp_upstream)
 
         def apply(terms_amount: int, fault: str) -> Applied:
+            refused = self._notes_refused(notes, "/refund")
+            if refused is not None:
+                return refused
             payment = self.payments.get(payment_id)
             if payment is None:
                 return self._rejected("The id provided does not exist", "/v1/payments/refund")
@@ -524,6 +535,9 @@ class SimRail:
                                   description: str | None = None,
                                   notes: Mapping[str, Any] | None) -> Settlement:  # fmt: skip
         def apply(terms_amount: int, fault: str) -> Applied:
+            refused = self._notes_refused(notes, "/settlements")
+            if refused is not None:
+                return refused
             wanted = self.balance if settle_full_balance or amount is None else terms_amount
             if wanted <= 0 or wanted > self.balance:
                 return self._rejected("The amount requested is more than the settlement balance", "/settlements")
@@ -674,6 +688,17 @@ class SimRail:
                     self.sched.counters.fault(f"rail_{kind}")
                 return kind
         return "ok"
+
+    def _notes_refused(self, notes: Mapping[str, Any] | None, path: str) -> RailError | None:
+        """Razorpay's limits on an entity's notes (SPEC §10): at most RAIL_MAX_NOTES keys, each key and value at most
+        MAX_NOTE_CHARS characters; a request past them is a 400, and nothing is created."""
+        notes = dict(notes or {})
+        too_long = [k for k, v in notes.items()
+                    if not 0 < len(str(k)) <= MAX_NOTE_CHARS or len(str(v)) > MAX_NOTE_CHARS]  # fmt: skip
+        if len(notes) <= RAIL_MAX_NOTES and not too_long:
+            return None
+        self.notes_refusals.append({"stamp": _stamp(notes), "path": path, "notes": len(notes), "too_long": too_long})
+        return self._rejected(f"notes: at most {RAIL_MAX_NOTES} keys of at most {MAX_NOTE_CHARS} characters", path)
 
     def _rejected(self, description: str, path: str) -> RailError:
         return RailError(RailErrorKind.REJECTED, description, method="POST", path=path, http_status=400,

@@ -138,15 +138,16 @@ PAYOUT_RACE = "payout_race"
 PAYOUT_APPROVAL = "payout_approval"
 FREE_TEXT = "free_text"  # payouts in every seed, their grants bounding the narration the agents send
 PAYEE_HOLD = "payee_hold"  # payouts in every seed, their grants holding an unlisted payee for a person (ADR 0034)
+NOTES = "notes"  # agents' own notes on their calls, some past what the rail leaves them, in every seed, not a quarter
 # A shard's machine lost and the shard restored from its replica (simulation.machine_loss), in every seed instead
 # of some; it displaces the merchant's move.
 MACHINE_LOSS = "machine_loss"
 # The workload's parts a focus may name.
 PARTS = frozenset({MOVE, HOLDS, TASKS, REPLACE, PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, PAYOUT_RACE,
-                   PAYOUT_APPROVAL, FREE_TEXT, PAYEE_HOLD, CROWD_BURST})
+                   PAYOUT_APPROVAL, FREE_TEXT, PAYEE_HOLD, CROWD_BURST, NOTES})
 FOCUS_KINDS = (*FAULT_KINDS, TWO_RECONCILERS, MOVE, RECONCILER_PAUSE, AMBIGUOUS_RETRIES, HOLDS, TASKS, REPLACE,
                PAYOUTS, WEBHOOKS, LIFECYCLE, ACCOUNT, UPSTREAM, CROWD, MACHINE_LOSS, SHORT_GRACE, PAYOUT_RACE,
-               PAYOUT_APPROVAL, FREE_TEXT, PAYEE_HOLD, CROWD_BURST)
+               PAYOUT_APPROVAL, FREE_TEXT, PAYEE_HOLD, CROWD_BURST, NOTES)
 
 
 # Scheduling steps a seed may take before it counts as never settling (STEP_BUDGET). Payouts, webhooks and the
@@ -206,7 +207,8 @@ def run_seed(seed: int, *, max_steps: int = MAX_STEPS, keep: Path | None = None,
                                        stopped=frozenset(sched.stopped), set_back_ms=sched.clock.set_back_ms,
                                        calls=world.received)  # fmt: skip
             workload = {**extras.evidence(),
-                        "payout_refusals": {s.name: list(s.rail.balance_refusals) for s in world.shards.values()}}
+                        "payout_refusals": {s.name: list(s.rail.balance_refusals) for s in world.shards.values()},
+                        "notes_refusals": {s.name: list(s.rail.notes_refusals) for s in world.shards.values()}}
             violations += checker.check_workload(evidence, world.actions, world.answers, mandates, workload)
             if not settled:
                 violations.append(Violation("STEP_BUDGET", f"{max_steps} steps spent before the run settled"))

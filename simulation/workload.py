@@ -65,6 +65,7 @@ class Workload:
     upstream_mcp: bool = False
     crowd: bool = False
     crowd_burst: bool = False  # focus only: the others' traffic packed into the first seconds (simulation.crowd)
+    notes: bool = False  # agents send notes of their own, some past what the rail leaves them (NOTE_SHAPES)
     # Evidence for the checker, plain data.
     rejected: list[dict[str, str]] = field(default_factory=list)  # holds the operator rejected: shard, merchant, sik
     approved: list[dict[str, str]] = field(default_factory=list)
@@ -95,7 +96,7 @@ class Workload:
 
 
 PARTS = ("holds", "tasks", "replace", "account", "move", "payouts", "free_text", "payee_hold", "webhooks", "lifecycle",
-         "upstream", "crowd", "crowd_burst")
+         "upstream", "crowd", "crowd_burst", "notes")
 
 
 def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: frozenset[str] = frozenset()) -> Workload:
@@ -132,6 +133,8 @@ def plan_workload(seed: int, disabled: frozenset[str] = frozenset(), focus: froz
     crowded = random.Random(f"crowd:{seed}").random() < 0.3
     w.crowd = "crowd" not in disabled and ("crowd" in focus or "crowd_burst" in focus or crowded)
     w.crowd_burst = w.crowd and "crowd_burst" in focus
+    noted = random.Random(f"notes:{seed}").random() < 0.25
+    w.notes = "notes" not in disabled and ("notes" in focus or noted)
     w.seed = seed
     return w
 
@@ -203,7 +206,36 @@ def install(world: World, w: Workload) -> None:
         install_move(world, w)  # last: no other part picks the moving merchant's agent
     if w.crowd:  # last: the payments it crowds are the refunds' own
         install_crowd(world, w.seed, CROWD_BURST_MS if w.crowd_burst else CROWD_MS)
+    if w.notes:
+        _notes(world, w.seed)
     world.pending = set(range(len(world.actions)))
+
+
+# What agents write into `notes` (the `notes` part). Razorpay keeps 15 notes on an entity, each key and value at most
+# 256 characters (SPEC §10), and Interlock writes three keys of its own on every money call, so an agent has 12:
+# shapes within that, at its edge, and past it each way (one note too many, a reserved key, a key or a value one
+# character too long). Those past it must be refused at the ingress (INVALID_INPUT), before anything is recorded,
+# never by the rail.
+NOTE_SHAPES: tuple[dict[str, str] | None, ...] = (
+    None,
+    {"memo": "ticket 4411"},
+    {f"n{i:02d}": f"value {i}" for i in range(12)},
+    {f"n{i:02d}": f"value {i}" for i in range(13)},
+    {"interlock_sik": "S" * 32},
+    {"interlock_agent": "someone else"},
+    {"memo": "x" * 257},
+    {"k" * 257: "v"},
+)
+
+
+def _notes(world: World, seed: int) -> None:
+    """Notes drawn for every action that has none of its own (a payout's bounded free text keeps its own), from a
+    generator of its own: the rest of the seed stays as it was."""
+    rng = random.Random(f"notes:{seed}:shapes")
+    for action in world.actions:
+        if action.notes is None:
+            shape = rng.choice(NOTE_SHAPES)
+            action.notes = None if shape is None else dict(shape)
 
 
 def _tasks(world: World, w: Workload, merchants: dict[str, str]) -> None:

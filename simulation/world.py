@@ -30,7 +30,7 @@ from ingress.money import _enqueue
 from interlock import outcomes
 from interlock.arguments import parse_money_call
 from interlock.config import Settings, load_settings
-from interlock.errors import LeaseHeld
+from interlock.errors import InvalidInput, LeaseHeld
 from interlock.mandate import Mandate, MandateStore, validate_mandate
 from interlock.messages import CallerAction, Decision, Proposal
 from interlock.queues import ADMIT_JOB, EXECUTE_JOB, GATE_JOB, gates_queue, rail_queue, reconcile_hint_key
@@ -442,10 +442,15 @@ class World:
                              purpose="vendor bill")  # fmt: skip
             if action.narration is not None:
                 arguments["narration"] = action.narration
-            if action.notes is not None:
-                arguments["notes"] = dict(action.notes)
-        parse_money_call(action.tool, arguments)
+        if action.notes is not None:
+            arguments["notes"] = dict(action.notes)
         request_id = f"req{self.sched.rng.getrandbits(64):016x}"
+        try:
+            parse_money_call(action.tool, arguments)
+        except InvalidInput as exc:  # refused at the ingress, as ingress.money does, before anything is recorded
+            refused = results.error_body(results.invalid_input(exc)) or {}
+            self.answers.append(Answer(action, request_id, self.sched.clock.now_ms(), refused, shard.name))
+            return refused
         meta = action.task or {}
         proposal = Proposal(request_id=request_id, agent_id=action.agent, merchant_id=action.merchant, tool=action.tool,
                             arguments=arguments, received_at_ms=self.sched.clock.now_ms(),
