@@ -40,7 +40,7 @@ from agentdojo.attacks.attack_registry import load_attack
 from agentdojo.base_tasks import BaseInjectionTask, BaseUserTask
 from agentdojo.benchmark import benchmark_suite_with_injections, benchmark_suite_without_injections
 from agentdojo.functions_runtime import EmptyEnv, Env, Function, FunctionCall, FunctionsRuntime
-from agentdojo.logging import OutputLogger
+from agentdojo.logging import Logger, OutputLogger
 from agentdojo.models import MODEL_NAMES
 from agentdojo.task_suite.load_suites import get_suite
 from agentdojo.types import ChatAssistantMessage, ChatMessage, ChatToolResultMessage, text_content_block_from_string
@@ -122,6 +122,9 @@ class GroundTruthAgent(BasePipelineElement):
             new += run_calls(hijacker.ground_truth(env), runtime, env)
         answer = text_content_block_from_string(task.GROUND_TRUTH_OUTPUT)
         new.append(ChatAssistantMessage(role="assistant", tool_calls=None, content=[answer]))
+        # Logged as AgentDojo's AgentPipeline logs each element's messages: the task run's log is then whole (AgentDojo
+        # reads a log without them as not run, so a resumed run would run it again).
+        Logger().get().log([*messages, *new])
         return query, runtime, env, [*messages, *new], extra_args or {}
 
 
