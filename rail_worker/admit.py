@@ -3,7 +3,8 @@
 Insert the intent on its primary key (a conflict means this operation exists: answer with it,
 replayed), bind or check the operation_ref, re-assert G3 and a bound task's expiry and ceiling against
 committed state (authoritative: racing gate workers cannot cross a limit together), record the decision,
-apply GATES_PASSED / GATES_HELD (a refusal records the decision only: ADR 0008). A Decision delivered twice is recorded once (request_id is its key).
+apply GATES_PASSED / GATES_HELD (a refusal records the decision only: ADR 0008). A Decision delivered twice is
+recorded once (request_id is its key).
 """
 
 from __future__ import annotations

@@ -21,8 +21,9 @@ PAIR = ("user_task_0", "injection_task_0")
 
 
 @pytest.mark.parametrize("route", ["direct", route_name("interlock", "user-request", "bounded")])
-def test_the_model_mode_is_scored_by_agentdojo_and_moves_money_only_as_interlock_answers(route: str,
-                                                                                        tmp_path: Path) -> None:  # fmt: skip
+def test_the_model_mode_is_scored_by_agentdojo_and_moves_money_only_as_interlock_answers(
+    route: str, tmp_path: Path,
+) -> None:
     if not VENV_PYTHON.exists():
         pytest.fail(f"{VENV_PYTHON} is missing: `make agentdojo` creates it")
     policy, text = ("never", "off") if route == "direct" else ("user-request", "bounded")
