@@ -213,29 +213,34 @@ def install(world: World, w: Workload) -> None:
 
 # What agents write into `notes` (the `notes` part). Razorpay keeps 15 notes on an entity, each key and value at most
 # 256 characters (SPEC §10), and Interlock writes three keys of its own on every money call, so an agent has 12:
-# shapes within that, at its edge, and past it each way (one note too many, a reserved key, a key or a value one
-# character too long). Those past it must be refused at the ingress (INVALID_INPUT), before anything is recorded,
-# never by the rail.
+# shapes within that and at its edge (NOTE_SHAPES), and past it each way (NOTES_PAST: one note too many, a reserved
+# key, a key or a value one character too long). Those past it must be refused at the ingress (INVALID_INPUT),
+# before anything is recorded, never by the rail.
 NOTE_SHAPES: tuple[dict[str, str] | None, ...] = (
     None,
     {"memo": "ticket 4411"},
     {f"n{i:02d}": f"value {i}" for i in range(12)},
+)
+NOTES_PAST: tuple[dict[str, str], ...] = (
     {f"n{i:02d}": f"value {i}" for i in range(13)},
     {"interlock_sik": "S" * 32},
     {"interlock_agent": "someone else"},
     {"memo": "x" * 257},
     {"k" * 257: "v"},
 )
+PAST_PER_SEED = 3  # actions whose notes are past the limits: refused, so they move no money; the rest run as ever
 
 
 def _notes(world: World, seed: int) -> None:
-    """Notes drawn for every action that has none of its own (a payout's bounded free text keeps its own), from a
-    generator of its own: the rest of the seed stays as it was."""
+    """Notes for every action with none of its own (a bounded payout's drawn free-text notes stay), from a generator
+    of its own: the rest of the seed stays as it was. PAST_PER_SEED of those actions get notes past the limits, and
+    every other a shape within them, so the part costs the seed's other paths only those few calls."""
     rng = random.Random(f"notes:{seed}:shapes")
-    for action in world.actions:
-        if action.notes is None:
-            shape = rng.choice(NOTE_SHAPES)
-            action.notes = None if shape is None else dict(shape)
+    bare = [action for action in world.actions if action.notes is None]
+    past = set(rng.sample(range(len(bare)), min(PAST_PER_SEED, len(bare))))
+    for index, action in enumerate(bare):
+        shape = rng.choice(NOTES_PAST) if index in past else rng.choice(NOTE_SHAPES)
+        action.notes = None if shape is None else dict(shape)
 
 
 def _tasks(world: World, w: Workload, merchants: dict[str, str]) -> None:

@@ -674,6 +674,12 @@ def test_a_kept_applied_answer_on_the_intents_terms_settles_it(ledger: sqlite3.C
     assert settled is not None and (settled.state, settled.rail_entity_id) == (State.APPLIED, "rfnd_1")
 
 
+def _abandoned(conn: sqlite3.Connection) -> None:
+    """Attempt 1 in flight, its lease past: UNKNOWN with its row still unanswered (a stalled worker may answer it)."""
+    in_flight(conn)
+    step(conn, Event.LEASE_EXPIRED, T0 + 3, set_fields={"reason_code": "LEASE_EXPIRED"})
+
+
 def _finish_first_attempt_fenced(conn: sqlite3.Connection, now: int) -> None:
     """Attempt 1's answer, our stamp on our terms, kept late by the fenced worker that sent it (execute.py's fenced
     path): whatever the intent's state is by then."""
@@ -685,9 +691,10 @@ def _finish_first_attempt_fenced(conn: sqlite3.Connection, now: int) -> None:
 def test_an_attempt_s_applied_answer_kept_after_a_confirmed_absence_settles_it_applied(
     ledger: sqlite3.Connection,
 ) -> None:
-    # The reconciler read "absent" (a list that lagged) and, before any retry, the first attempt's stamped answer
-    # is kept: the absence is outvoted (ADR 0005), CONFIRMED_NOT_APPLIED -EARLIER_ATTEMPT_APPLIED-> APPLIED.
-    _unknown(ledger)
+    # Attempt 1's worker stalled past its lease (its answer not written: finish_attempt writes once), the reconciler
+    # read "absent" (a list that lagged), and, before any retry, the stalled worker keeps its stamped answer: the
+    # absence is outvoted (ADR 0005), CONFIRMED_NOT_APPLIED -EARLIER_ATTEMPT_APPLIED-> APPLIED.
+    _abandoned(ledger)
     with transaction(ledger):
         intents.begin_reconcile(ledger, M, SIK, now=T0 + 4, owner="rec", lease_expires_at=T0 + 40)
     step(ledger, Event.RECONCILE_CONFIRMED_ABSENT, T0 + 5)
@@ -705,9 +712,11 @@ def test_an_attempt_s_applied_answer_kept_after_a_confirmed_absence_settles_it_a
 def test_an_attempt_s_applied_answer_kept_after_a_refused_retry_settles_it_applied(
     ledger: sqlite3.Connection,
 ) -> None:
-    # Attempt 1's answer was lost; a retry (attempt 2) was refused by the rail and its stamp read absent, so the
-    # intent is FAILED_TERMINAL. Then attempt 1's stamped answer is kept: the money did move, and the intent says so.
-    _unknown(ledger)
+    # Attempt 1's worker stalled past its lease; a retry (attempt 2) was refused by the rail (classify_error: a retry's
+    # refusal is RAIL_AMBIGUOUS, RAIL_REJECTED_AFTER_RETRY) and its stamp read absent, so the intent is
+    # FAILED_TERMINAL. Then the stalled worker keeps attempt 1's stamped answer: the money did move, and the intent
+    # says so.
+    _abandoned(ledger)
     with transaction(ledger):
         intents.begin_reconcile(ledger, M, SIK, now=T0 + 4, owner="rec", lease_expires_at=T0 + 40)
     step(ledger, Event.RECONCILE_CONFIRMED_ABSENT, T0 + 5)
@@ -715,7 +724,9 @@ def test_an_attempt_s_applied_answer_kept_after_a_refused_retry_settles_it_appli
     with transaction(ledger):
         intents.start_attempt(ledger, M, SIK, now=T0 + 7, lease_owner="rw-2", lease_epoch=4,
                               lease_expires_at=T0 + 900, request={})  # fmt: skip
-    step(ledger, Event.RAIL_AMBIGUOUS, T0 + 8, set_fields={"reason_code": "RAIL_REFUSED_RETRY"})
+    with transaction(ledger):
+        intents.finish_attempt(ledger, M, SIK, 2, now=T0 + 8, outcome="REJECTED_AFTER_RETRY", http_status=400)
+    step(ledger, Event.RAIL_AMBIGUOUS, T0 + 8, set_fields={"reason_code": "RAIL_REJECTED_AFTER_RETRY"})
     with transaction(ledger):
         intents.begin_reconcile(ledger, M, SIK, now=T0 + 9, owner="rec", lease_expires_at=T0 + 40)
     step(ledger, Event.RECONCILE_CONFIRMED_REJECTED, T0 + 10)
