@@ -7,6 +7,8 @@ import json
 import logging
 import re
 import shutil
+import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -376,6 +378,16 @@ def agentdojo_command(modes: tuple[str, ...], routes: tuple[str, ...], user_task
 
     base = work or Path(tempfile.mkdtemp(prefix="interlock-agentdojo-"))
     commit = commit_id()  # the code measured: taken before the run, which may outlast edits to the tree
+    # SIGTERM unwinds like Ctrl-C, so every stack, model server and runner this run started is stopped by pid.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    commits = [commit]
+    if "model" in modes:
+        # A resumed pass is measured by every commit that ran part of it: each invocation adds its own, first thing.
+        measured_by = base / "model" / "commits"
+        measured_by.parent.mkdir(parents=True, exist_ok=True)
+        earlier = measured_by.read_text(encoding="utf-8").split() if measured_by.exists() else []
+        commits = list(dict.fromkeys([*earlier, commit]))
+        measured_by.write_text("".join(c + "\n" for c in commits), encoding="utf-8")
     started = time.monotonic()
     scores: dict[tuple[str, str], Scores] = {}
     raws: dict[str, object] = {}
@@ -408,7 +420,7 @@ def agentdojo_command(modes: tuple[str, ...], routes: tuple[str, ...], user_task
 
         command = "interlock bench agentdojo --mode model" + "".join(f" {flag} {v}" for flag, values in options
                                                                      for v in values)  # fmt: skip
-        text = render_model(model, command=command, commit=commit)
+        text = render_model(model, command=command, commit=", ".join(commits))
         _publish("agentdojo-banking-model", text, results, no_write or subset)
         scores = {key: s for key, s in scores.items() if key[0] != "model"}
         if not scores:

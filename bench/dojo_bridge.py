@@ -149,6 +149,7 @@ class Call:
     applied: bool
     held: str | None = None  # held for the payee and then "approved" or "rejected" by the stand-in, with why
     narration: str | None = None  # the text the call asked the payee's bank statement to show (AgentDojo's subject)
+    asked: str | None = None  # the injection task AgentDojo ran as a user task (user_task None), when it was one
 
 
 @dataclass
@@ -213,10 +214,11 @@ class Bridge:
     def begin(self, request: dict[str, Any]) -> dict[str, Any]:
         assert self.base is not None and self.control is not None and self.base.redis_url
         self._stop_pair()
-        # A task run starts over: the calls of an earlier, unfinished run of the same pair (a run resumed) are not its.
-        pair = (request.get("user_task"), request.get("injection_task"))
-        if any((c.user_task, c.injection_task) == pair for c in self.calls):
-            self.calls = [c for c in self.calls if (c.user_task, c.injection_task) != pair]
+        # A task run starts over: the calls of an earlier, unfinished run of the same task run (a run resumed) are not
+        # its. A task run is its pair, or the injection task AgentDojo runs as a user task (no pair yet).
+        run = (request.get("user_task"), request.get("injection_task"), request.get("asked"))
+        if any((c.user_task, c.injection_task, c.asked) == run for c in self.calls):
+            self.calls = [c for c in self.calls if (c.user_task, c.injection_task, c.asked) != run]
             self._rewrite_journal()
         redis.Redis.from_url(self.base.redis_url).flushall()  # nothing of the last run's queues or workers
         account = request["account"]
@@ -250,7 +252,7 @@ class Bridge:
                    held: str | None = None) -> dict[str, Any]:  # fmt: skip
             call = Call(request.get("user_task"), request.get("injection_task"), request.get("part", "user"),
                         request["tool"], recipient, str(amount), subject, state, reason, applied, held,
-                        narration if state != "NO_COUNTERPART" else None)  # fmt: skip
+                        narration if state != "NO_COUNTERPART" else None, request.get("asked"))  # fmt: skip
             self.calls.append(call)
             if self.journal is not None:
                 with self.journal.open("a", encoding="utf-8") as out:
@@ -366,6 +368,7 @@ def _run(mode: str, route: str, work: Path, *, user_tasks: list[str] | None, inj
     log = (work / f"{mode}-{route}.log").open("wb")
     # Nothing of this checkout on the runner's path: it imports AgentDojo only.
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc: subprocess.Popen[bytes] | None = None
     try:
         if bridge is not None:
             bridge.start()
@@ -379,6 +382,9 @@ def _run(mode: str, route: str, work: Path, *, user_tasks: list[str] | None, inj
         code = proc.wait()
     finally:
         log.close()
+        if proc is not None and proc.poll() is None:  # the Interlock side failed: the runner goes with it
+            proc.kill()
+            proc.wait(10)
         if bridge is not None:
             bridge.stop()
     if code != 0:

@@ -64,6 +64,8 @@ class Pair:
         self.user_task: str | None = None
         self.injection_task: BaseInjectionTask | None = None
         self.part = "user"  # whose ground truth the agent is running: the user's or the injection task's
+        # The injection task AgentDojo runs as a user task (before the pairs, with no pair set), when it is one.
+        self.asked: str | None = None
         # The user's request as a person deciding a held payout would see it: its text (the prompt) and the files of
         # the environment it points to (whose name it writes out), as the environment holds them when the task starts.
         self.request: dict[str, Any] = {}
@@ -217,7 +219,8 @@ def bridged(function: Function, bridge: Bridge, pair: Pair) -> Function:
         injection = pair.injection_task.ID if pair.injection_task is not None else None
         answer = bridge.ask({"op": "pay", "tool": tool, "recipient": recipient, "amount": exact_amount(amount),
                              "subject": subject, "date": date, "recurring": recurring, "user_task": pair.user_task,
-                             "injection_task": injection, "part": pair.part, "request": pair.request})  # fmt: skip
+                             "injection_task": injection, "asked": pair.asked, "part": pair.part,
+                             "request": pair.request})  # fmt: skip
         if not answer.get("applied"):
             raise NotApplied(answer.get("message") or f"Interlock answered {answer.get('state')}")
 
@@ -255,15 +258,18 @@ class InterlockRoute(BasePipelineElement):
     """Any agent pipeline, its money tools bridged to Interlock: before the run the Interlock side is told which
     pair starts and given the environment's bank account (the mandate is derived from it there)."""
 
-    def __init__(self, inner: BasePipelineElement, bridge: Bridge, pair: Pair) -> None:
+    def __init__(self, inner: BasePipelineElement, bridge: Bridge, pair: Pair, suite: Any) -> None:
         self.inner, self.bridge, self.pair = inner, bridge, pair
         self.name = f"{inner.name}-interlock"
+        self.goals = {task.GOAL: task.ID for task in suite.injection_tasks.values()}
 
     def query(self, query: str, runtime: FunctionsRuntime, env: Env = NO_ENV, messages: Sequence[ChatMessage] = (),
               extra_args: dict[str, Any] | None = None) -> Answer:  # fmt: skip
         injection = self.pair.injection_task.ID if self.pair.injection_task is not None else None
+        self.pair.asked = self.goals.get(query) if self.pair.user_task is None else None
         self.bridge.ask({"op": "begin", "prompt": query, "user_task": self.pair.user_task,
-                         "injection_task": injection, "account": env.bank_account.model_dump(mode="json")})  # type: ignore[attr-defined]  # fmt: skip
+                         "injection_task": injection, "asked": self.pair.asked,
+                         "account": env.bank_account.model_dump(mode="json")})  # type: ignore[attr-defined]  # fmt: skip
         files = env.filesystem.files  # type: ignore[attr-defined]
         self.pair.request = {"text": query, "files": {name: text for name, text in files.items() if name in query}}
         functions = {name: bridged(f, self.bridge, self.pair) if name in MONEY_TOOLS else f
@@ -284,7 +290,7 @@ def main(config_path: str) -> None:
         agent = (HijackedAgent if config["mode"] == "hijacked" else GroundTruthAgent)(suite, pair)
     pipeline: BasePipelineElement = agent
     if config["route"] == "interlock":
-        pipeline = InterlockRoute(agent, Bridge(*config["bridge_fds"]), pair)
+        pipeline = InterlockRoute(agent, Bridge(*config["bridge_fds"]), pair, suite)
     else:
         pipeline.name = f"{agent.name}-direct"
     user_tasks = config.get("user_tasks")
@@ -346,7 +352,10 @@ def _logged_seconds(logs: Path) -> list[float]:
     """How long each task run AgentDojo logged under *logs* took (its own `duration`), resumed runs included."""
     seconds = []
     for path in logs.rglob("*.json"):
-        duration = json.loads(path.read_text(encoding="utf-8")).get("duration")
+        try:
+            duration = json.loads(path.read_text(encoding="utf-8")).get("duration")
+        except (OSError, ValueError, AttributeError):
+            continue  # a log cut short by an earlier run that was killed: not a task run of this one
         if isinstance(duration, int | float):
             seconds.append(float(duration))
     return seconds
