@@ -309,11 +309,13 @@ def test_the_checker_names_a_rail_answer_a_live_worker_dropped(tmp_path: Path) -
 def test_every_mutant_the_search_aims_at_or_leaves_out_exists_and_every_focus_is_known() -> None:
     from simulation.mutants import ALL, EQUIVALENT, EVERY, SEARCHES
     from simulation.run import FOCUS_KINDS
+    from simulation.workload import PARTS
 
     assert set(EQUIVALENT) <= set(EVERY) and set(SEARCHES) <= set(ALL)
     assert set(ALL) == set(EVERY) - set(EQUIVALENT)
     for name, search in SEARCHES.items():
         assert search.focus <= set(FOCUS_KINDS), name
+        assert search.disabled <= set(PARTS), name  # a part a search turns off is one the workload has
 
 
 def test_a_search_aimed_at_a_reconcilers_pass_pauses_reconcilers_where_the_seed_drew_no_pauses() -> None:
