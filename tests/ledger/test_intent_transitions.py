@@ -680,12 +680,19 @@ def _abandoned(conn: sqlite3.Connection) -> None:
     step(conn, Event.LEASE_EXPIRED, T0 + 3, set_fields={"reason_code": "LEASE_EXPIRED"})
 
 
-def _finish_first_attempt_fenced(conn: sqlite3.Connection, now: int) -> None:
+def _kept_late_settles_applied(conn: sqlite3.Connection, settled_from: str) -> None:
     """Attempt 1's answer, our stamp on our terms, kept late by the fenced worker that sent it (execute.py's fenced
-    path): whatever the intent's state is by then."""
+    path), settles the intent, whatever its state by then (*settled_from*), APPLIED on that evidence."""
     with transaction(conn):
-        intents.finish_attempt(conn, M, SIK, 1, now=now, outcome="FENCED_APPLIED", rail_entity_id="rfnd_1",
+        intents.finish_attempt(conn, M, SIK, 1, now=T0 + 20, outcome="FENCED_APPLIED", rail_entity_id="rfnd_1",
                                response=_refund_answer())  # fmt: skip
+    with transaction(conn):
+        settled = intents.settle_from_evidence(conn, M, SIK, now=T0 + 30, actor="rw-1")
+    assert settled is not None
+    assert (settled.state, settled.rail_entity_id, settled.reason_code) == (State.APPLIED, "rfnd_1", None)
+    payload = records(conn)[-1][3]
+    assert (payload["event"], payload["from"], payload["to"]) == ("EARLIER_ATTEMPT_APPLIED", settled_from, "APPLIED")
+    assert payload["detail"] == {"evidence_attempt_seq": 1}
 
 
 def test_an_attempt_s_applied_answer_kept_after_a_confirmed_absence_settles_it_applied(
@@ -698,15 +705,7 @@ def test_an_attempt_s_applied_answer_kept_after_a_confirmed_absence_settles_it_a
     with transaction(ledger):
         intents.begin_reconcile(ledger, M, SIK, now=T0 + 4, owner="rec", lease_expires_at=T0 + 40)
     step(ledger, Event.RECONCILE_CONFIRMED_ABSENT, T0 + 5)
-    _finish_first_attempt_fenced(ledger, T0 + 20)
-    with transaction(ledger):
-        settled = intents.settle_from_evidence(ledger, M, SIK, now=T0 + 30, actor="rw-1")
-    assert settled is not None
-    assert (settled.state, settled.rail_entity_id, settled.reason_code) == (State.APPLIED, "rfnd_1", None)
-    payload = records(ledger)[-1][3]
-    assert (payload["event"], payload["from"], payload["to"]) == (
-        "EARLIER_ATTEMPT_APPLIED", "CONFIRMED_NOT_APPLIED", "APPLIED")  # fmt: skip
-    assert payload["detail"] == {"evidence_attempt_seq": 1}
+    _kept_late_settles_applied(ledger, "CONFIRMED_NOT_APPLIED")
 
 
 def test_an_attempt_s_applied_answer_kept_after_a_refused_retry_settles_it_applied(
@@ -731,15 +730,8 @@ def test_an_attempt_s_applied_answer_kept_after_a_refused_retry_settles_it_appli
         intents.begin_reconcile(ledger, M, SIK, now=T0 + 9, owner="rec", lease_expires_at=T0 + 40)
     step(ledger, Event.RECONCILE_CONFIRMED_REJECTED, T0 + 10)
     assert intents.require_intent(ledger, M, SIK).state is State.FAILED_TERMINAL
-    _finish_first_attempt_fenced(ledger, T0 + 20)
-    with transaction(ledger):
-        settled = intents.settle_from_evidence(ledger, M, SIK, now=T0 + 30, actor="rw-1")
-    assert settled is not None
-    assert (settled.state, settled.rail_entity_id, settled.reason_code) == (State.APPLIED, "rfnd_1", None)
-    payload = records(ledger)[-1][3]
-    assert (payload["event"], payload["from"], payload["to"], payload["attempt_seq"]) == (
-        "EARLIER_ATTEMPT_APPLIED", "FAILED_TERMINAL", "APPLIED", 2)  # fmt: skip
-    assert payload["detail"] == {"evidence_attempt_seq": 1}
+    _kept_late_settles_applied(ledger, "FAILED_TERMINAL")
+    assert records(ledger)[-1][3]["attempt_seq"] == 2  # settled on attempt 1's answer, the intent at attempt 2
 
 
 def test_a_kept_mismatch_quarantines_a_confirmed_not_applied_intent(ledger: sqlite3.Connection) -> None:
