@@ -31,7 +31,9 @@ class EmbeddedRedis:
     """A real redis-server process on 127.0.0.1, with AOF persistence under *data_dir* (unless disabled)."""
 
     def __init__(self, data_dir: Path, *, port: int | None = None, appendonly: bool = True) -> None:
-        self.data_dir = Path(data_dir)
+        # Absolute: redis-server changes into --dir before it opens --logfile, so a relative path would
+        # name a log inside the data directory's own relative path and the server would exit silently.
+        self.data_dir = Path(data_dir).resolve()
         self.port = port or free_port()
         self.appendonly = appendonly
         self.process: subprocess.Popen[bytes] | None = None
