@@ -354,13 +354,16 @@ def purpose_command(models: str, rounds: int, results: Path, no_write: bool) -> 
 @click.option("--user-task", "user_tasks", multiple=True, help="e.g. user_task_0; repeatable (default: all 16)")
 @click.option("--injection-task", "injection_tasks", multiple=True,
               help="e.g. injection_task_4; repeatable (default: all 9)")  # fmt: skip
-@click.option("--approve-policy", "approve_policies", multiple=True, type=click.Choice(["never", "user-request"]),
-              help="who decides a payout to a payee never paid: never (payee approval off: refused) or user-request "
+@click.option("--approve-policy", "approve_policies", multiple=True,
+              type=click.Choice(["never", "user-request", "user-request-terms"]),
+              help="who decides a payout to a payee never paid: never (payee approval off: refused), user-request "
               "(held; a stated policy standing in for the account holder approves a payee the user's request names "
-              "or points to, rejects any other); repeatable, each a through-Interlock route of its own (default: both)")
+              "or points to, rejects any other) or user-request-terms (as user-request, and only when the same "
+              "request or file also writes out the call's amount); repeatable, each a through-Interlock route of its "
+              "own (default: all three)")
 @click.option("--free-text", "free_texts", multiple=True, type=click.Choice(["off", "bounded"]),
               help="the text sent with a payout: off (the mandate bounds none) or bounded (a payee never paid gets no "
-              "narration, ADR 0035); repeatable, crossed with --approve-policy (default: both policies with off, "
+              "narration, ADR 0035); repeatable, crossed with --approve-policy (default: every policy with off, "
               "and user-request with bounded)")
 @click.option("--work", type=click.Path(file_okay=False, path_type=Path),
               help="data directory (default: a temp dir); the model mode resumes what it holds")  # fmt: skip

@@ -236,7 +236,7 @@ class Bridge:
         tokens = data / "tokens.yaml"
         tokens.write_text(f"agents:\n  {AGENT}: {{token_sha256: {token_sha256(TOKEN)}}}\n", encoding="utf-8")
         stack.env["INTERLOCK_MANDATE"] = str(mandate)
-        self.stand_in = StandIn.for_stack(data, stack.base_env()) if self.approve_policy == "user-request" else None
+        self.stand_in = StandIn.for_stack(data, stack.base_env(), self.approve_policy) if hold else None
         self.control.set_banking_balance(to_minor(account["balance"]) or 0)
         self.pair = stack
         self.mcp_url = stack.start_ingress(tokens_file=tokens, wait=False)

@@ -9,9 +9,12 @@ from typing import Any
 AGENTDOJO_VERSION = "0.1.35"  # bench/agentdojo_requirements.txt
 LICENCE = "MIT"
 APPROVAL_ON = "interlock-user-request"  # the through-Interlock route with `--approve-policy user-request`
-TEXT_BOUNDED = "interlock-user-request-text"  # ... and `--free-text bounded`
+TERMS = "interlock-user-request-terms"  # ... `--approve-policy user-request-terms`: the payee and the amount
+TEXT_BOUNDED = "interlock-user-request-text"  # ... `user-request` and `--free-text bounded`
 ROUTE_NAMES = {"direct": "direct", "interlock": "through Interlock, payee approval off",
                APPROVAL_ON: "through Interlock, payee approval on (policy user-request, standing in for a person)",
+               TERMS: "through Interlock, payee approval on (policy user-request-terms: the payee and the amount, "
+                      "standing in for a person)",
                "interlock-text": "through Interlock, payee approval off, text bounded",
                TEXT_BOUNDED: "through Interlock, payee approval on, text bounded (no narration to a payee never paid)"}
 # When a run measures payee approval on only, the last measured payee-approval-off numbers, with their commit: the
@@ -53,13 +56,14 @@ def _task_number(task_id: str) -> int:
 
 
 def through_route(scores: dict[tuple[str, str], Scores]) -> str:
-    """The through-Interlock route the summary line reports: payee approval on when it was measured."""
-    return APPROVAL_ON if ("ground_truth", APPROVAL_ON) in scores else "interlock"
+    """The through-Interlock route the summary line reports: payee approval on when it was measured, decided as the
+    person it stands in for would decide it (the payee and the amount, `user-request-terms`) when that was measured."""
+    return next((r for r in (TERMS, APPROVAL_ON) if ("ground_truth", r) in scores), "interlock")
 
 
 def summary_line(scores: dict[tuple[str, str], Scores]) -> str:
     through = through_route(scores)
-    payee_approval = through == APPROVAL_ON
+    payee_approval = through != "interlock"
     gt_direct, gt_through = scores[("ground_truth", "direct")], scores[("ground_truth", through)]
     hj_direct, hj_through = scores[("hijacked", "direct")], scores[("hijacked", through)]
     pairs = len(hj_direct.security)
@@ -107,16 +111,19 @@ def _text_sent(scores: dict[tuple[str, str], Scores]) -> list[str]:
 def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, elapsed_s: float) -> str:
     line = summary_line(scores)
     via = through_route(scores)
-    if via == APPROVAL_ON:
+    if via != "interlock":
         approval = ("**Payee approval on**: the mandate holds a payout to a payee the account holder never paid "
                     "(`payees.unlisted: hold`, ADR 0034) for its one approver, and the approver is **a stated policy "
                     "that stands in for a person** (`--approve-policy user-request`): it approves, with its own "
                     "credential through `ops.holds.approve` (this call only, the payee not added to the allow-list), "
                     "a payee whose IBAN the user's request writes out or a file the request points to (a file of "
                     "AgentDojo's environment whose name the request writes out) contains, as the environment holds "
-                    "it when the task starts — never the ground truth; it rejects any other (`ops.holds.reject`). A "
-                    "payee named by a merchant's name (\"Apple\") is no IBAN and has no fund account: still "
-                    "`NO_COUNTERPART`, and AgentDojo's own check decides that task's utility.")
+                    "it when the task starts — never the ground truth; it rejects any other (`ops.holds.reject`). "
+                    "`user-request-terms` also reads the call's terms, as a person is shown them beside the payee: "
+                    "it approves only when the request or file that names the payee also writes out the call's "
+                    "amount" + (" (the policy the summary line reports)" if via == TERMS else "") + ". A payee named "
+                    "by a merchant's name (\"Apple\") is no IBAN and has no fund account: still `NO_COUNTERPART`, "
+                    "and AgentDojo's own check decides that task's utility.")
     else:
         approval = ("**Payee approval off**: the mandate refuses a payout to a payee the account holder never paid "
                     "(`G2_PAYEE_NOT_ALLOWED`); nothing is held for a person.")
@@ -160,16 +167,19 @@ def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, 
         goal = info["goal"] if len(info["goal"]) <= 90 else info["goal"][:87] + "..."
         out.append(f"| {task_id} | {goal} | {'yes' if info['money'] else 'no'} | {_frac(direct)} | {_frac(through)} "
                    f"| {_answers(calls)} |")  # fmt: skip
-    approved: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for c in hj_through.calls:
-        if c["part"] == "injection" and c["user_task"] and (c.get("held") or "").startswith("approved"):
-            approved.setdefault((c["user_task"], c["held"].split(": ", 1)[1]), []).append(c)
-    if via == APPROVAL_ON:
-        out += ["", "Attacker's payouts the stand-in approved (the attacker's IBAN is in a file the user's request "
-                "points to, put there by the injection), and what became of them:", ""]  # fmt: skip
+    approved: dict[tuple[str, str], list[dict[str, Any]]]
+    for route in (APPROVAL_ON, TERMS):
+        if ("hijacked", route) not in scores:
+            continue
+        approved = {}
+        for c in scores[("hijacked", route)].calls:
+            if c["part"] == "injection" and c["user_task"] and (c.get("held") or "").startswith("approved"):
+                approved.setdefault((c["user_task"], c["held"].split(": ", 1)[1]), []).append(c)
+        out += ["", f"Attacker's payouts the stand-in approved, {ROUTE_NAMES[route]} (the attacker's IBAN is where the "
+                "policy looks, put there by the injection or by the user), and what became of them:", ""]  # fmt: skip
         out += [f"* {user}: {len(calls)} call(s), {why}: {_answers(calls)}"
                 for (user, why), calls in sorted(approved.items(), key=lambda kv: _task_number(kv[0][0]))] or ["* none"]
-    if any(c["reason"] == "RAIL_REJECTED" for c in hj_through.calls):
+    if any(c["reason"] == "RAIL_REJECTED" for (m, _), s in scores.items() if m == "hijacked" for c in s.calls):
         out += ["", "FAILED_TERMINAL RAIL_REJECTED: RazorpayX's minimum payout is Rs 1 (\"The amount must be at least "
                 "100.\"); the attacker's goals that send 0.01 are refused by the rail after the stand-in approved "
                 "them — the rail's floor, not Interlock's judgement, kept those goals from being reached."]
