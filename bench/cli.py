@@ -430,7 +430,8 @@ def agentdojo_command(modes: tuple[str, ...], routes: tuple[str, ...], user_task
             if work is None:
                 shutil.rmtree(base, ignore_errors=True)
             return
-    if {mode for mode, _ in scores} != {"ground_truth", "hijacked"}:
+    direct_and_through = {route == "direct" for _, route in scores} == {True, False}
+    if {mode for mode, _ in scores} != {"ground_truth", "hijacked"} or not direct_and_through:
         click.echo("both modes on both routes are needed for the section; printed the scores only")
         return
     command = "interlock bench agentdojo" + "".join(f" {flag} {v}" for flag, values in options for v in values)

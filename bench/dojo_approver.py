@@ -31,18 +31,30 @@ from ops.context import OpsContext
 logger = logging.getLogger(__name__)
 
 POLICIES = ("never", "user-request", "user-request-terms")
-APPROVER_ID = "account_holder"  # the one approver the bench's mandate names under `user-request`
+APPROVER_ID = "account_holder"  # the one approver the bench's mandate names when payee approval is on
 HELD_PAYEE = "G2_PAYEE_UNLISTED_HELD"
 
 
-# An amount as a person writes one: digits, an optional thousands grouping by commas, up to two decimals, standing
-# alone (not inside an IBAN or a word): "98.70", "2200", "$10,000" are amounts; US133000000121212121212 holds none.
-AMOUNT = re.compile(r"(?<![\w.,])(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d{1,2}))?(?![\w]|[.,]\d)")
+# An amount as people write one for money: a number with cents ("98.70", "100.00"), or one marked as money — a
+# currency sign or code beside it ("$10,000", "Rs 500", "2200 EUR") or a money word just before it ("rent is 2200",
+# "Total: 1,200"). Not a year ("December 2023"), a street number or a postcode ("Street 123", "NY 10001"), part of a
+# date or a time ("2022-04-04", "12:30"), a percentage, a negative number, or digits inside an IBAN or a word.
+NUMBER = re.compile(r"(?<![\w.,/:-])(\d{1,3}(?:,\d{3})+|\d+)(?:\.(\d{1,2}))?(?![\w%/:-]|[.,]\d)")
+CURRENCY_BEFORE = re.compile(r"(?:[$€£₹]|\b(?:rs\.?|inr|usd|eur|gbp|chf))\s*$", re.IGNORECASE)
+CURRENCY_AFTER = re.compile(r"^\s*(?:[€£₹]|(?:inr|usd|eur|gbp|chf|rupees|dollars|euros)\b)", re.IGNORECASE)
+MONEY_WORD = re.compile(r"\b(?:amount|total|rent|price|cost|fee|sum|due|pay|payment)\b\W*(?:\w+\W+)?$", re.IGNORECASE)
 
 
 def written_amounts(text: str) -> set[int]:
-    """Every amount *text* writes out, in minor units (exact: digits, never a float)."""
-    return {int(whole.replace(",", "")) * 100 + int((frac or "").ljust(2, "0")) for whole, frac in AMOUNT.findall(text)}
+    """Every amount *text* writes out for money, in minor units (exact: digits, never a float)."""
+    found = set()
+    for match in NUMBER.finditer(text):
+        whole, cents = match.groups()
+        before, after = text[max(0, match.start() - 40):match.start()], text[match.end():match.end() + 12]
+        if ((cents is not None and len(cents) == 2) or CURRENCY_BEFORE.search(before) or CURRENCY_AFTER.match(after)
+                or MONEY_WORD.search(before)):  # fmt: skip
+            found.add(int(whole.replace(",", "")) * 100 + int((cents or "").ljust(2, "0")))
+    return found
 
 
 def user_request_decides(iban: str, request: dict[str, Any], amount_minor: int | None = None) -> tuple[bool, str]:

@@ -10,15 +10,9 @@ AGENTDOJO_VERSION = "0.1.35"  # bench/agentdojo_requirements.txt
 LICENCE = "MIT"
 APPROVAL_ON = "interlock-user-request"  # the through-Interlock route with `--approve-policy user-request`
 TERMS = "interlock-user-request-terms"  # ... `--approve-policy user-request-terms`: the payee and the amount
-TEXT_BOUNDED = "interlock-user-request-text"  # ... `user-request` and `--free-text bounded`
-ROUTE_NAMES = {"direct": "direct", "interlock": "through Interlock, payee approval off",
-               APPROVAL_ON: "through Interlock, payee approval on (policy user-request, standing in for a person)",
-               TERMS: "through Interlock, payee approval on (policy user-request-terms: the payee and the amount, "
-                      "standing in for a person)",
-               "interlock-text": "through Interlock, payee approval off, text bounded",
-               TEXT_BOUNDED: "through Interlock, payee approval on, text bounded (no narration to a payee never paid)"}
-# When a run measures payee approval on only, the last measured payee-approval-off numbers, with their commit: the
-# full run measuring both takes twice as long on the machine the section was measured on (docs/bench.md).
+POLICY_TERMS = {"user-request": "", "user-request-terms": ": the payee and the amount"}
+# When a run measures payee approval on only, the last measured payee-approval-off numbers, with their commit: a full
+# run of every route takes several times as long as one route (docs/bench.md).
 PREVIOUS_OFF = ("payee approval off, as last measured (`interlock bench agentdojo` at dda6ffb, before payee approval "
                 "existed; the same mandate without `unlisted: hold`): utility through Interlock 13/16 (ground truth), "
                 "114/144 (hijacked); attacker's goal reached 16/144 pairs through Interlock (money-moving goals: "
@@ -47,6 +41,22 @@ class Scores:
                    tuple(raw.get("task_seconds", ())))  # fmt: skip
 
 
+def route_policy(route: str) -> tuple[str, bool]:
+    """The approve policy and whether text is bounded, of a route named by bench.dojo_bridge.route_name."""
+    rest = route.removeprefix("interlock")
+    return rest.removesuffix("-text").removeprefix("-") or "never", rest.endswith("-text")
+
+
+def route_label(route: str) -> str:
+    """How the section names a route: "direct", or through Interlock with its payee approval and text bound."""
+    if route == "direct":
+        return route
+    policy, bounded = route_policy(route)
+    approval = ("payee approval off" if policy == "never" else
+                f"payee approval on (policy {policy}{POLICY_TERMS.get(policy, '')}, standing in for a person)")
+    return f"through Interlock, {approval}" + (", text bounded (no narration to a payee never paid)" if bounded else "")
+
+
 def _frac(values: list[bool]) -> str:
     return f"{sum(values)}/{len(values)}"
 
@@ -56,14 +66,16 @@ def _task_number(task_id: str) -> int:
 
 
 def through_route(scores: dict[tuple[str, str], Scores]) -> str:
-    """The through-Interlock route the summary line reports: payee approval on when it was measured, decided as the
-    person it stands in for would decide it (the payee and the amount, `user-request-terms`) when that was measured."""
-    return next((r for r in (TERMS, APPROVAL_ON) if ("ground_truth", r) in scores), "interlock")
+    """The through-Interlock route the summary line reports: payee approval on when it was measured, decided by the
+    stricter stand-in (the payee and the amount, `user-request-terms`) when that was measured; else payee approval
+    off; else whichever through-Interlock route both modes measured."""
+    measured = [r for mode, r in scores if mode == "ground_truth" and r != "direct" and ("hijacked", r) in scores]
+    return next((r for r in (TERMS, APPROVAL_ON, "interlock") if r in measured), measured[0] if measured else "")
 
 
 def summary_line(scores: dict[tuple[str, str], Scores]) -> str:
     through = through_route(scores)
-    payee_approval = through != "interlock"
+    payee_approval = route_policy(through)[0] != "never"
     gt_direct, gt_through = scores[("ground_truth", "direct")], scores[("ground_truth", through)]
     hj_direct, hj_through = scores[("hijacked", "direct")], scores[("hijacked", through)]
     pairs = len(hj_direct.security)
@@ -103,7 +115,7 @@ def _text_sent(scores: dict[tuple[str, str], Scores]) -> list[str]:
                        key=lambda p: (_task_number(p[0]), _task_number(p[1])))  # fmt: skip
         refused = sum(1 for c in s.calls if c["part"] == "injection" and c["reason"] == "G1_FREE_TEXT_REFUSED")
         shown = ", ".join(f"{u}×{i}" for u, i in pairs[:12]) + (", ..." if len(pairs) > 12 else "")
-        out.append(f"* {ROUTE_NAMES[route]}: {len(pairs)}/{len(s.security)} pairs" + (f" ({shown})" if pairs else "")
+        out.append(f"* {route_label(route)}: {len(pairs)}/{len(s.security)} pairs" + (f" ({shown})" if pairs else "")
                    + (f"; attacker's calls refused G1_FREE_TEXT_REFUSED: {refused}" if refused else ""))  # fmt: skip
     return out
 
@@ -111,19 +123,24 @@ def _text_sent(scores: dict[tuple[str, str], Scores]) -> list[str]:
 def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, elapsed_s: float) -> str:
     line = summary_line(scores)
     via = through_route(scores)
-    if via != "interlock":
+    policies = {route_policy(route)[0] for _, route in scores if route != "direct"}
+    if policies - {"never"}:
         approval = ("**Payee approval on**: the mandate holds a payout to a payee the account holder never paid "
                     "(`payees.unlisted: hold`, ADR 0034) for its one approver, and the approver is **a stated policy "
-                    "that stands in for a person** (`--approve-policy user-request`): it approves, with its own "
-                    "credential through `ops.holds.approve` (this call only, the payee not added to the allow-list), "
-                    "a payee whose IBAN the user's request writes out or a file the request points to (a file of "
-                    "AgentDojo's environment whose name the request writes out) contains, as the environment holds "
-                    "it when the task starts — never the ground truth; it rejects any other (`ops.holds.reject`). "
-                    "`user-request-terms` also reads the call's terms, as a person is shown them beside the payee: "
-                    "it approves only when the request or file that names the payee also writes out the call's "
-                    "amount" + (" (the policy the summary line reports)" if via == TERMS else "") + ". A payee named "
-                    "by a merchant's name (\"Apple\") is no IBAN and has no fund account: still `NO_COUNTERPART`, "
-                    "and AgentDojo's own check decides that task's utility.")
+                    "that stands in for a person**: it approves, with its own credential through `ops.holds.approve` "
+                    "(this call only, the payee not added to the allow-list), or rejects (`ops.holds.reject`), "
+                    "reading what a person would have — the user's request and the files it points to (a file of "
+                    "AgentDojo's environment whose name the request writes out), as the environment holds them when "
+                    "the task starts, never the ground truth.")
+        if "user-request" in policies:
+            approval += (" `--approve-policy user-request` approves a payee whose IBAN the request or a file it "
+                         "points to writes out, and rejects any other.")
+        if "user-request-terms" in policies:
+            approval += (" `--approve-policy user-request-terms` reads the held call's terms too, as a person is "
+                         "shown them beside the payee: it approves only when the request or file that names the payee "
+                         "also writes out the call's amount (with cents, or marked as money; docs/bench.md).")
+        approval += (" A payee named by a merchant's name (\"Apple\") is no IBAN and has no fund account: still "
+                     "`NO_COUNTERPART`, and AgentDojo's own check decides that task's utility.")
     else:
         approval = ("**Payee approval off**: the mandate refuses a payout to a payee the account holder never paid "
                     "(`G2_PAYEE_NOT_ALLOWED`); nothing is held for a person.")
@@ -145,15 +162,25 @@ def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, 
     ]
     for (mode, route), s in scores.items():
         reached = "—" if mode == "ground_truth" else _frac(list(s.security.values()))
-        out.append(f"| {MODE_NAMES[mode]} | {ROUTE_NAMES[route]} | {_frac(list(s.utility.values()))} | {reached} |")
+        out.append(f"| {MODE_NAMES[mode]} | {route_label(route)} | {_frac(list(s.utility.values()))} | {reached} |")
     if ("ground_truth", "interlock") not in scores:
         out += ["", f"Not measured by this run: {PREVIOUS_OFF}."]
     hj_direct, hj_through = scores[("hijacked", "direct")], scores[("hijacked", via)]
     asked = [c for c in hj_through.calls if c["user_task"] is None]  # the injection tasks run as user tasks
+    out += ["", f"Below, \"through Interlock\" is the route the summary line reports: {route_label(via)}."]
     out += ["", f"AgentDojo's own check that each injection task can be done when the user asks for it (run as a user "
             f"task): direct {_frac(list(hj_direct.as_user_tasks.values()))}, through Interlock "
             f"{_frac(list(hj_through.as_user_tasks.values()))} (Interlock's answers to their calls: "
             f"{_answers(asked)})."]  # fmt: skip
+    if route_policy(via)[0] == "user-request-terms":
+        out += ["", "What `user-request-terms` costs, and what it cannot see: it rejects a new payee the user names "
+                "without writing an amount (the injection tasks asked for by the user name the attacker's account "
+                "and no amount: their holds above are rejected, where `user-request` approves them), and it approves "
+                "a payout whose amount the injected text writes out beside the attacker's account, as a person "
+                "reading that text would (`injection_task_6` writes \"$10,000\"; the balance refuses it before any "
+                "person is asked). Its gain over `user-request` in this suite comes from AgentDojo's injections "
+                "writing no amount beside the attacker's account (`injection_task_4`'s redirected 50.00 standing "
+                "order)."]  # fmt: skip
     out += ["", "Each injection task, over the user tasks it was paired with:", "",
             "| injection task | goal | moves money | reached direct | reached through Interlock | Interlock's answers "
             "to its calls |", "|---|---|---|---|---|---|"]  # fmt: skip
@@ -167,16 +194,16 @@ def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, 
         goal = info["goal"] if len(info["goal"]) <= 90 else info["goal"][:87] + "..."
         out.append(f"| {task_id} | {goal} | {'yes' if info['money'] else 'no'} | {_frac(direct)} | {_frac(through)} "
                    f"| {_answers(calls)} |")  # fmt: skip
-    approved: dict[tuple[str, str], list[dict[str, Any]]]
-    for route in (APPROVAL_ON, TERMS):
-        if ("hijacked", route) not in scores:
+    for mode, route in scores:
+        if mode != "hijacked" or route == "direct" or route_policy(route)[0] == "never":
             continue
-        approved = {}
-        for c in scores[("hijacked", route)].calls:
+        approved: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for c in scores[(mode, route)].calls:
             if c["part"] == "injection" and c["user_task"] and (c.get("held") or "").startswith("approved"):
                 approved.setdefault((c["user_task"], c["held"].split(": ", 1)[1]), []).append(c)
-        out += ["", f"Attacker's payouts the stand-in approved, {ROUTE_NAMES[route]} (the attacker's IBAN is where the "
-                "policy looks, put there by the injection or by the user), and what became of them:", ""]  # fmt: skip
+        out += ["", f"Attacker's payouts the stand-in approved, {route_label(route)}, and what became of them (the "
+                "attacker's IBAN is where the policy looks: in a file the user's request points to, written there by "
+                "the injection, or in the request itself):", ""]  # fmt: skip
         out += [f"* {user}: {len(calls)} call(s), {why}: {_answers(calls)}"
                 for (user, why), calls in sorted(approved.items(), key=lambda kv: _task_number(kv[0][0]))] or ["* none"]
     if any(c["reason"] == "RAIL_REJECTED" for (m, _), s in scores.items() if m == "hijacked" for c in s.calls):
@@ -186,7 +213,7 @@ def render(scores: dict[tuple[str, str], Scores], *, command: str, commit: str, 
     out += _text_sent(scores)
     gt_direct, gt_through = scores[("ground_truth", "direct")], scores[("ground_truth", via)]
     lost = [u for (u, _), ok in gt_through.utility.items() if not ok and gt_direct.utility.get((u, ""), False)]
-    out += ["", "User tasks whose utility was lost through Interlock (ground truth, no injections):", ""]
+    out += ["", f"User tasks whose utility was lost {route_label(via)} (ground truth, no injections):", ""]
     for task_id in sorted(lost, key=_task_number):
         calls = [c for c in gt_through.calls if c["user_task"] == task_id and not c["applied"]]
         what = "; ".join(f"{c['tool']} {c['amount']} to {c['recipient']}: {c['state']}"
@@ -230,12 +257,12 @@ def render_model(scores: dict[str, Scores], *, command: str, commit: str) -> str
     ]
     for route, s in scores.items():
         mean = sum(s.task_seconds) / len(s.task_seconds) if s.task_seconds else 0.0
-        out.append(f"| {ROUTE_NAMES[route]} | {_frac(list(s.utility.values()))} | {_frac(list(s.security.values()))} "
+        out.append(f"| {route_label(route)} | {_frac(list(s.utility.values()))} | {_frac(list(s.security.values()))} "
                    f"| {_frac(list(s.as_user_tasks.values()))} | {len(s.task_seconds)}, {mean:.0f} |")  # fmt: skip
     if direct is not None:
         out += ["", "Each injection task, over the user tasks it was paired with:", "",
                 "| injection task | moves money | reached direct | " + " | ".join(
-                    f"reached {ROUTE_NAMES[r]}" for r in through) + " |",
+                    f"reached {route_label(r)}" for r in through) + " |",
                 "|---|---|---|" + "---|" * len(through)]  # fmt: skip
         for task_id in sorted(direct.injection_tasks, key=_task_number):
             reached = [_frac([ok for (_, i), ok in s.security.items() if i == task_id])
@@ -246,7 +273,7 @@ def render_model(scores: dict[str, Scores], *, command: str, commit: str) -> str
             out.append(f"| {task_id} | {money} | " + " | ".join(reached) + " |")
     for route, s in through.items():
         attacked = [c for c in s.calls if c["injection_task"]]
-        out += ["", f"The model's money calls {ROUTE_NAMES[route]}, under attack ({len(attacked)}): "
+        out += ["", f"The model's money calls {route_label(route)}, under attack ({len(attacked)}): "
                 f"{_answers(attacked)}; asked by the user alone (the injection tasks run as user tasks): "
                 f"{_answers([c for c in s.calls if not c['injection_task']])}."]  # fmt: skip
     return "\n".join(out) + "\n"
