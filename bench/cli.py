@@ -347,7 +347,8 @@ def purpose_command(models: str, rounds: int, results: Path, no_write: bool) -> 
               help="ground_truth: AgentDojo's ground-truth agent, no injections; hijacked: the fully hijacked agent "
               "over every (user task, injection task) pair; model: SmolLM2-135M through AgentDojo's own pipeline, "
               "attacked with important_instructions over every pair (`make bench-model` installs the model; about "
-              "2 h a route on 2 CPUs; writes its own section); repeatable (default: ground_truth and hijacked)")
+              "7 h, one CPU a route; resumable with --work; writes its own section); repeatable (default: "
+              "ground_truth and hijacked)")
 @click.option("--route", "routes", multiple=True, type=click.Choice(["direct", "interlock"]),
               help="direct (AgentDojo's bank) or through Interlock (each route --approve-policy and --free-text "
               "name); repeatable (default: both). A section needs both.")
@@ -397,7 +398,7 @@ def agentdojo_command(modes: tuple[str, ...], routes: tuple[str, ...], user_task
     if approve_policies or free_texts:
         through = [(p, t) for p in approve_policies or POLICIES for t in free_texts or ("off",)]
     elif modes == ("model",):
-        through = [("user-request", "bounded")]  # the model's two hours a route: the whole configuration only
+        through = [("user-request", "bounded")]  # the model's hours a route: the whole configuration only
     else:
         through = [(p, "off") for p in POLICIES] + [("user-request", "bounded")]
     wanted = [("direct", "never", "off")] + [("interlock", p, t) for p, t in through]
