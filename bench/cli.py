@@ -347,7 +347,7 @@ def purpose_command(models: str, rounds: int, results: Path, no_write: bool) -> 
               help="ground_truth: AgentDojo's ground-truth agent, no injections; hijacked: the fully hijacked agent "
               "over every (user task, injection task) pair; model: SmolLM2-135M through AgentDojo's own pipeline, "
               "attacked with important_instructions over every pair (`make bench-model` installs the model; about "
-              "7 h, one CPU a route; resumable with --work; writes its own section); repeatable (default: "
+              "12 h or more, one CPU a route; resumable with --work; writes its own section); repeatable (default: "
               "ground_truth and hijacked)")
 @click.option("--route", "routes", multiple=True, type=click.Choice(["direct", "interlock"]),
               help="direct (AgentDojo's bank) or through Interlock (each route --approve-policy and --free-text "
